@@ -17,3 +17,21 @@ if not os.path.isdir(_LINK):
     os.symlink(os.path.join("..", "..", "..", ".."), _LINK)
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+
+
+import pytest  # noqa: E402
+
+DEBIAN_TREE = os.path.join(REPO_ROOT, ".cache", "debian-nvidia", "root")
+
+
+@pytest.fixture(scope="session")
+def debian_driver_tree():
+    """``(root, version)`` of the real Debian 12 NVIDIA 535 userspace, extracted from Debian's own
+    packages with its ld.so.cache written by the real ldconfig (see tests/tools/debian_driver_tree.py).
+    Built once, then reused; needs Debian's package mirror the first time."""
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "tools"))
+    try:
+        import debian_driver_tree as builder
+    finally:
+        sys.path.pop(0)
+    return DEBIAN_TREE, builder.build(DEBIAN_TREE)
