@@ -1,0 +1,305 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+
+DOCUMENTATION = r"""
+module: cdi_spec
+short_description: Write the CDI spec that injects the NVIDIA driver into containers
+version_added: 0.1.0
+description:
+  - Writes a Container Device Interface (CDI) spec of kind C(nvidia.com/gpu) that every CDI-aware engine
+    (podman, containerd 1.7 and later, CRI-O, docker 25 and later) reads to give a container its GPUs.
+  - One device per GPU by index and by UUID, one per MIG device when MIG is enabled, and C(all). The
+    common edits hold the control device nodes, every driver library of the chosen capabilities (found
+    through the driver root's C(ld.so.cache)), the driver binaries, the IPC sockets that exist, the GSP
+    firmware and a createContainer hook that updates the container's ld cache and creates the
+    C(libcuda.so) links.
+  - The driver version is stamped in the spec's top-level annotation C(gpufleet.nvidia/driver-version),
+    so a spec left over from an older driver can be detected.
+  - Also writes a compact JSON index next to it (O(index_path)), which the collection's runtime shim
+    C(gpufleet-container-runtime) reads on every GPU container start.
+  - The files are written atomically with mode C(0644); a second run on an unchanged host changes nothing.
+author:
+  - gpufleet developers
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would change and writes nothing.
+  diff_mode:
+    support: full
+    description: Shows the spec before and after.
+  idempotent:
+    support: full
+    description: The same host renders the same bytes.
+options:
+  path:
+    description: Where the CDI spec goes (in the terms of O(root)).
+    type: path
+    default: /etc/cdi/nvidia.yaml
+  state:
+    description: C(present) writes the spec and index, C(absent) removes both.
+    type: str
+    choices: [present, absent]
+    default: present
+  format:
+    description: The spec's format. The index is always JSON.
+    type: str
+    choices: [yaml, json]
+    default: yaml
+  index_path:
+    description:
+      - Where the runtime shim's JSON index goes (in the terms of O(root)); outside C(/etc/cdi) so CDI
+        engines do not read it as a second spec.
+      - An empty string writes no index.
+    type: path
+    default: /etc/gpufleet/cdi-nvidia.json
+  root:
+    description: Where the host's file system is mounted (C(/host) when running in a container).
+    type: path
+    default: /
+  driver_root:
+    description: The root of the driver installation, in host terms (C(/run/nvidia/driver) for a containerized driver).
+    type: path
+    default: /
+  dev_root:
+    description: The root under which the C(/dev/nvidia*) nodes are found, in host terms.
+    type: path
+    default: /
+  device_name_strategy:
+    description: How devices are named; both by default (C(nvidia.com/gpu=0) and C(nvidia.com/gpu=GPU-<uuid>)).
+    type: list
+    elements: str
+    choices: [index, uuid]
+    default: [index, uuid]
+  capabilities:
+    description:
+      - The driver capabilities whose files the spec mounts; C(all) is every capability the driver provides.
+      - One of C(utility), C(compute), C(video), C(graphics), C(display), C(ngx), C(compat32), C(all).
+    type: list
+    elements: str
+    default: [all]
+  hook_path:
+    description: The createContainer hook the spec calls (installed by the C(toolkit) role).
+    type: path
+    default: /usr/local/bin/gpufleet-cdi-hook
+  ldconfig_path:
+    description: The host's C(ldconfig) the hook runs (chrooted into the container with C(-r)); must be a static binary.
+    type: path
+    default: /sbin/ldconfig
+  gpus:
+    description:
+      - The GPUs, as in C(ansible_facts.nvidia.gpus) (C(index), C(minor), C(uuid), C(mig_mode), C(mig_devices)).
+      - When omitted, one GPU per C(/dev/nvidia<N>) node under O(dev_root), named by index only.
+    type: list
+    elements: dict
+  driver_version:
+    description: The driver version to select files for; by default the installed userspace's.
+    type: str
+  cuda_version:
+    description: The CUDA version the driver supports, for C(NVIDIA_REQUIRE_CUDA); by default from the driver branch.
+    type: str
+notes:
+  - Regenerate the spec after every driver change; compare C(driver_version) with the annotation to find stale specs.
+"""
+
+EXAMPLES = r"""
+- name: Write the CDI spec from the facts gpu_facts gathered
+  gpufleet.nvidia.cdi_spec:
+    gpus: "{{ ansible_facts.nvidia.gpus }}"
+
+- name: Only utility and compute, names by UUID, JSON
+  gpufleet.nvidia.cdi_spec:
+    path: /etc/cdi/nvidia.json
+    format: json
+    capabilities: [utility, compute]
+    device_name_strategy: [uuid]
+
+- name: Remove the spec
+  gpufleet.nvidia.cdi_spec:
+    state: absent
+"""
+
+RETURN = r"""
+path:
+  description: The spec's path.
+  returned: always
+  type: str
+  sample: /etc/cdi/nvidia.yaml
+index_path:
+  description: The index's path (empty when none is written).
+  returned: always
+  type: str
+  sample: /etc/gpufleet/cdi-nvidia.json
+driver_version:
+  description: The driver version stamped in the spec.
+  returned: when state is present
+  type: str
+  sample: 535.261.03
+cuda_version:
+  description: The CUDA version recorded for requirement checks.
+  returned: when state is present
+  type: str
+  sample: "12.2"
+devices:
+  description: The device names in the spec (qualify them as C(nvidia.com/gpu=<name>)).
+  returned: when state is present
+  type: list
+  elements: str
+  sample: ["0", "GPU-4b6c5f0e-0000-0000-0000-000000000000", "all"]
+spec:
+  description: The spec written, as data.
+  returned: when state is present
+  type: dict
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import (
+    DEFAULT_INDEX_PATH,
+    HOOK_PATH,
+    LDCONFIG_PATH,
+    build_spec,
+    gather,
+    render,
+    render_json,
+)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_files import CapabilityError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._pathsafe import host_path
+
+HEADER = "Generated by gpufleet.nvidia.cdi_spec: changes are overwritten on the next run."
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _write(path, text):
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "default": "/etc/cdi/nvidia.yaml"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "format": {"type": "str", "choices": ["yaml", "json"], "default": "yaml"},
+            "index_path": {"type": "path", "default": DEFAULT_INDEX_PATH},
+            "root": {"type": "path", "default": "/"},
+            "driver_root": {"type": "path", "default": "/"},
+            "dev_root": {"type": "path", "default": "/"},
+            "device_name_strategy": {
+                "type": "list",
+                "elements": "str",
+                "choices": ["index", "uuid"],
+                "default": ["index", "uuid"],
+            },
+            "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
+            "hook_path": {"type": "path", "default": HOOK_PATH},
+            "ldconfig_path": {"type": "path", "default": LDCONFIG_PATH},
+            "gpus": {"type": "list", "elements": "dict"},
+            "driver_version": {"type": "str"},
+            "cuda_version": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    root = p["root"]
+    spec_file = host_path(root, p["path"])
+    index_file = host_path(root, p["index_path"]) if p["index_path"] else None
+    result = {"changed": False, "path": p["path"], "index_path": p["index_path"] or ""}
+    targets = [(spec_file, p["path"])] + ([(index_file, p["index_path"])] if index_file else [])
+
+    if p["state"] == "absent":
+        before = _read(spec_file)
+        existing = [path for path, _ in targets if os.path.lexists(path)]
+        result["changed"] = bool(existing)
+        if module._diff:
+            result["diff"] = {"before": before or "", "after": "", "before_header": p["path"]}
+        if existing and not module.check_mode:
+            for path in existing:
+                os.unlink(path)
+        module.exit_json(**result)
+
+    try:
+        version, inputs = gather(
+            root,
+            p["driver_root"],
+            p["dev_root"],
+            capabilities=p["capabilities"],
+            gpus=p["gpus"],
+            driver_version=p["driver_version"],
+        )
+        if not inputs["gpus"]:
+            module.fail_json(
+                msg="no GPU found under %s/dev and no gpus given: a CDI spec needs at least one device"
+                % p["dev_root"].rstrip("/"),
+                **result,
+            )
+        spec, index = build_spec(
+            device_name_strategy=p["device_name_strategy"],
+            hook_path=p["hook_path"],
+            ldconfig_path=p["ldconfig_path"],
+            cuda_version=p["cuda_version"],
+            **inputs,
+        )
+    except (ValueError, KeyError, TypeError, CapabilityError) as exc:
+        module.fail_json(msg="cannot build the CDI spec: %s" % exc, **result)
+
+    index["spec"] = p["path"]
+    spec_text = render(spec, p["format"], header=HEADER)
+    index_text = render_json(index, compact=True)
+    before = _read(spec_file)
+    changes = [(spec_file, spec_text)] if before != spec_text else []
+    if index_file and _read(index_file) != index_text:
+        changes.append((index_file, index_text))
+    for path, _ in targets:
+        if path not in [c[0] for c in changes] and os.path.exists(path) and os.stat(path).st_mode & 0o7777 != 0o644:
+            changes.append((path, spec_text if path == spec_file else index_text))
+
+    result.update(
+        changed=bool(changes),
+        driver_version=version,
+        cuda_version=index["cudaVersion"],
+        devices=[d["name"] for d in spec["devices"]],
+        spec=spec,
+    )
+    if module._diff:
+        result["diff"] = {
+            "before": before or "",
+            "after": spec_text,
+            "before_header": p["path"],
+            "after_header": p["path"],
+        }
+    if changes and not module.check_mode:
+        try:
+            for path, text in changes:
+                _write(path, text)
+        except OSError as exc:
+            module.fail_json(msg="cannot write %s: %s" % (exc.filename or p["path"], exc.strerror or exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""cdi_spec end to end in-process: write, idempotence byte for byte, check mode, diff, absent, mode 0644."""
+
+import json
+import os
+import stat
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.controller
+
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+
+from ansible_collections.gpufleet.nvidia.plugins.modules import cdi_spec  # noqa: E402
+
+GPUS = [{"index": 0, "minor": 0, "uuid": "GPU-11111111-1111-1111-1111-111111111111"}]
+
+
+def run(args, check=False, diff=False):
+    extra = {"_ansible_check_mode": check, "_ansible_diff": diff}
+    with patch_module_args({**args, **extra}), pytest.raises(SystemExit) as exit_info:
+        cdi_spec.main()
+    return exit_info.value.code, run.capsys.readouterr().out
+
+
+@pytest.fixture
+def module_run(capsys, tmp_path, debian_driver_tree):
+    run.capsys = capsys
+    root, version = debian_driver_tree
+    os.symlink(root, str(tmp_path / "drv"))  # the host under root= has its driver at /drv
+    base = {
+        "root": str(tmp_path),
+        "driver_root": "/drv",
+        "dev_root": "/nonexistent",
+        "gpus": GPUS,
+    }
+
+    def call(check=False, diff=False, **args):
+        code, out = run({**base, **args}, check=check, diff=diff)
+        return code, json.loads(out)
+
+    return call, tmp_path, version
+
+
+def test_present_writes_then_is_idempotent(module_run):
+    call, tmp, version = module_run
+    code, result = call()
+    assert code == 0 and result["changed"], result
+    spec_file = tmp / "etc" / "cdi" / "nvidia.yaml"
+    index_file = tmp / "etc" / "gpufleet" / "cdi-nvidia.json"
+    first = spec_file.read_bytes()
+    assert stat.S_IMODE(os.stat(str(spec_file)).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(str(index_file)).st_mode) == 0o644
+    spec = yaml.safe_load(first)
+    assert spec["annotations"]["gpufleet.nvidia/driver-version"] == version == result["driver_version"]
+    assert result["devices"] == ["0", "GPU-11111111-1111-1111-1111-111111111111", "all"]
+    index = json.loads(index_file.read_text())
+    assert index["spec"] == "/etc/cdi/nvidia.yaml" and index["driverVersion"] == version
+    assert not [n for n in os.listdir(str(spec_file.parent)) if n.startswith(".")]  # no temp file left
+
+    code, result = call()
+    assert not result["changed"]
+    assert spec_file.read_bytes() == first
+
+    os.chmod(str(spec_file), 0o600)
+    assert call()[1]["changed"]
+    assert stat.S_IMODE(os.stat(str(spec_file)).st_mode) == 0o644
+
+
+def test_check_mode_and_diff_write_nothing(module_run):
+    call, tmp, _ = module_run
+    _code, result = call(check=True, diff=True)
+    assert result["changed"]
+    assert result["diff"]["before"] == ""
+    assert "nvidia.com/gpu" in result["diff"]["after"]
+    assert not (tmp / "etc").exists()
+
+
+def test_diff_shows_a_driver_change(module_run):
+    call, _tmp, _version = module_run
+    call()
+    _code, result = call(diff=True, cuda_version="12.9")
+    assert result["changed"]
+    assert '"12.2"' in result["diff"]["before"] and '"12.9"' in result["diff"]["after"]
+
+
+def test_json_format_and_no_index(module_run):
+    call, tmp, _ = module_run
+    _code, result = call(path="/etc/cdi/nvidia.json", format="json", index_path="")
+    assert result["changed"] and result["index_path"] == ""
+    spec = json.loads((tmp / "etc" / "cdi" / "nvidia.json").read_text())
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert not (tmp / "etc" / "gpufleet").exists()
+
+
+def test_absent_removes_both(module_run):
+    call, tmp, _ = module_run
+    call()
+    _code, result = call(state="absent", check=True)
+    assert result["changed"] and (tmp / "etc" / "cdi" / "nvidia.yaml").exists()
+    _code, result = call(state="absent", diff=True)
+    assert result["changed"] and "nvidia.com/gpu" in result["diff"]["before"]
+    assert not (tmp / "etc" / "cdi" / "nvidia.yaml").exists()
+    assert not (tmp / "etc" / "gpufleet" / "cdi-nvidia.json").exists()
+    assert not call(state="absent")[1]["changed"]
+
+
+def test_unknown_capability_fails(module_run):
+    call, _, _ = module_run
+    code, result = call(capabilities=["compute", "gpu"])
+    assert code == 1 and result["failed"]
+    assert "unknown driver capability 'gpu'" in result["msg"]
+
+
+def test_no_gpu_fails_with_a_reason(module_run):
+    call, _, _ = module_run
+    code, result = call(gpus=None)
+    assert code == 1 and "no GPU found under /nonexistent/dev" in result["msg"]
