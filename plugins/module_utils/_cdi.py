@@ -81,7 +81,7 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 def cuda_version_for(driver_version):
     """The CUDA version a driver version supports (``535.261.03`` -> ``12.2``), or None if unknown."""
     try:
-        branch = int(str(driver_version).split(".")[0])
+        branch = int(str(driver_version).split(".", maxsplit=1)[0])
     except ValueError:
         return None
     for first, cuda in CUDA_BY_BRANCH:

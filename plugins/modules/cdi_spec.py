@@ -21,7 +21,7 @@ description:
     C(gpufleet-container-runtime) reads on every GPU container start.
   - The files are written atomically with mode C(0644); a second run on an unchanged host changes nothing.
 author:
-  - gpufleet developers
+  - gpufleet developers (@gpufleet)
 attributes:
   check_mode:
     support: full
@@ -233,7 +233,7 @@ def main():
 
     if p["state"] == "absent":
         before = _read(spec_file)
-        existing = [path for path, _ in targets if os.path.lexists(path)]
+        existing = [path for path, _label in targets if os.path.lexists(path)]
         result["changed"] = bool(existing)
         if module._diff:
             result["diff"] = {"before": before or "", "after": "", "before_header": p["path"]}
@@ -274,7 +274,7 @@ def main():
     changes = [(spec_file, spec_text)] if before != spec_text else []
     if index_file and _read(index_file) != index_text:
         changes.append((index_file, index_text))
-    for path, _ in targets:
+    for path, _label in targets:
         if path not in [c[0] for c in changes] and os.path.exists(path) and os.stat(path).st_mode & 0o7777 != 0o644:
             changes.append((path, spec_text if path == spec_file else index_text))
 

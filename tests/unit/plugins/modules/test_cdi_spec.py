@@ -68,7 +68,7 @@ def test_present_writes_then_is_idempotent(module_run):
 
 
 def test_check_mode_and_diff_write_nothing(module_run):
-    call, tmp, _ = module_run
+    call, tmp, _version = module_run
     _code, result = call(check=True, diff=True)
     assert result["changed"]
     assert result["diff"]["before"] == ""
@@ -85,7 +85,7 @@ def test_diff_shows_a_driver_change(module_run):
 
 
 def test_json_format_and_no_index(module_run):
-    call, tmp, _ = module_run
+    call, tmp, _version = module_run
     _code, result = call(path="/etc/cdi/nvidia.json", format="json", index_path="")
     assert result["changed"] and result["index_path"] == ""
     spec = json.loads((tmp / "etc" / "cdi" / "nvidia.json").read_text())
@@ -94,7 +94,7 @@ def test_json_format_and_no_index(module_run):
 
 
 def test_absent_removes_both(module_run):
-    call, tmp, _ = module_run
+    call, tmp, _version = module_run
     call()
     _code, result = call(state="absent", check=True)
     assert result["changed"] and (tmp / "etc" / "cdi" / "nvidia.yaml").exists()
@@ -106,13 +106,13 @@ def test_absent_removes_both(module_run):
 
 
 def test_unknown_capability_fails(module_run):
-    call, _, _ = module_run
+    call, _tmp, _version = module_run
     code, result = call(capabilities=["compute", "gpu"])
     assert code == 1 and result["failed"]
     assert "unknown driver capability 'gpu'" in result["msg"]
 
 
 def test_no_gpu_fails_with_a_reason(module_run):
-    call, _, _ = module_run
+    call, _tmp, _version = module_run
     code, result = call(gpus=None)
     assert code == 1 and "no GPU found under /nonexistent/dev" in result["msg"]
