@@ -207,7 +207,7 @@ def run_ldconfig(ldconfig, root, folders):
                     os.execve(fd, argv, SAFE_ENV)  # noqa: S606  # fexecve: the host's binary, opened before chroot
                 finally:
                     os._exit(127)
-        _, status = os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
     finally:
         os.close(fd)
     code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8

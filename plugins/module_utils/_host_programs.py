@@ -13,6 +13,7 @@ import os
 
 PACKAGE = "gpufleet_nvidia"
 PYTHON = "/usr/bin/python3"
+DEFAULT_RUNTIME = "/usr/sbin/runc"
 # program name -> (module, function)
 PROGRAMS = {
     "gpufleet-container-runtime": ("_shim", "main"),
@@ -23,16 +24,74 @@ PROGRAMS = {
 MODULES = ("_cdi_hook", "_devices", "_driver_files", "_ldcache", "_oci", "_pathsafe", "_shim")
 
 
-def launcher(name, libdir, python=PYTHON):
+_PYTHON_LAUNCHER = """#!{python} -IS
+# {name}: installed by gpufleet.nvidia; the code is in {libdir}/{package}/{module}.py
+import sys
+sys.path.insert(0, {libdir!r})
+from {package}.{module} import {function}
+sys.exit({function}(sys.argv))
+"""
+
+# The runtime shim is called for every command of every container (create, start, state, kill, delete...),
+# so its launcher is a POSIX shell script that starts Python (_shim.main) only for a ``create``/``run``
+# whose config.json contains one of _shim._HINTS (one grep, ~1 ms); every other call is exec'd straight
+# to the real runtime, the ~10 ms of a Python start saved each time. The flag names with a value must
+# match _shim._VALUE_FLAGS (a unit test checks it).
+_SHIM_LAUNCHER = """#!/bin/sh
+# {name}: installed by gpufleet.nvidia; the code is in {libdir}/{package}/_shim.py
+GPUFLEET_RUNTIME="${{GPUFLEET_RUNTIME:-{runtime}}}"
+code='import sys; sys.path.insert(0, "{libdir}"); from {package}._shim import main; sys.exit(main(sys.argv))'
+cmd=
+bundle=
+skip=
+for arg in "$@"; do
+  if [ -n "$skip" ]; then
+    if [ "$skip" = bundle ]; then bundle="$arg"; fi
+    skip=
+    continue
+  fi
+  if [ -z "$cmd" ]; then
+    case "$arg" in
+      --root|--log|--log-format|--criu|--rootless) skip=1 ;;
+      -*) ;;
+      create|run) cmd="$arg" ;;
+      *) exec "$GPUFLEET_RUNTIME" "$@" ;;
+    esac
+  else
+    case "$arg" in
+      --bundle|-b|-bundle) skip=bundle ;;
+      --bundle=*|-bundle=*|-b=*) bundle="${{arg#*=}}" ;;
+    esac
+  fi
+done
+if [ -n "$cmd" ] && {grep} -qsE '{hints}' "${{bundle:-.}}/config.json"; then
+  export GPUFLEET_RUNTIME
+  exec {python} -IS -c "$code" "$@"
+fi
+exec "$GPUFLEET_RUNTIME" "$@"
+"""
+
+
+def _grep():
+    return "/bin/grep" if os.path.exists("/bin/grep") else "/usr/bin/grep"
+
+
+def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
+    """The text of program ``name``'s launcher; ``runtime`` is the real OCI runtime the shim execs."""
     module, function = PROGRAMS[name]
-    return (
-        "#!%s -IS\n"
-        "# %s: installed by gpufleet.nvidia; the code is in %s/%s/%s.py\n"
-        "import sys\n"
-        "sys.path.insert(0, %r)\n"
-        "from %s.%s import %s\n"
-        "sys.exit(%s(sys.argv))\n"
-    ) % (python, name, libdir, PACKAGE, module, libdir, PACKAGE, module, function, function)
+    if name == "gpufleet-container-runtime":
+        for what, path in (("runtime", runtime), ("libdir", libdir), ("python", python)):
+            if not os.path.isabs(path) or any(c in path for c in "\"'$`\\\n "):
+                raise ValueError("%s %r: expected a plain absolute path" % (what, path))
+        from ._shim import _HINTS  # noqa: PLC0415  # one list of hints for the shell and for Python
+
+        hints = "|".join(h.decode().replace(".", "\\.") for h in _HINTS)
+        return _SHIM_LAUNCHER.format(
+            name=name, libdir=libdir, package=PACKAGE, python=python, runtime=runtime, grep=_grep(), hints=hints
+        )
+    return _PYTHON_LAUNCHER.format(
+        name=name, libdir=libdir, package=PACKAGE, module=module, function=function, python=python
+    )
 
 
 def _write(path, data, mode):
@@ -43,7 +102,7 @@ def _write(path, data, mode):
     os.replace(tmp, path)
 
 
-def install(bindir, libdir, python=PYTHON, source=None, programs=None):
+def install(bindir, libdir, python=PYTHON, *, source=None, programs=None, runtime=DEFAULT_RUNTIME):
     """Copy the modules into ``<libdir>/gpufleet_nvidia`` and write the launchers into ``bindir``.
 
     Returns the paths written. ``source`` is the folder holding the ``_*.py`` files (this one).
@@ -62,6 +121,6 @@ def install(bindir, libdir, python=PYTHON, source=None, programs=None):
         written.append(path)
     for name in programs or PROGRAMS:
         path = os.path.join(bindir, name)
-        _write(path, launcher(name, libdir, python), 0o755)
+        _write(path, launcher(name, libdir, python, runtime), 0o755)
         written.append(path)
     return written

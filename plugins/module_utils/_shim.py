@@ -12,9 +12,13 @@ and ``sys`` on that path, and nothing else is read but the small runtime configu
 A request that cannot be satisfied fails the start: one line on stderr (and in runc's ``--log`` file,
 where containerd looks for the reason), exit status 1. A GPU container never starts without its GPUs.
 
-Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; the
-variable comes from the engine's own environment, never from a container's):
-``{"runtime": "/usr/sbin/runc", "index": "/etc/gpufleet/cdi-nvidia.json"}``; both optional.
+The installed launcher (``_host_programs``) is a shell script that execs the runtime itself for every
+command but ``create``/``run``, and passes the runtime it was installed with in ``GPUFLEET_RUNTIME``.
+
+Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; both
+variables come from the engine's own environment, never from a container's):
+``{"runtime": "/usr/sbin/runc", "index": "/etc/gpufleet/cdi-nvidia.json"}``; both optional,
+``GPUFLEET_RUNTIME`` wins over ``runtime``.
 """
 
 import os
@@ -50,7 +54,7 @@ def _config():
 
 
 def _runtime(config):
-    runtime = config.get("runtime")
+    runtime = os.environ.get("GPUFLEET_RUNTIME") or config.get("runtime")
     if runtime:
         if not os.path.isabs(runtime):
             raise ShimError("runtime %r in the configuration is not an absolute path" % runtime)

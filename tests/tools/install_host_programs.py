@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Install the native toolkit's host programs from this working tree (tests, demos, by hand).
 
 tests/tools/install_host_programs.py --bindir /usr/local/bin --libdir /usr/local/lib/gpufleet
@@ -9,9 +8,9 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "plugins"))
 
-import _host_programs  # noqa: E402
+from module_utils import _host_programs  # noqa: E402  # a namespace package: the relative imports work
 
 
 def main():
@@ -19,8 +18,9 @@ def main():
     parser.add_argument("--bindir", default="/usr/local/bin")
     parser.add_argument("--libdir", default="/usr/local/lib/gpufleet")
     parser.add_argument("--python", default=_host_programs.PYTHON)
+    parser.add_argument("--runtime", default=_host_programs.DEFAULT_RUNTIME)
     args = parser.parse_args()
-    for path in _host_programs.install(args.bindir, args.libdir, args.python):
+    for path in _host_programs.install(args.bindir, args.libdir, args.python, runtime=args.runtime):
         print(path)
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host_programs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import bundle_of, parse_args
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import _VALUE_FLAGS, bundle_of, parse_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -16,7 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.fixture
 def toolkit(tmp_path):
     bindir, libdir = tmp_path / "bin", tmp_path / "lib"
-    _host_programs.install(str(bindir), str(libdir), python=sys.executable)
+    runtime = tmp_path / "fake-runc"
+    _host_programs.install(str(bindir), str(libdir), python=sys.executable, runtime=str(runtime))
     dev = tmp_path / "dev"
     dev.mkdir()
     for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
@@ -54,7 +55,6 @@ def toolkit(tmp_path):
         "mountCapabilities": {"/usr/lib/x86_64-linux-gnu/libcuda.so.535": ["compute"]},
     }
     (tmp_path / "index.json").write_text(json.dumps(index))
-    runtime = tmp_path / "fake-runc"
     runtime.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$FAKE_RUNC_ARGS"\n')
     runtime.chmod(0o755)
     (tmp_path / "runtime.json").write_text(json.dumps({"runtime": str(runtime), "index": str(tmp_path / "index.json")}))
@@ -212,7 +212,50 @@ def test_legacy_hook_entry_point(toolkit):
     assert "register gpufleet-container-runtime as the 'nvidia' runtime" in proc.stderr
 
 
-def test_launchers_are_isolated_pythons(tmp_path):
+def test_launchers_are_isolated_pythons():
     text = _host_programs.launcher("gpufleet-cdi-hook", "/usr/local/lib/gpufleet")
     assert text.startswith("#!/usr/bin/python3 -IS\n")
     assert "from gpufleet_nvidia._cdi_hook import main" in text
+    shim = _host_programs.launcher("gpufleet-container-runtime", "/usr/local/lib/gpufleet", runtime="/usr/bin/crun")
+    assert shim.startswith("#!/bin/sh\n") and 'GPUFLEET_RUNTIME="${GPUFLEET_RUNTIME:-/usr/bin/crun}"' in shim
+    assert "/usr/bin/python3 -IS -c" in shim
+    with pytest.raises(ValueError, match="plain absolute path"):
+        _host_programs.launcher("gpufleet-container-runtime", "/l", runtime="/usr/bin/runc; rm -rf /")
+
+
+def test_shell_fast_path_knows_the_same_value_flags():
+    shim = _host_programs.launcher("gpufleet-container-runtime", "/l")
+    case = next(line for line in shim.splitlines() if "skip=1" in line).strip()
+    assert set(case.split(")")[0].split("|")) == set(_VALUE_FLAGS)
+
+
+@pytest.mark.parametrize(
+    "args, python",
+    [
+        (["--root", "create", "state", "x"], False),  # "create" is --root's value: a state call
+        (["--log", "/l", "--log-format", "json", "delete", "create"], False),  # a container named create
+        (["--debug", "--systemd-cgroup", "create", "--bundle", "GPU", "id"], True),
+        (["create", "--bundle=GPU", "id"], True),
+        (["create", "-b", "PLAIN", "id"], False),  # config.json without any GPU hint: no Python
+        (["create", "--pid-file", "p", "id"], True),  # no --bundle: the current directory (GPU)
+        (["run", "-b", "GPU", "id"], True),
+        (["--version"], False),
+    ],
+)
+def test_shell_fast_path_starts_python_only_for_a_gpu_create(tmp_path, args, python):
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\necho python >> "%s"\n' % (tmp_path / "calls"))
+    fake_python.chmod(0o755)
+    runtime = tmp_path / "runc"
+    runtime.write_text('#!/bin/sh\necho runtime "$@" >> "%s"\n' % (tmp_path / "calls"))
+    runtime.chmod(0o755)
+    for name, env in (("GPU", "NVIDIA_VISIBLE_DEVICES=0"), ("PLAIN", "PATH=/bin")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"process": {"env": [env]}}))
+    shim = tmp_path / "shim"
+    shim.write_text(_host_programs.launcher("gpufleet-container-runtime", "/l", str(fake_python), str(runtime)))
+    shim.chmod(0o755)
+    args = [a.replace("GPU", str(tmp_path / "GPU")).replace("PLAIN", str(tmp_path / "PLAIN")) for a in args]
+    subprocess.run([str(shim), *args], check=True, env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path / "GPU"))
+    calls = (tmp_path / "calls").read_text()
+    assert calls == ("python\n" if python else "runtime %s\n" % " ".join(args))
