@@ -151,7 +151,10 @@ def _register(
         if opts is None:
             entry["options"] = t.tomlkit.table()
             opts = entry["options"]
-        opts["BinaryName"] = runtime_path
+        if "BinaryName" in opts:
+            opts["BinaryName"] = runtime_path
+        else:
+            t.add_key(opts, "BinaryName", runtime_path)
         copied = "" if source is None else " (options copied from the default runtime)"
         changes.append(f"{prefix}containerd.runtimes.{name}: added with BinaryName {runtime_path}{copied}")
     else:

@@ -104,21 +104,42 @@ def _render(value: Any) -> str:
 
 def body(table: Any) -> List[Any]:
     """The (key, item) pairs of a table or document, comments and blank lines included."""
-    container = table if hasattr(table, "body") else table.value
-    return container.body
+    container = table if hasattr(table, "body") else getattr(table, "value", None)
+    if not hasattr(container, "body"):
+        # a table split over several places in the file (k3s writes them): tomlkit's proxy
+        container = getattr(table, "_internal_container", None)
+    return list(container.body) if container is not None else []
 
 
 def _plain_items(table: Any) -> List[Any]:
     return [(k, v) for k, v in body(table) if k is not None and not is_table(v)]
 
 
+def get_item(table: Any, key: str) -> Any:
+    """The tomlkit item (with its comment and layout) of ``key``."""
+    if hasattr(table, "item"):
+        return table.item(key)
+    for part in getattr(table, "_tables", []):  # tomlkit's proxy for a table split over the file
+        if key in part:
+            return part.item(key)
+    raise KeyError(key)
+
+
 def add_key(table: Any, key: str, value: Any) -> Any:
     """Add ``key = value`` after the table's plain keys, indented like them; returns the item."""
     siblings = _plain_items(table)
+    # tomlkit prefixes a newline to the indent of the sub-table that follows an inserted key
+    indents = [(v, v.trivia.indent) for k, v in body(table) if k is not None and hasattr(v, "trivia")]
     table[key] = value
-    item = table.item(key)
+    for v, indent in indents:
+        v.trivia.indent = indent
+    item = get_item(table, key)
     if siblings:
         item.trivia.indent = siblings[-1][1].trivia.indent
+        # tomlkit puts a blank line after a key inserted before a sub-table; the siblings have none
+        prev_trail = siblings[-1][1].trivia.trail
+        if item.trivia.trail.count("\n") > 1 and prev_trail.count("\n") <= 1:
+            item.trivia.trail = prev_trail
     return item
 
 
@@ -133,7 +154,7 @@ def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> Opti
         if track:
             item.comment(TRACK_PREFIX + "added")
         return f"{key}: set to {_render(value)}"
-    old_item = table.item(key)
+    old_item = get_item(table, key)
     old = old_item.as_string()
     old_comment = old_item.trivia.comment
     table[key] = value
@@ -141,7 +162,7 @@ def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> Opti
         note = TRACK_PREFIX + "was " + old
         if old_comment:
             note += " | " + old_comment.lstrip("#").strip()
-        table.item(key).comment(note)
+        get_item(table, key).comment(note)
     return f"{key}: {old} -> {_render(value)}"
 
 
@@ -150,7 +171,7 @@ def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> Optional[str
     when one is given (a default runtime that would no longer exist), else left alone."""
     if key not in table:
         return None
-    item = table.item(key)
+    item = get_item(table, key)
     comment = item.trivia.comment.lstrip("#").strip()
     if comment == TRACK_PREFIX + "added":
         del table[key]
@@ -163,7 +184,7 @@ def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> Optional[str
         except _TomlParseError:
             restored = fallback
         table[key] = restored
-        new_item = table.item(key)
+        new_item = get_item(table, key)
         new_item.trivia.comment = ("# " + orig_comment) if orig_comment else ""
         if not orig_comment:
             new_item.trivia.comment_ws = ""
@@ -179,8 +200,8 @@ def make_implicit_if_bare(parent: Any, key: str) -> None:
     """After removing keys: a table left with only sub-tables (no keys, no comments) goes back to
     having no header of its own, as it had before we added a key to it."""
     table = parent.get(key)
-    if not is_table(table) or table.is_super_table():
-        return
+    if not is_table(table) or not hasattr(table, "is_super_table") or table.is_super_table():
+        return  # (a table split over the file is left as it is)
     for k, v in body(table):
         if k is None:
             if v.as_string().strip():
@@ -207,6 +228,8 @@ def prune_empty(container: Any, keys: Sequence[str]) -> None:
         chain.append(nxt)
     for depth in range(len(chain) - 1, 0, -1):
         table, parent, key = chain[depth], chain[depth - 1], keys[depth - 1]
+        if not hasattr(table, "is_super_table"):
+            break
         if len(table) == 0 and (table.is_super_table() or not table.trivia.comment):
             notes = [v for k, v in body(table) if k is None and v.as_string().strip()]
             if notes:
