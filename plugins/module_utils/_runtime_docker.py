@@ -4,7 +4,8 @@
 
 What is kept: every key we do not own, the key order, and the file's indentation (2 or 4 spaces, a
 tab, or a one-line file stays one line). What is not kept: the exact spelling of values JSON does not
-distinguish (``1.0`` vs ``1.00``, ``\\u00e9`` vs ``é``, inline arrays are laid out like the rest of the file) -- only when
+distinguish (``1.0`` vs ``1.00``, ``\\u00e9`` vs ``é``,
+inline arrays are laid out like the rest of the file) -- only when
 something changed; a file that needs no change is returned byte-identical.
 """
 

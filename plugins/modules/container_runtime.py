@@ -441,9 +441,9 @@ class Runner:
                 if present and f"runtimes.{self.p['name']}]" not in out:
                     self.module.fail_json(
                         msg=(
-                            "containerd accepts the candidate config but does not see runtime "
-                            f"{self.p['name']!r} in it "
-                            "(an import after the drop-in probably replaces the CRI plugin table); nothing was written"
+                            "containerd reads the candidate config but does not see runtime "
+                            f"{self.p['name']!r} in it (a config version this containerd does not know, or an "
+                            "import after the drop-in that replaces the CRI plugin table); nothing was written"
                         ),
                         config_dump=out,
                         changes=self.changes,
