@@ -228,7 +228,7 @@ def present_main(
 
 def _drop_empty_version(doc: Any) -> bool:
     """True when only our own ``version`` key is left: the file goes back to empty."""
-    keys = [k for k in doc]
+    keys = list(doc)
     return bool(keys == ["version"] and doc.item("version").trivia.comment.lstrip("#").strip().endswith("added"))
 
 
@@ -247,7 +247,7 @@ def absent_main(
     the tables that only held them."""
     if not text.strip():
         return Edit(text, [])
-    doc, version, _ = _load(text, path, empty_version)
+    doc, version, _empty = _load(text, path, empty_version)
     cri_id = CRI_PLUGIN[version]
     changes: List[str] = []
     cri = _cri(doc, version, text=text, path=path, create=False)
@@ -453,7 +453,7 @@ def absent_drop_in(
     and the drop-in when it carries our marker (``Edit(None, ...)`` means delete it)."""
     changes: List[str] = []
     if main_text.strip():
-        doc, _, _ = _load(main_text, path, empty_version)
+        doc, _version, _empty = _load(main_text, path, empty_version)
         imports_list = doc.get("imports")
         if isinstance(imports_list, list) and drop_in in imports_list:
             imports_list.remove(drop_in)

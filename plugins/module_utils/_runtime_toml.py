@@ -178,7 +178,7 @@ def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> Optional[str
         return f"{key}: removed"
     if comment.startswith(TRACK_PREFIX + "was "):
         rest = comment[len(TRACK_PREFIX + "was ") :]
-        old, _, orig_comment = rest.partition(" | ")
+        old, _sep, orig_comment = rest.partition(" | ")
         try:
             restored = tomlkit.parse(f"v = {old}\n")["v"]
         except _TomlParseError:

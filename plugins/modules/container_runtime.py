@@ -10,9 +10,9 @@ description:
   - Registers an OCI runtime, by default named C(nvidia), with docker (C(daemon.json)), containerd
     (C(config.toml) version 1, 2 or 3, directly or through a drop-in listed in C(imports)) or CRI-O
     (a drop-in under C(/etc/crio/crio.conf.d/)), and removes it again with O(state=absent).
-  - Keeps what the admin wrote. JSON keeps every other key, the key order and the indentation. TOML keeps
+  - "Keeps what the admin wrote. JSON keeps every other key, the key order and the indentation. TOML keeps
     comments, key order and layout; a key changed in an admin's TOML file carries a trailing
-    C(# gpufleet.nvidia: was <old value>) comment so that O(state=absent) restores it exactly.
+    C(# gpufleet.nvidia: was <old value>) comment so that O(state=absent) restores it exactly."
   - "Files this module owns outright (drop-ins) start with the comment
     C(# Managed by gpufleet.nvidia.container_runtime); O(state=absent) deletes only such files.
     In the main file the runtime is ours when its binary is O(path)."

@@ -201,7 +201,7 @@ def test_containerd_drop_in(case, version, others, roundtrip):
 
 def test_containerd_imports_are_appended_never_replaced():
     src = _read("containerd", "imports-list.input.toml")
-    main, _ = ctd.present_drop_in(src, None, SHIM)
+    main, _drop = ctd.present_drop_in(src, None, SHIM)
     assert '"/etc/containerd/mirrors.toml",' in main.text
     assert main.text.index("mirrors.toml") < main.text.index("99-gpufleet-nvidia.toml")
 
@@ -214,8 +214,8 @@ def test_containerd_glob_import_already_covers_the_drop_in():
 
 def test_containerd_whole_table_before_2_1_minimal_after():
     src = _read("containerd", "kubespray-v2.input.toml")
-    _, old = ctd.present_drop_in(src, None, SHIM, whole_table=True)
-    _, new = ctd.present_drop_in(src, None, SHIM, whole_table=False)
+    _main, old = ctd.present_drop_in(src, None, SHIM, whole_table=True)
+    _main, new = ctd.present_drop_in(src, None, SHIM, whole_table=False)
     assert 'sandbox_image = "registry.k8s.io/pause:3.9"' in old.text
     assert "registry-1.docker.io" in old.text
     assert "sandbox_image" not in new.text
@@ -227,7 +227,7 @@ def test_containerd_whole_table_before_2_1_minimal_after():
 def test_containerd_refuses_a_foreign_drop_in():
     with pytest.raises(RuntimeConfigError, match=r"not written by gpufleet\.nvidia"):
         ctd.present_drop_in("", "# my own file\n", SHIM)
-    _, drop = ctd.absent_drop_in("", "# my own file\n")
+    _main, drop = ctd.absent_drop_in("", "# my own file\n")
     assert not drop.changed and drop.text == "# my own file\n"
 
 

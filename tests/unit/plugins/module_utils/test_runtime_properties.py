@@ -70,7 +70,7 @@ def test_containerd_keeps_unrelated_keys_and_absent_undoes_present(drop_in, top,
         merged = tomlkit.parse(drop.text)["plugins"]["io.containerd.grpc.v1.cri"]
         for key, value in cri_keys.items():  # the whole CRI table travels with the drop-in
             assert merged[key] == value
-        back, _ = ctd.absent_drop_in(main.text, drop.text)
+        back, _drop = ctd.absent_drop_in(main.text, drop.text)
     else:
         main = ctd.present_main(src, SHIM, set_as_default=True, cdi=True)
         back = ctd.absent_main(main.text, SHIM, cdi=True)
