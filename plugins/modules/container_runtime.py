@@ -29,7 +29,7 @@ description:
   - "CDI: O(cdi=true) sets C(features.cdi) for docker (25 and later honour it) and C(enable_cdi) for containerd
     (1.7 and later). CRI-O has CDI on by itself since 1.23 and has no switch: nothing is written for it."
 author:
-  - gpufleet.nvidia contributors
+  - gpufleet.nvidia contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
 attributes:
