@@ -58,7 +58,7 @@ def gfd_labels(facts, machine=None):
         labels[PREFIX + "cuda.driver-version.full"] = version
     cuda = driver.get("cuda_version")
     if cuda:
-        major, _, minor = cuda.partition(".")
+        major, minor = ([*cuda.split("."), "0"])[:2]
         for base in ("cuda.runtime-version.", "cuda.runtime."):
             labels[PREFIX + base + "major"] = major
             labels[PREFIX + base + "minor"] = minor or "0"

@@ -76,7 +76,7 @@ def gpu_from_information(info, bus_dir_name=None):
         "name": info.get("Model") or None,
         "uuid": uuid,
         "minor": minor,
-        "vbios_version": info.get("Video BIOS") or None,
+        "vbios_version": None if "?" in (info.get("Video BIOS") or "?") else info["Video BIOS"],
         "excluded": (info.get("GPU Excluded") or "").lower() == "yes" if "GPU Excluded" in info else None,
     }
 

@@ -18,7 +18,7 @@ description:
   - C(nvidia-smi) is run only when named in O(sources), or under C(auto) when NVML did not answer while
     the kernel module is loaded.
 author:
-  - gpufleet developers
+  - gpufleet.nvidia contributors (@gpufleet)
 options:
   root:
     description:
