@@ -1,0 +1,83 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared pieces of the runtime-registration editors (docker, containerd, CRI-O).
+
+Pure Python, no ansible import: these run on the target (Python 3.8+) and under the 3.8 test venv.
+Every editor takes the current text of a file and the wanted options and returns an ``Edit``:
+the new text plus one human-readable line per change. An unchanged file comes back byte-identical.
+"""
+
+import re
+from typing import List, Optional, Tuple
+
+# Written at the top of every file this collection owns outright (drop-ins): the way `state=absent`
+# knows a drop-in is ours and may be deleted.
+MANAGED_MARKER = "Managed by gpufleet.nvidia.container_runtime"
+# Trailing comment on a key we changed in a file the admin owns: what was there before, so that
+# `state=absent` puts it back exactly.
+TRACK_PREFIX = "gpufleet.nvidia: "
+
+
+class RuntimeConfigError(Exception):
+    """A config file we must not touch: says which file, which line, and what to do about it."""
+
+    def __init__(
+        self, message: str, path: Optional[str] = None, line: Optional[int] = None, hint: Optional[str] = None
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.line = line
+        self.hint = hint
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = self.path or "<config>"
+        if self.line:
+            where = f"{where}:{self.line}"
+        text = f"{where}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class Edit:
+    """The result of one editor call: ``text`` (new content, ``None`` for "delete the file") and
+    ``changes`` (what was done, one line each; empty when nothing changed)."""
+
+    def __init__(self, text: Optional[str], changes: List[str]) -> None:
+        self.text = text
+        self.changes = list(changes)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+    def __repr__(self) -> str:
+        return f"Edit(changes={self.changes!r})"
+
+
+def line_of(text: str, needle: str, start: int = 0) -> Optional[int]:
+    """1-based line of the first ``needle`` in ``text`` (``None`` when absent)."""
+    pos = text.find(needle, start)
+    if pos < 0:
+        return None
+    return text.count("\n", 0, pos) + 1
+
+
+_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: Optional[str]) -> Optional[Tuple[int, int, int]]:
+    """``(major, minor, patch)`` of the first dotted version in ``text``.
+
+    Accepts what the engines print: ``Docker version 20.10.24+dfsg1, build 5d6db84``,
+    ``containerd github.com/containerd/containerd 1.6.20~ds1 ...``, ``... v2.1.1 ...``, ``1.30.4``.
+    The first word is skipped for containerd's ``containerd containerd.io 1.7.27 <sha>`` form.
+    """
+    if not text:
+        return None
+    for word in text.replace(",", " ").split():
+        m = _VERSION_RE.match(word)
+        if m:
+            return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    return None
