@@ -1,0 +1,428 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_facts
+short_description: Discover NVIDIA GPUs, the driver, device nodes, driver files and container engines
+version_added: 0.1.0
+description:
+  - Sets C(ansible_facts.nvidia) from what the host under O(root) shows, without changing anything.
+  - Works with no driver installed (PCI scan in sysfs), with the driver installed but its kernel module
+    not loaded, and with it loaded (NVML through ctypes, C(nvidia-smi -q -x), C(/proc/driver/nvidia)).
+  - Every source that is available answers, best first, and each value says which source gave it.
+    A source that fails is reported in C(warnings), never as a module failure; a host without GPUs
+    returns C(gpu_count=0).
+  - C(nvidia-smi) is run only when named in O(sources), or under C(auto) when NVML did not answer while
+    the kernel module is loaded.
+author:
+  - gpufleet.nvidia contributors (@gpufleet)
+options:
+  root:
+    description:
+      - Directory under which C(sys/), C(proc/), C(dev/) and C(etc/) of the host are read, for instance a
+        host root mounted into a container, or a fixture tree.
+    type: path
+    default: /
+  driver_root:
+    description:
+      - Root of the driver userspace (its C(ld.so.cache), libraries and binaries).
+      - A containerized driver lives under C(/run/nvidia/driver).
+      - Defaults to O(root).
+    type: path
+  sources:
+    description:
+      - Where GPU facts come from. V(auto) uses every one available, best first
+        (V(nvml), V(nvidia-smi), V(procfs), V(sysfs)).
+    type: list
+    elements: str
+    choices: [auto, nvml, nvidia-smi, procfs, sysfs]
+    default: [auto]
+attributes:
+  check_mode:
+    description: Can run in check mode and returns the same facts.
+    support: full
+  diff_mode:
+    description: Changes nothing, so has no diff.
+    support: none
+  facts:
+    description: Sets C(ansible_facts.nvidia).
+    support: full
+  idempotent:
+    description: Read-only; C(changed) is always false.
+    support: full
+notes:
+  - NVML is loaded in-process through ctypes (no Python package needed); from O(driver_root)'s
+    C(ld.so.cache) when O(driver_root) is not C(/).
+  - Secure Boot check - the kernel does not say in sysfs who signed a module, so an unsigned module
+    is recognised by its taint flag C(E) in C(/sys/module/nvidia/taint) when loaded, and an installed
+    driver whose module is not loaded while Secure Boot is on is reported as probably refused.
+seealso:
+  - name: NVIDIA GPU feature discovery
+    description: The node labels this module computes in C(labels).
+    link: https://github.com/NVIDIA/k8s-device-plugin
+"""
+
+EXAMPLES = r"""
+- name: Discover the GPUs
+  gpufleet.nvidia.gpu_facts:
+
+- name: Show what was found
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia.gpu_count }} GPU(s), driver {{ ansible_facts.nvidia.driver.loaded_version }}"
+
+- name: From a container with the host root mounted at /host and the driver in a container
+  gpufleet.nvidia.gpu_facts:
+    root: /host
+    driver_root: /host/run/nvidia/driver
+
+- name: Only what the kernel module says (no NVML, no nvidia-smi)
+  gpufleet.nvidia.gpu_facts:
+    sources: [procfs, sysfs]
+
+- name: Stop on problems
+  ansible.builtin.assert:
+    that: ansible_facts.nvidia.problems | length == 0
+    fail_msg: "{{ ansible_facts.nvidia.problems | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The facts, under C(nvidia).
+  returned: always
+  type: dict
+  contains:
+    nvidia:
+      description: Everything discovered.
+      returned: always
+      type: dict
+      contains:
+        gpus:
+          description:
+          - One entry per GPU the driver sees, sorted by minor number.
+          - Without a driver-level source (no module loaded), the PCI GPUs bound to C(nvidia) in sysfs.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: NVML index (PCI order when only procfs or sysfs answered).
+              type: int
+              returned: always
+            minor:
+              description: Device minor (C(/dev/nvidia<minor>)).
+              type: int
+              returned: always
+            uuid:
+              description: C(GPU-...) UUID.
+              type: str
+              returned: always
+            name:
+              description: Product name.
+              type: str
+              returned: always
+              sample: NVIDIA A100-SXM4-40GB
+            pci_bus_id:
+              description: PCI address, in lower case.
+              type: str
+              returned: always
+              sample: '0000:07:00.0'
+            pci_device_id:
+              description: PCI device and vendor id as NVML prints it.
+              type: str
+              returned: always
+              sample: '0x20b010de'
+            memory_mib:
+              description: Frame buffer size in MiB.
+              type: int
+              returned: always
+            compute_capability:
+              description: CUDA compute capability.
+              type: str
+              returned: always
+              sample: '8.0'
+            architecture:
+              description: Architecture name.
+              type: str
+              returned: always
+              sample: Ampere
+            mig_mode:
+              description: C(enabled), C(disabled) or null (not MIG-capable or unknown).
+              type: str
+              returned: always
+            numa_node:
+              description: NUMA node of the GPU; null when the platform does not say.
+              type: int
+              returned: always
+            source:
+              description: The best source that reported this GPU.
+              type: str
+              returned: always
+              sample: nvml
+            field_sources:
+              description: For each field, the source that gave its value (C(table) for values from the product-name
+                table).
+              type: dict
+              returned: always
+            lost:
+              description: The driver counts this GPU but cannot reach it (fallen off the bus).
+              type: bool
+              returned: always
+            mig_devices:
+              description: MIG devices when MIG is on.
+              type: list
+              elements: dict
+              returned: always
+              contains:
+                index:
+                  description: MIG device index on its GPU.
+                  type: int
+                  returned: always
+                uuid:
+                  description: C(MIG-...) UUID (NVML only).
+                  type: str
+                  returned: always
+                gi_id:
+                  description: GPU instance id.
+                  type: int
+                  returned: always
+                ci_id:
+                  description: Compute instance id.
+                  type: int
+                  returned: always
+                memory_mib:
+                  description: Memory of the instance in MiB.
+                  type: int
+                  returned: always
+                name:
+                  description: Device name (NVML only).
+                  type: str
+                  returned: when NVML answered
+                profile:
+                  description: Profile from the name.
+                  type: str
+                  returned: when NVML answered
+                  sample: 1g.5gb
+            mig_mode_pending:
+              description: MIG mode after the next GPU reset.
+              type: str
+              returned: when known
+            vbios_version:
+              description: Video BIOS version.
+              type: str
+              returned: when known
+            serial:
+              description: Board serial number (nvidia-smi).
+              type: str
+              returned: when known
+            persistence_mode:
+              description: Persistence mode (nvidia-smi).
+              type: str
+              returned: when known
+            excluded:
+              description: The driver excluded this GPU (procfs).
+              type: bool
+              returned: when known
+        gpu_count:
+          description: GPUs the driver sees (the length of C(gpus)).
+          type: int
+          returned: always
+        pci_gpu_count:
+          description: NVIDIA display and 3D controllers on the PCI bus.
+          type: int
+          returned: always
+        pci_devices:
+          description: Every NVIDIA PCI function (GPUs, their audio/USB functions, NVSwitches).
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            pci_bus_id:
+              description: PCI address.
+              type: str
+              returned: always
+            vendor_id:
+              description: Vendor id.
+              type: str
+              returned: always
+              sample: '0x10de'
+            device_id:
+              description: Device id.
+              type: str
+              returned: always
+              sample: '0x20b0'
+            subsystem_vendor_id:
+              description: Subsystem vendor id.
+              type: str
+              returned: always
+            subsystem_device_id:
+              description: Subsystem device id.
+              type: str
+              returned: always
+            class:
+              description: PCI class.
+              type: str
+              returned: always
+              sample: '0x030200'
+            is_gpu:
+              description: A display or 3D controller.
+              type: bool
+              returned: always
+            driver:
+              description: Kernel driver bound to it.
+              type: str
+              returned: always
+              sample: nvidia
+            numa_node:
+              description: NUMA node.
+              type: int
+              returned: always
+            iommu_group:
+              description: IOMMU group.
+              type: str
+              returned: always
+        driver:
+          description: The driver.
+          type: dict
+          returned: always
+          contains:
+            installed_version:
+              description: Version of the installed userspace (from C(ld.so.cache)).
+              type: str
+              returned: always
+            loaded_version:
+              description: Version of the loaded kernel module.
+              type: str
+              returned: always
+            loaded:
+              description: The kernel module is loaded (or NVML/nvidia-smi answered).
+              type: bool
+              returned: always
+            kernel_module_flavor:
+              description: C(open), C(proprietary) or null.
+              type: str
+              returned: always
+            cuda_version:
+              description: Highest CUDA version the driver supports.
+              type: str
+              returned: always
+              sample: '12.2'
+            reboot_required:
+              description: Installed and loaded versions differ.
+              type: bool
+              returned: always
+            sources:
+              description: For each field above, the source that gave it.
+              type: dict
+              returned: always
+        device_nodes:
+          description: Every C(/dev/nvidia*) and C(/dev/nvidia-caps/*) character device present.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            path:
+              description: Path in the host's terms.
+              type: str
+              returned: always
+              sample: /dev/nvidia0
+            major:
+              description: Major number.
+              type: int
+              returned: always
+            minor:
+              description: Minor number.
+              type: int
+              returned: always
+            char_link:
+              description: The C(/dev/char/<major>:<minor>) link it needs.
+              type: str
+              returned: always
+            char_link_present:
+              description: That link exists.
+              type: bool
+              returned: always
+        libraries:
+          description:
+          - Driver files by capability (C(utility), C(compute), C(video), C(graphics), C(display), C(ngx), C(compat32)),
+            each a list of C({kind, name, path, resolved, arch}); C(kind) is library, binary, config, ipc or firmware.
+          type: dict
+          returned: always
+        engines:
+          description:
+          - For C(docker), C(containerd), C(crio) and C(podman) - C(installed), C(binary), C(version), C(config_path),
+            C(runtimes) (names registered), C(default_runtime), C(cdi_enabled); containerd adds C(config_version).
+          type: dict
+          returned: always
+        labels:
+          description: The node labels NVIDIA's GPU feature discovery would set; every value a string.
+          type: dict
+          returned: always
+          sample:
+            nvidia.com/gpu.present: 'true'
+            nvidia.com/gpu.count: '8'
+            nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+        problems:
+          description: Problems found, each C({code, message, fix}).
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            code:
+              description: Stable code.
+              type: str
+              returned: always
+              sample: driver_version_mismatch
+            message:
+              description: What is wrong.
+              type: str
+              returned: always
+            fix:
+              description: How to fix it.
+              type: str
+              returned: always
+        sources:
+          description: C(requested) (the sources tried, best first) and C(answered) (those that answered).
+          type: dict
+          returned: always
+        warnings:
+          description: Sources that failed, and why.
+          type: list
+          elements: str
+          returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import SOURCES, discover
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/"},
+            "driver_root": {"type": "path"},
+            "sources": {"type": "list", "elements": "str", "choices": ["auto", *SOURCES], "default": ["auto"]},
+        },
+        supports_check_mode=True,
+    )
+
+    def run_command(argv):
+        return module.run_command(argv, check_rc=False)
+
+    try:
+        facts = discover(
+            root=module.params["root"],
+            driver_root=module.params["driver_root"],
+            sources=module.params["sources"],
+            run_command=run_command,
+        )
+    except ValueError as exc:
+        module.fail_json(msg=f"gpu_facts: {exc}")
+    module.exit_json(changed=False, ansible_facts={"nvidia": facts})
+
+
+if __name__ == "__main__":
+    main()
