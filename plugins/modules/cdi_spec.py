@@ -90,7 +90,8 @@ options:
   gpus:
     description:
       - The GPUs, as in C(ansible_facts.nvidia.gpus) (C(index), C(minor), C(uuid), C(mig_mode), C(mig_devices)).
-      - When omitted, one GPU per C(/dev/nvidia<N>) node under O(dev_root), named by index only.
+      - When omitted, the GPUs C(gpu_facts)' discovery finds under O(root) that have a device minor; when it
+        finds none, one GPU per C(/dev/nvidia<N>) node under O(dev_root), without UUIDs.
     type: list
     elements: dict
   driver_version:
@@ -167,6 +168,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import (
     render,
     render_json,
 )
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import discover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_files import CapabilityError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._pathsafe import host_path
 
@@ -197,6 +199,16 @@ def _write(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _discovered_gpus(root, driver_root):
+    """GPUs with a device minor from gpu_facts' discovery, or None (then the device nodes decide)."""
+    try:
+        facts = discover(root=root, driver_root=host_path(root, driver_root))
+    except Exception:  # discovery is a convenience here; the node scan is the fallback
+        return None
+    gpus = [g for g in facts.get("gpus") or () if g.get("minor") is not None and g.get("index") is not None]
+    return gpus or None
 
 
 def main():
@@ -242,13 +254,16 @@ def main():
                 os.unlink(path)
         module.exit_json(**result)
 
+    gpus = p["gpus"]
+    if gpus is None:
+        gpus = _discovered_gpus(root, p["driver_root"])
     try:
         version, inputs = gather(
             root,
             p["driver_root"],
             p["dev_root"],
             capabilities=p["capabilities"],
-            gpus=p["gpus"],
+            gpus=gpus,
             driver_version=p["driver_version"],
         )
         if not inputs["gpus"]:
