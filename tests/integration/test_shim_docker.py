@@ -274,7 +274,7 @@ def test_timing_docker_run_through_the_shim_vs_runc(engine):
     }
     times = {k: [] for k in variants}
     _run(engine, *variants["runc"])  # warm up
-    for _ in range(rounds):
+    for _round in range(rounds):
         for name, args in variants.items():
             start = time.perf_counter()
             _run(engine, *args)
