@@ -292,7 +292,7 @@ def test_scan_time(tmp_path, nvml_stub, monkeypatch, count, capsys):
     timings = {}
     for sources in (["auto"], ["procfs", "sysfs"]):
         best = None
-        for _ in range(5):
+        for _attempt in range(5):
             start = time.perf_counter()
             facts = discover(tree.root, sources=sources, run_command=Commands())
             elapsed = time.perf_counter() - start
