@@ -18,14 +18,14 @@ ENGINE_VERSIONS = {  # node -> (docker major, containerd major.minor)
 
 # Run inside a node: what NVML (through ctypes, as gpu_facts does) says, as JSON.
 NVML_PROBE = r"""
-import ctypes, json
+import ctypes, json, os
 class Pci(ctypes.Structure):
     _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
                 ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
                 ("busId", ctypes.c_char * 32)]
 class Mem(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-nvml = ctypes.CDLL("libnvidia-ml.so.1")
+nvml = ctypes.CDLL(os.environ.get("NVML_LIB", "libnvidia-ml.so.1"))
 nvml.nvmlErrorString.restype = ctypes.c_char_p
 out = {"init": nvml.nvmlInit_v2()}
 if out["init"] == 0:
@@ -63,8 +63,8 @@ print(json.dumps(out))
 """
 
 
-def nvml_probe(node, prefix: str = "python3 -") -> dict:
-    res = node.run(prefix, input=NVML_PROBE) if prefix else None
+def nvml_probe(node, lib: str = "libnvidia-ml.so.1") -> dict:
+    res = node.run(f"NVML_LIB={lib} python3 -", input=NVML_PROBE)
     assert res.rc == 0, f"{node.name}: NVML probe failed:\n{res.stdout}\n{res.stderr}"
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -224,15 +224,17 @@ def test_stub_wins_over_debian_packages(driver_fleet):
     diversions = node.run("dpkg-divert --list", check=True).stdout
     assert f"{real} to {real}.real" in diversions
     assert node.run(f"test -s {real}.real && test $(stat -c %s {real}.real) -gt 1000000").rc == 0
-    resolved = node.run("readlink -f /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", check=True).stdout.strip()
-    assert resolved == real
-    assert "/etc/alternatives/" in node.run("readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout
-    out = nvml_probe(node)
+    # Debian's layout: libnvidia-ml.so.1 lives in nvidia/current only (not on the default library path)
+    packaged = "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"
+    assert node.run(f"readlink -f {packaged}", check=True).stdout.strip() == real
+    assert node.run("test -e /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").rc != 0
+    out = nvml_probe(node, packaged)
     assert out["init"] == 0 and out["driver"] == version
     assert out["gpus"] == expected_gpus(node)
-    # apt/dpkg running again (a reinstall, as the driver role may do) keeps the stub in place
+    # dpkg unpacking the package again (a reinstall, as the driver role may do) keeps the stub in place
     node.run("apt-get update -qq && apt-get install -y -qq --reinstall libnvidia-ml1", check=True, timeout=300)
-    assert nvml_probe(node)["gpus"] == expected_gpus(node)
+    assert node.run(f"test $(stat -c %s {real}) -lt 1000000").rc == 0
+    assert nvml_probe(node, packaged)["gpus"] == expected_gpus(node)
 
 
 def test_installed_state_is_not_loaded(driver_fleet):
