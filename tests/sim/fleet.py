@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The simulated GPU fleet: bring nodes up from a YAML description, write their inventory, tear down.
 
     tests/sim/fleet.py up --config tests/sim/fleets/default.yml [--name PREFIX]
@@ -186,8 +186,12 @@ class Node:
         # The stub carries a copy of the node's JSON after a marker, for containers it is injected into.
         (root / "usr/lib/gpufleet-sim/libnvidia-ml.so").write_bytes(stub.read_bytes() + JSON_MARKER + cfg_text.encode())
         (root / "usr/local/sbin").mkdir(parents=True)
-        for script in ("gpufleet-sim-setup", "gpufleet-sim-mini-image", "gpufleet-sim-init"):
+        for script in ("gpufleet-sim-mini-image", "gpufleet-sim-init"):
             shutil.copy2(SIM_DIR / "node" / script, root / "usr/local/sbin" / script)
+        # No shebang in the repository (ansible-test allows `python` only; the nodes have python3 only).
+        setup = (SIM_DIR / "node" / "gpufleet_sim_setup.py").read_text()
+        (root / "usr/local/sbin/gpufleet-sim-setup").write_text("#!/usr/bin/python3\n" + setup)
+        (root / "usr/local/sbin/gpufleet-sim-setup").chmod(0o755)
         units = root / "etc/systemd/system"
         (units / "multi-user.target.wants").mkdir(parents=True)
         shutil.copy2(SIM_DIR / "node" / "gpufleet-sim.service", units / "gpufleet-sim.service")
@@ -352,7 +356,7 @@ def down(prefix: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fleet.py", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="bring up a fleet and write its inventory")
     p_up.add_argument("--config", default=str(SIM_DIR / "fleets" / "default.yml"))

@@ -259,7 +259,7 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
         raise FleetError(f"{where}.suite: {suite!r}; expected one of {', '.join(SUITES)}")
     gpus_raw = raw.get("gpus") or []
     if isinstance(gpus_raw, int) and not isinstance(gpus_raw, bool):
-        gpus_raw = [{} for _ in range(gpus_raw)]
+        gpus_raw = [{}] * gpus_raw  # each is copied by _gpu
     if not isinstance(gpus_raw, list):
         raise FleetError(f"{where}.gpus: expected a list (or a count), got {type(gpus_raw).__name__}")
     gpus = [_gpu(name, i, g) for i, g in enumerate(gpus_raw)]

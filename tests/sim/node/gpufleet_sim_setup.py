@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Runs on a simulated GPU node at every boot (gpufleet-sim.service), before the container engines.
 
 Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
@@ -59,9 +58,15 @@ def main():
     shutil.copyfile(STUB, real + ".tmp")
     os.chmod(real + ".tmp", 0o644)
     os.replace(real + ".tmp", real)
-    packaged = subprocess.run(
-        ["dpkg-query", "-W", "-f", "${db:Status-Status}", "libnvidia-ml1"], capture_output=True, text=True
-    ).stdout.strip() == "installed"
+    packaged = (
+        subprocess.run(
+            ["dpkg-query", "-W", "-f", "${db:Status-Status}", "libnvidia-ml1"],
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "installed"
+    )
     if state in ("installed", "loaded") and not packaged:
         # A driver with no Debian package (as NVIDIA's installer lays it out): libnvidia-ml.so.1 on the
         # default library path. Debian's libnvidia-ml1 (535) keeps it in nvidia/current only.
