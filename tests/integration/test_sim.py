@@ -165,6 +165,8 @@ def test_engine_versions_and_nested_docker_run(sim_node, name):
     node.run("gpufleet-sim-mini-image gpufleet-sim/mini:latest", check=True)
     res = node.run("docker run --rm --network none gpufleet-sim/mini:latest echo hello-from-nested")
     assert res.rc == 0 and res.stdout.strip() == "hello-from-nested", res.stderr
+    res = node.run("docker run --rm gpufleet-sim/mini:latest cat /etc/hostname")  # the default bridge
+    assert res.rc == 0 and res.stdout.strip(), res.stderr
 
 
 def test_podman_on_trixie(sim_node):
@@ -246,3 +248,29 @@ def test_installed_state_is_not_loaded(driver_fleet):
     pci = node.run("grep -l 0x10de /sys/bus/pci/devices/*/vendor", check=True).stdout.split()
     assert len(pci) == 2  # the GPU and its audio function, no driver bound
     assert node.run("test -e /sys/bus/pci/devices/0000:17:00.0/driver").rc != 0
+
+
+def test_inventory_reaches_every_node(ansible_playbook, sim_fleet, tmp_path):
+    """The written inventory works as is: groups, docker connection, host vars that describe the GPUs."""
+    playbook = tmp_path / "probe.yml"
+    playbook.write_text(
+        """\
+- name: Probe the simulated fleet
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Read the node's simulated GPU description
+      ansible.builtin.slurp:
+        src: /etc/gpufleet-sim/gpus.json
+      register: sim_json
+    - name: The node's JSON and its inventory host vars agree
+      ansible.builtin.assert:
+        that:
+          - (sim_json.content | b64decode | from_json).gpus | map(attribute='uuid') | list
+            == gpufleet_sim.gpus | map(attribute='uuid') | list
+          - (inventory_hostname in groups['gpu_nodes']) == (gpufleet_sim.gpus | length > 0)
+"""
+    )
+    res = ansible_playbook(playbook)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "failed=0" in res.stdout and res.stdout.count("ok=2") == len(sim_fleet.nodes)

@@ -11,6 +11,7 @@ Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
 * for the `loaded` state, makes the device nodes the kernel module would: /dev/nvidia<minor> (195:N),
   /dev/nvidiactl (195:255), /dev/nvidia-modeset (195:254), /dev/nvidia-uvm and -uvm-tools (the
   dynamic major recorded as uvm_major, minors 0 and 1), and nvidia-caps for MIG-enabled GPUs.
+* makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
 It is idempotent; run it again after changing gpus.json.
 """
 
@@ -35,6 +36,15 @@ def mknod(path, major, minor, mode=0o666):
         os.unlink(path)
     os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
     os.chmod(path, mode)
+
+
+def _mount_options(mountpoint):
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == mountpoint:
+                return fields[5].split(",")
+    return []
 
 
 def link(target, path):
@@ -73,6 +83,11 @@ def main():
         link(f"libnvidia-ml.so.{version}", f"{CURRENT}/libnvidia-ml.so.1")
         link("nvidia/current/libnvidia-ml.so.1", f"{LIBDIR}/libnvidia-ml.so.1")
     subprocess.run(["ldconfig"], check=True)
+    # The engine mounts /proc/sys read-only in a container that is not --privileged; docker 26 and
+    # later then cannot set up bridge networking for nested containers (IPv6 sysctls on the veth).
+    # The node's own mount namespace may make it writable again, as --privileged would have it.
+    if "ro" in _mount_options("/proc/sys"):
+        subprocess.run(["mount", "-o", "remount,rw,bind", "/proc/sys"], check=False)
     if state == "loaded":
         for gpu in cfg["gpus"]:
             mknod(f"/dev/nvidia{gpu['minor']}", 195, gpu["minor"])
