@@ -3,7 +3,8 @@
 
     tests/sim/fleet.py up --config tests/sim/fleets/default.yml [--name PREFIX]
     tests/sim/fleet.py down --name PREFIX
-    tests/sim/fleet.py images [SUITE ...]     # build (or reuse) the node images only
+    tests/sim/fleet.py images [--config FLEET.yml]   # build (or reuse) the node images only
+    tests/sim/fleet.py list                    # the fleets on this engine (find leftovers)
 
 Everything a fleet creates (containers, volumes, its network) carries the label
 `gpufleet.sim.fleet=<PREFIX>`, and teardown removes exactly what carries it, so fleets with different
@@ -363,11 +364,21 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--name", default="gpufleet-sim", help="prefix of every container, volume and network")
     p_down = sub.add_parser("down", help="remove everything labelled with the prefix")
     p_down.add_argument("--name", default="gpufleet-sim")
+    sub.add_parser("list", help="the fleets on this Docker engine (prefix and containers), e.g. to find leftovers")
     p_img = sub.add_parser("images", help="build (or reuse) the node images of a fleet description")
     p_img.add_argument("--config", default=str(SIM_DIR / "fleets" / "default.yml"))
     args = parser.parse_args(argv)
     if args.cmd == "down":
         down(args.name)
+        return 0
+    if args.cmd == "list":
+        rows = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.Label "{LABEL}"}}}} {{{{.Names}}}}')
+        fleets: dict[str, list[str]] = {}
+        for line in rows.stdout.splitlines():
+            prefix, _, name = line.partition(" ")
+            fleets.setdefault(prefix, []).append(name)
+        for prefix, names in sorted(fleets.items()):
+            print(f"{prefix}: {' '.join(sorted(names))}")
         return 0
     nodes = load_fleet(args.config)
     if args.cmd == "images":
