@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.Label "{LABEL}"}}}} {{{{.Names}}}}')
         fleets: dict[str, list[str]] = {}
         for line in rows.stdout.splitlines():
-            prefix, _, name = line.partition(" ")
+            prefix, name = line.split(" ", 1)
             fleets.setdefault(prefix, []).append(name)
         for prefix, names in sorted(fleets.items()):
             print(f"{prefix}: {' '.join(sorted(names))}")
