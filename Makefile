@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = echo "==> $(1)" && $(1)
 
-.PHONY: help setup lock test lint unit unit-py38 sanity ansible-lint build-check molecule demo build changelog clean
+.PHONY: help setup lock test lint unit unit-py38 sanity ansible-lint integration build-check molecule demo build changelog clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -26,7 +26,7 @@ lock: ## re-resolve requirements/*.in into the pinned lock files (needs the netw
 	@tests/tools/lock.sh
 
 test: setup ## the whole test suite, in order, stopping at the first failure
-	@$(MAKE) --no-print-directory lint unit unit-py38 sanity ansible-lint build-check molecule
+	@$(MAKE) --no-print-directory lint unit unit-py38 sanity ansible-lint integration build-check molecule
 	@echo "==> make test: every step passed"
 
 lint: ## ruff over every Python file, and the changelog fragments
@@ -50,6 +50,9 @@ sanity: ## ansible-test sanity on the working tree, no ignore file
 
 ansible-lint: ## ansible-lint, production profile
 	@$(call run,ansible-lint --offline)
+
+integration: ## pytest over tests/integration on the simulated fleet, when a Docker engine answers
+	@tests/tools/integration.sh
 
 build-check: ## build the collection tarball, install it into an empty folder, list its plugins
 	@$(call run,tests/tools/check_build.sh)

@@ -1,0 +1,120 @@
+"""Fixtures for tests that need the simulated GPU fleet (tests/sim). Mark such tests
+`@pytest.mark.integration`; they are skipped, with a message, when no Docker engine answers
+(and fail instead when CI=true).
+
+Fixtures:
+* `sim_fleet` (session): the default fleet (tests/sim/fleets/default.yml) brought up once under a
+  prefix unique to this run (`gf<pid>-<random>`, or $GPUFLEET_SIM_PREFIX), torn down at the end
+  (kept when GPUFLEET_SIM_KEEP=1). A `tests.sim.fleet.Fleet`: `.nodes`, `.node(name)`,
+  `.inventory` (Path), `.prefix`.
+* `sim_node(name)`: a function -> `Node` of the default fleet: `.run(cmd) -> Result(rc, stdout,
+  stderr)`, `.put(path, content)`, `.config` (the node's gpus.json), `.desc`, `.gpus`, `.container`.
+* `sim_inventory`: Path of the default fleet's Ansible inventory (groups gpu_nodes, cpu_nodes).
+* `ansible_playbook`: a function (playbook, *extra_args, inventory=None, limit=None) ->
+  CompletedProcess, running ansible-playbook from the repo's toolchain against the default fleet's
+  inventory (or the one given).
+* `sim_fleet_factory`: a function (fleet dict or YAML path, name=None) -> Fleet, brought up now
+  and torn down at the end of the session, for tests that need their own nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.sim.fleet import Fleet, Node, down  # noqa: E402
+
+DEFAULT_FLEET = ROOT / "tests" / "sim" / "fleets" / "default.yml"
+
+
+def _engine_answers() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], check=False, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = [i for i in items if i.get_closest_marker("integration")]
+    if not wanted or _engine_answers():
+        return
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError("integration tests: no Docker engine answers, and CI must run them")
+    skip = pytest.mark.skip(reason="no Docker engine answers (start dockerd to run the simulated fleet)")
+    for item in wanted:
+        item.add_marker(skip)
+
+
+_PREFIX = os.environ.get("GPUFLEET_SIM_PREFIX") or f"gf{os.getpid()}-{secrets.token_hex(2)}"
+_KEEP = os.environ.get("GPUFLEET_SIM_KEEP") == "1"
+
+
+@pytest.fixture(scope="session")
+def sim_fleet() -> Any:
+    fleet = Fleet.from_file(DEFAULT_FLEET, prefix=_PREFIX)
+    try:
+        fleet.up()
+        yield fleet
+    finally:
+        if not _KEEP:
+            fleet.down()
+
+
+@pytest.fixture(scope="session")
+def sim_node(sim_fleet: Fleet) -> Callable[[str], Node]:
+    return sim_fleet.node
+
+
+@pytest.fixture(scope="session")
+def sim_inventory(sim_fleet: Fleet) -> Path:
+    return sim_fleet.inventory
+
+
+@pytest.fixture(scope="session")
+def ansible_playbook(sim_fleet: Fleet) -> Callable[..., subprocess.CompletedProcess]:
+    def run(
+        playbook: str | Path, *args: str, inventory: Path | None = None, limit: str | None = None
+    ) -> subprocess.CompletedProcess:
+        cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory or sim_fleet.inventory)]
+        if limit:
+            cmd += ["--limit", limit]
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
+        return subprocess.run(
+            [*cmd, *args, str(playbook)], check=False, capture_output=True, text=True, cwd=ROOT, env=env
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def sim_fleet_factory() -> Any:
+    made: list[Fleet] = []
+
+    def make(description: dict[str, Any] | str | Path, name: str | None = None) -> Fleet:
+        prefix = f"{_PREFIX}-{name or len(made)}"
+        if isinstance(description, dict):
+            fleet = Fleet.from_dict(description, prefix=prefix)
+        else:
+            fleet = Fleet.from_file(description, prefix=prefix)
+        made.append(fleet)
+        return fleet.up()
+
+    try:
+        yield make
+    finally:
+        if not _KEEP:
+            for fleet in made:
+                down(fleet.prefix)

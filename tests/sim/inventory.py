@@ -1,0 +1,62 @@
+"""The Ansible inventory of a simulated fleet (pure rendering)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .model import SUITE_ENGINES
+
+
+def container_name(prefix: str, node: str) -> str:
+    return f"{prefix}-{node}"
+
+
+def host_vars(prefix: str, node: dict[str, Any]) -> dict[str, Any]:
+    """What Ansible needs to reach the node, plus `gpufleet_sim`: what the node simulates, for tests to compare."""
+    return {
+        "ansible_connection": "community.docker.docker",
+        "ansible_host": container_name(prefix, node["name"]),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpufleet_sim": {
+            "suite": node["suite"],
+            "driver_state": node["driver_state"],
+            "driver_packages": node["driver_packages"],
+            "driver_version": node["driver_version"],
+            "cuda_version": node["cuda_version"],
+            "engines": node["engines"],
+            "default_engines": SUITE_ENGINES[node["suite"]],
+            "gpus": [
+                {
+                    "index": g["index"],
+                    "name": g["name"],
+                    "uuid": g["uuid"],
+                    "pci_bus_id": g["pci_bus_id"],
+                    "device_id": f"0x{g['device_id']:04x}",
+                    "minor": g["minor"],
+                    "memory_mib": g["memory_mib"],
+                    "compute_capability": g["compute_capability"],
+                    "architecture": g["architecture"],
+                    "brand": g["brand"],
+                    "mig_mode": g["mig_mode"],
+                    "numa_node": g["numa_node"],
+                }
+                for g in node["gpus"]
+            ],
+        },
+    }
+
+
+def render_inventory(prefix: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Groups `gpu_nodes` (nodes with GPUs) and `cpu_nodes` (without), under `all`."""
+    groups: dict[str, dict[str, Any]] = {"gpu_nodes": {"hosts": {}}, "cpu_nodes": {"hosts": {}}}
+    for node in nodes:
+        group = "gpu_nodes" if node["gpus"] else "cpu_nodes"
+        groups[group]["hosts"][node["name"]] = host_vars(prefix, node)
+    return {"all": {"vars": {"gpufleet_sim_fleet": prefix}, "children": groups}}
+
+
+def inventory_yaml(prefix: str, nodes: list[dict[str, Any]]) -> str:
+    header = f"# Simulated fleet {prefix!r}, written by tests/sim/fleet.py; removed by `fleet.py down`.\n"
+    return header + yaml.safe_dump(render_inventory(prefix, nodes), sort_keys=False, default_flow_style=False)

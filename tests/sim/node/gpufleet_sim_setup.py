@@ -1,0 +1,107 @@
+"""Runs on a simulated GPU node at every boot (gpufleet-sim.service), before the container engines.
+
+Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
+* puts the NVML stub in place of Debian's real library file,
+  /usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.<driver version>, behind a local
+  dpkg-divert (the package's own file, when installed, lives on as <name>.real), so every name a
+  program loads (libnvidia-ml.so.1 through update-alternatives, the ld cache, CDI mounts) is the stub;
+* for the `installed` and `loaded` states without Debian's libnvidia-ml1, creates libnvidia-ml.so.1
+  links on the default library path, as NVIDIA's own installer would (Debian's package keeps its
+  links in nvidia/current only, and then the stub is reached through them);
+* for the `loaded` state, makes the device nodes the kernel module would: /dev/nvidia<minor> (195:N),
+  /dev/nvidiactl (195:255), /dev/nvidia-modeset (195:254), /dev/nvidia-uvm and -uvm-tools (the
+  dynamic major recorded as uvm_major, minors 0 and 1), and nvidia-caps for MIG-enabled GPUs.
+* makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
+It is idempotent; run it again after changing gpus.json.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+CONFIG = "/etc/gpufleet-sim/gpus.json"
+STUB = "/usr/lib/gpufleet-sim/libnvidia-ml.so"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+CURRENT = LIBDIR + "/nvidia/current"
+
+
+def mknod(path, major, minor, mode=0o666):
+    if os.path.exists(path):
+        st = os.stat(path)
+        if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (major, minor):
+            return
+        os.unlink(path)
+    os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
+    os.chmod(path, mode)
+
+
+def _mount_options(mountpoint):
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == mountpoint:
+                return fields[5].split(",")
+    return []
+
+
+def link(target, path):
+    if not os.path.lexists(path):
+        os.symlink(target, path)
+
+
+def main():
+    with open(CONFIG, encoding="utf-8") as f:
+        cfg = json.load(f)
+    state, version = cfg["driver_state"], cfg["driver_version"]
+    real = f"{CURRENT}/libnvidia-ml.so.{version}"
+    os.makedirs(CURRENT, exist_ok=True)
+    truename = subprocess.run(["dpkg-divert", "--truename", real], capture_output=True, text=True, check=True)
+    if truename.stdout.strip() == real:
+        subprocess.run(
+            ["dpkg-divert", "--local", "--add", "--rename", "--divert", real + ".real", real],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    shutil.copyfile(STUB, real + ".tmp")
+    os.chmod(real + ".tmp", 0o644)
+    os.replace(real + ".tmp", real)
+    packaged = (
+        subprocess.run(
+            ["dpkg-query", "-W", "-f", "${db:Status-Status}", "libnvidia-ml1"],
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "installed"
+    )
+    if state in ("installed", "loaded") and not packaged:
+        # A driver with no Debian package (as NVIDIA's installer lays it out): libnvidia-ml.so.1 on the
+        # default library path. Debian's libnvidia-ml1 (535) keeps it in nvidia/current only.
+        link(f"libnvidia-ml.so.{version}", f"{CURRENT}/libnvidia-ml.so.1")
+        link("nvidia/current/libnvidia-ml.so.1", f"{LIBDIR}/libnvidia-ml.so.1")
+    subprocess.run(["ldconfig"], check=True)
+    # The engine mounts /proc/sys read-only in a container that is not --privileged; docker 26 and
+    # later then cannot set up bridge networking for nested containers (IPv6 sysctls on the veth).
+    # The node's own mount namespace may make it writable again, as --privileged would have it.
+    if "ro" in _mount_options("/proc/sys"):
+        subprocess.run(["mount", "-o", "remount,rw,bind", "/proc/sys"], check=False)
+    if state == "loaded":
+        for gpu in cfg["gpus"]:
+            mknod(f"/dev/nvidia{gpu['minor']}", 195, gpu["minor"])
+        mknod("/dev/nvidiactl", 195, 255)
+        mknod("/dev/nvidia-modeset", 195, 254)
+        mknod("/dev/nvidia-uvm", cfg["uvm_major"], 0)
+        mknod("/dev/nvidia-uvm-tools", cfg["uvm_major"], 1)
+        if any(g["mig_mode"] == 1 for g in cfg["gpus"]):
+            os.makedirs("/dev/nvidia-caps", exist_ok=True)
+            mknod("/dev/nvidia-caps/nvidia-cap1", cfg["caps_major"], 1, 0o400)
+            mknod("/dev/nvidia-caps/nvidia-cap2", cfg["caps_major"], 2, 0o444)
+    print(f"gpufleet-sim: node {cfg['node']}: driver {state} ({version}), {len(cfg['gpus'])} GPU(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+/*
+ * gpufleet simulated NVML: a stand-in for libnvidia-ml.so.1 on a simulated GPU node (tests only).
+ *
+ * It answers for the GPUs described in a JSON file, read at nvmlInit from, in order:
+ *   $GPUFLEET_SIM_GPUS_JSON, /etc/gpufleet-sim/gpus.json, or a copy appended to this very file
+ *   after a marker line (so the stub still answers inside a container it was injected into).
+ * As real NVML does, it only reports GPUs whose /dev/nvidia<minor> exists (in a container: the ones
+ * given to it, renumbered from 0), and nvmlInit fails with "Driver Not Loaded" unless the node's
+ * driver_state is "loaded". Functions it does not implement are simply absent, as on an old driver.
+ * Struct layouts are NVML's (nvml.h): nvmlPciInfo_t, nvmlMemory_t, nvmlMemory_v2_t.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+
+struct nvmlDevice_st {
+    unsigned int index, minor, pci_device_id, pci_subsystem_id, arch, brand, max_mig;
+    unsigned int domain, bus, dev, fn;
+    int cc_major, cc_minor, mig_mode;
+    unsigned long long memory_total;
+    char name[96], uuid[96];
+};
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+/* ---- a tiny JSON reader: objects, arrays, strings (no \u beyond ASCII), numbers, literals ---- */
+typedef struct jv {
+    char t; /* o a s n b z */
+    double num;
+    char *str;
+    int n;
+    char **keys;
+    struct jv **items;
+} jv;
+
+static const char *jp;
+static void jws(void) { while (*jp == ' ' || *jp == '\n' || *jp == '\r' || *jp == '\t') jp++; }
+static jv *jnew(char t) { jv *v = calloc(1, sizeof(jv)); if (v) v->t = t; return v; }
+static void jfree(jv *v) {
+    if (!v) return;
+    for (int i = 0; i < v->n; i++) { jfree(v->items[i]); if (v->keys) free(v->keys[i]); }
+    free(v->items); free(v->keys); free(v->str); free(v);
+}
+static char *jstring(void) {
+    if (*jp != '"') return NULL;
+    jp++;
+    size_t cap = 64, len = 0;
+    char *s = malloc(cap);
+    while (s && *jp && *jp != '"') {
+        char c = *jp++;
+        if (c == '\\') {
+            c = *jp++;
+            switch (c) {
+            case 'n': c = '\n'; break; case 't': c = '\t'; break; case 'r': c = '\r'; break;
+            case 'b': c = '\b'; break; case 'f': c = '\f'; break;
+            case 'u': { unsigned u = 0; if (sscanf(jp, "%4x", &u) != 1) { free(s); return NULL; }
+                        jp += 4; c = (u < 128) ? (char)u : '?'; break; }
+            case '\0': free(s); return NULL;
+            default: break; /* \" \\ \/ */
+            }
+        }
+        if (len + 2 > cap) { char *t = realloc(s, cap *= 2); if (!t) { free(s); return NULL; } s = t; }
+        s[len++] = c;
+    }
+    if (!s || *jp != '"') { free(s); return NULL; }
+    jp++;
+    s[len] = '\0';
+    return s;
+}
+static jv *jvalue(int depth);
+static int jpush(jv *v, char *key, jv *item) {
+    jv **items = realloc(v->items, sizeof(jv *) * (v->n + 1));
+    if (!items) return 0;
+    v->items = items;
+    if (v->t == 'o') {
+        char **keys = realloc(v->keys, sizeof(char *) * (v->n + 1));
+        if (!keys) return 0;
+        v->keys = keys; v->keys[v->n] = key;
+    }
+    v->items[v->n++] = item;
+    return 1;
+}
+static jv *jvalue(int depth) {
+    jws();
+    if (depth > 32) return NULL;
+    jv *v = NULL;
+    if (*jp == '{' || *jp == '[') {
+        char close = (*jp == '{') ? '}' : ']';
+        v = jnew(*jp == '{' ? 'o' : 'a');
+        jp++; jws();
+        if (!v) return NULL;
+        if (*jp == close) { jp++; return v; }
+        for (;;) {
+            char *key = NULL;
+            jws();
+            if (v->t == 'o') {
+                key = jstring(); jws();
+                if (!key || *jp != ':') { free(key); jfree(v); return NULL; }
+                jp++;
+            }
+            jv *item = jvalue(depth + 1);
+            if (!item || !jpush(v, key, item)) { free(key); jfree(item); jfree(v); return NULL; }
+            jws();
+            if (*jp == ',') { jp++; continue; }
+            if (*jp == close) { jp++; return v; }
+            jfree(v); return NULL;
+        }
+    }
+    if (*jp == '"') { v = jnew('s'); if (v && !(v->str = jstring())) { jfree(v); v = NULL; } return v; }
+    if (!strncmp(jp, "true", 4)) { jp += 4; v = jnew('b'); if (v) v->num = 1; return v; }
+    if (!strncmp(jp, "false", 5)) { jp += 5; return jnew('b'); }
+    if (!strncmp(jp, "null", 4)) { jp += 4; return jnew('z'); }
+    char *end;
+    double d = strtod(jp, &end);
+    if (end == jp) return NULL;
+    jp = end;
+    v = jnew('n');
+    if (v) v->num = d;
+    return v;
+}
+static jv *jget(jv *o, const char *key) {
+    if (!o || o->t != 'o') return NULL;
+    for (int i = 0; i < o->n; i++) if (!strcmp(o->keys[i], key)) return o->items[i];
+    return NULL;
+}
+static double jnum(jv *o, const char *key, double dflt) { jv *v = jget(o, key); return (v && (v->t == 'n' || v->t == 'b')) ? v->num : dflt; }
+static const char *jstr(jv *o, const char *key, const char *dflt) { jv *v = jget(o, key); return (v && v->t == 's') ? v->str : dflt; }
+
+/* ---- state ---- */
+#define MAX_GPUS 64
+static struct nvmlDevice_st devices[MAX_GPUS];
+static unsigned int device_count;
+static int init_count;
+static char driver_version[80] = "0.0", nvml_version[80] = "0.0", driver_state[32] = "none";
+static int cuda_version;
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 65536, n = 0, r;
+    char *buf = malloc(cap + 1);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) { char *t = realloc(buf, (cap *= 2) + 1); if (!t) { free(buf); buf = NULL; break; } buf = t; }
+    }
+    fclose(f);
+    if (buf) { buf[n] = '\0'; if (len) *len = n; }
+    return buf;
+}
+
+static char *load_config_text(void) {
+    const char *env = getenv("GPUFLEET_SIM_GPUS_JSON");
+    char *text;
+    if (env && *env && (text = read_file(env, NULL))) return text;
+    if ((text = read_file("/etc/gpufleet-sim/gpus.json", NULL))) return text;
+    Dl_info info;
+    size_t len = 0;
+    char marker[64];
+    if (!dladdr((void *)load_config_text, &info) || !info.dli_fname) return NULL;
+    if (!(text = read_file(info.dli_fname, &len))) return NULL;
+    /* Built at run time so the marker string does not occur in the library itself. */
+    snprintf(marker, sizeof(marker), "\n%s%s\n", "#GPUFLEET-SIM", "-JSON#");
+    size_t mlen = strlen(marker);
+    for (size_t i = len >= mlen ? len - mlen + 1 : 0; i-- > 0;) {
+        if (!memcmp(text + i, marker, mlen)) {
+            char *json = strdup(text + i + mlen);
+            free(text);
+            return json;
+        }
+    }
+    free(text);
+    return NULL;
+}
+
+static void copy_str(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
+
+static nvmlReturn_t load_config(void) {
+    char *text = load_config_text();
+    if (!text) return NVML_ERROR_DRIVER_NOT_LOADED;
+    jp = text;
+    jv *root = jvalue(0);
+    free(text);
+    if (!root || root->t != 'o') { jfree(root); return NVML_ERROR_UNKNOWN; }
+    copy_str(driver_state, sizeof(driver_state), jstr(root, "driver_state", "none"));
+    copy_str(driver_version, sizeof(driver_version), jstr(root, "driver_version", "0.0"));
+    copy_str(nvml_version, sizeof(nvml_version), jstr(root, "nvml_version", "0.0"));
+    cuda_version = (int)jnum(root, "cuda_version", 0);
+    int all = (int)jnum(root, "all_devices", 0); /* debugging: ignore which /dev nodes exist */
+    device_count = 0;
+    jv *gpus = jget(root, "gpus");
+    for (int i = 0; gpus && gpus->t == 'a' && i < gpus->n && device_count < MAX_GPUS; i++) {
+        jv *g = gpus->items[i];
+        struct nvmlDevice_st *d = &devices[device_count];
+        char node[64];
+        memset(d, 0, sizeof(*d));
+        d->minor = (unsigned)jnum(g, "minor", i);
+        snprintf(node, sizeof(node), "/dev/nvidia%u", d->minor);
+        if (!all && access(node, F_OK) != 0) continue;
+        d->index = device_count;
+        copy_str(d->name, sizeof(d->name), jstr(g, "name", "NVIDIA Simulated GPU"));
+        copy_str(d->uuid, sizeof(d->uuid), jstr(g, "uuid", ""));
+        if (sscanf(jstr(g, "pci_bus_id", ""), "%x:%x:%x.%x", &d->domain, &d->bus, &d->dev, &d->fn) != 4) continue;
+        d->pci_device_id = (unsigned)jnum(g, "pci_device_id", 0x10de);
+        d->pci_subsystem_id = (unsigned)jnum(g, "pci_subsystem_id", 0);
+        d->memory_total = (unsigned long long)jnum(g, "memory_total", 0);
+        d->cc_major = (int)jnum(g, "cc_major", 0);
+        d->cc_minor = (int)jnum(g, "cc_minor", 0);
+        d->arch = (unsigned)jnum(g, "architecture", 0);
+        d->brand = (unsigned)jnum(g, "brand", 0);
+        d->mig_mode = (int)jnum(g, "mig_mode", -1);
+        d->max_mig = (unsigned)jnum(g, "max_mig_devices", 0);
+        device_count++;
+    }
+    jfree(root);
+    return strcmp(driver_state, "loaded") ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_SUCCESS;
+}
+
+#define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
+#define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < devices || (d) >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (init_count > 0) { init_count++; return NVML_SUCCESS; }
+    nvmlReturn_t ret = load_config();
+    if (ret == NVML_SUCCESS) init_count = 1;
+    return ret;
+}
+API nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+API nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+API nvmlReturn_t nvmlShutdown(void) { CHECK_INIT(); init_count--; return NVML_SUCCESS; }
+
+API const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 15: return "GPU is lost";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t put_str(char *buf, unsigned int len, const char *s) {
+    if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(s) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, s, strlen(s) + 1);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int len) { CHECK_INIT(); return put_str(v, len, driver_version); }
+API nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int len) { CHECK_INIT(); return put_str(v, len, nvml_version); }
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
+    CHECK_INIT();
+    if (!v) return NVML_ERROR_INVALID_ARGUMENT;
+    *v = cuda_version;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGetCudaDriverVersion(v); }
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    CHECK_INIT();
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = device_count;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev) {
+    CHECK_INIT();
+    if (!dev || index >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *dev = &devices[index];
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *dev) { return nvmlDeviceGetHandleByIndex_v2(index, dev); }
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev) {
+    CHECK_INIT();
+    if (!uuid || !dev) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < device_count; i++)
+        if (!strcmp(devices[i].uuid, uuid)) { *dev = &devices[i]; return NVML_SUCCESS; }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *dev) {
+    CHECK_INIT();
+    unsigned int dom = 0, bus, d, fn;
+    if (!bus_id || !dev) return NVML_ERROR_INVALID_ARGUMENT;
+    if (sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &d, &fn) != 4) {
+        dom = 0;
+        if (sscanf(bus_id, "%x:%x.%x", &bus, &d, &fn) != 3) return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (unsigned int i = 0; i < device_count; i++) {
+        struct nvmlDevice_st *x = &devices[i];
+        if (x->domain == dom && x->bus == bus && x->dev == d && x->fn == fn) { *dev = x; return NVML_SUCCESS; }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus_id, nvmlDevice_t *dev) { return nvmlDeviceGetHandleByPciBusId_v2(bus_id, dev); }
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len) { CHECK_DEV(d); return put_str(name, len, d->name); }
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) { CHECK_DEV(d); return put_str(uuid, len, d->uuid); }
+API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
+    CHECK_DEV(d);
+    if (!minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *minor = d->minor;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index) {
+    CHECK_DEV(d);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = d->index;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
+    CHECK_DEV(d);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = d->domain;
+    pci->bus = d->bus;
+    pci->device = d->dev;
+    pci->pciDeviceId = d->pci_device_id;
+    pci->pciSubSystemId = d->pci_subsystem_id;
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", d->domain & 0xffff, d->bus, d->dev, d->fn);
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", d->domain, d->bus, d->dev, d->fn);
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(d, pci); }
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(d, pci); }
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem) {
+    CHECK_DEV(d);
+    if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
+    mem->total = d->memory_total;
+    mem->used = 0;
+    mem->free = d->memory_total;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *mem) {
+    CHECK_DEV(d);
+    if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
+    mem->total = d->memory_total;
+    mem->reserved = 0;
+    mem->used = 0;
+    mem->free = d->memory_total;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
+    CHECK_DEV(d);
+    if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = d->cc_major;
+    *minor = d->cc_minor;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *arch) {
+    CHECK_DEV(d);
+    if (!arch) return NVML_ERROR_INVALID_ARGUMENT;
+    *arch = d->arch;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t d, int *brand) {
+    CHECK_DEV(d);
+    if (!brand) return NVML_ERROR_INVALID_ARGUMENT;
+    *brand = (int)d->brand;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
+    CHECK_DEV(d);
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)d->mig_mode;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count) {
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = d->max_mig;
+    return NVML_SUCCESS;
+}
+/* The simulation has no MIG instances: every valid slot is empty. */
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig) {
+    CHECK_DEV(d);
+    if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= d->max_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_FOUND;
+}

@@ -1,0 +1,128 @@
+"""The NVML stub (tests/sim/nvml), compiled with the host's gcc and loaded with ctypes: no Docker.
+
+Each probe runs in its own Python process: a library's soname is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.sim.fleet import JSON_MARKER, build_stub  # noqa: E402
+from tests.sim.model import node_config, validate_fleet  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc is needed to build the NVML stub")
+
+PROBE = r"""
+import ctypes, json, sys
+class Pci(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+nvml = ctypes.CDLL(sys.argv[1])
+nvml.nvmlErrorString.restype = ctypes.c_char_p
+out = {"init": nvml.nvmlInitWithFlags(0), "gpus": []}
+out["error"] = nvml.nvmlErrorString(out["init"]).decode()
+n = ctypes.c_uint()
+out["count_rc"] = nvml.nvmlDeviceGetCount_v2(ctypes.byref(n))
+buf = ctypes.create_string_buffer(96)
+out["small_buffer_rc"] = nvml.nvmlSystemGetDriverVersion(buf, 4)
+if nvml.nvmlSystemGetNVMLVersion(buf, 96) == 0:
+    out["nvml"] = buf.value.decode()
+for i in range(n.value if out["count_rc"] == 0 else 0):
+    h = ctypes.c_void_p(); nvml.nvmlDeviceGetHandleByIndex(i, ctypes.byref(h))
+    pci = Pci(); nvml.nvmlDeviceGetPciInfo(h, ctypes.byref(pci))
+    nvml.nvmlDeviceGetUUID(h, buf, 96)
+    cur, pend, mx = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    arch, brand, idx = ctypes.c_uint(), ctypes.c_int(), ctypes.c_uint()
+    nvml.nvmlDeviceGetArchitecture(h, ctypes.byref(arch)); nvml.nvmlDeviceGetBrand(h, ctypes.byref(brand))
+    nvml.nvmlDeviceGetIndex(h, ctypes.byref(idx))
+    mig = ctypes.c_void_p()
+    out["gpus"].append({
+        "uuid": buf.value.decode(), "bus_id": pci.busId.decode(), "legacy": pci.busIdLegacy.decode(),
+        "pci_device_id": pci.pciDeviceId, "arch": arch.value, "brand": brand.value, "index": idx.value,
+        "mig_rc": nvml.nvmlDeviceGetMigMode(h, ctypes.byref(cur), ctypes.byref(pend)), "mig": cur.value,
+        "max_mig_rc": nvml.nvmlDeviceGetMaxMigDeviceCount(h, ctypes.byref(mx)), "max_mig": mx.value,
+        "mig_handle_rc": nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0, ctypes.byref(mig)),
+    })
+    h2 = ctypes.c_void_p()
+    out["gpus"][-1]["by_sysfs_bus_id"] = nvml.nvmlDeviceGetHandleByPciBusId(b"0000:17:00.0", ctypes.byref(h2))
+out["unknown_uuid_rc"] = nvml.nvmlDeviceGetHandleByUUID(b"GPU-nope", ctypes.byref(ctypes.c_void_p()))
+out["has_unimplemented"] = hasattr(nvml, "nvmlDeviceGetPowerUsage")
+print(json.dumps(out))
+"""
+
+NODE = validate_fleet(
+    {"nodes": [{"name": "n", "gpus": [{"model": "A100-SXM4-40GB", "mig_mode": "enabled"}, {"model": "T4"}]}]}
+)[0]
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    return build_stub(tmp_path_factory.mktemp("stub") / "libnvidia-ml.so.1")
+
+
+def probe(lib: Path, env: dict | None = None) -> dict:
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE, str(lib)], check=False, capture_output=True, text=True, env=env or {}
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def write_config(path: Path, **changes) -> Path:
+    cfg = {**node_config(NODE), "all_devices": 1, **changes}  # the host has no /dev/nvidia*
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_stub_answers_from_json(stub, tmp_path):
+    out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(write_config(tmp_path / "gpus.json"))})
+    assert out["init"] == 0 and out["count_rc"] == 0
+    assert out["small_buffer_rc"] == 7 and out["nvml"] == "12.535.261.03"
+    a100, t4 = out["gpus"]
+    assert a100["uuid"] == NODE["gpus"][0]["uuid"] and t4["index"] == 1
+    assert a100["bus_id"] == "00000000:17:00.0" and a100["legacy"] == "0000:17:00.0"
+    assert a100["pci_device_id"] == 0x20B010DE and a100["arch"] == 7 and a100["brand"] == 14
+    assert (a100["mig_rc"], a100["mig"], a100["max_mig_rc"], a100["max_mig"]) == (0, 1, 0, 7)
+    assert a100["mig_handle_rc"] == 6  # NOT_FOUND: no MIG instances in the simulation
+    assert (t4["mig_rc"], t4["max_mig_rc"], t4["mig_handle_rc"]) == (3, 3, 3)  # NOT_SUPPORTED
+    assert a100["by_sysfs_bus_id"] == 0
+    assert out["unknown_uuid_rc"] == 6
+    assert out["has_unimplemented"] is False
+
+
+def test_driver_not_loaded_and_missing_config(stub, tmp_path):
+    out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(write_config(tmp_path / "g.json", driver_state="installed"))})
+    assert (out["init"], out["error"], out["count_rc"]) == (9, "Driver Not Loaded", 1)
+    out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(tmp_path / "absent.json")})
+    assert out["init"] == 9  # no config at all (nor /etc/gpufleet-sim/gpus.json on this host)
+
+
+def test_only_gpus_with_device_nodes_are_seen(stub, tmp_path):
+    cfg = write_config(tmp_path / "g.json", all_devices=0)
+    out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(cfg)})
+    assert out["init"] == 0 and out["gpus"] == []  # this host has no /dev/nvidia0 or /dev/nvidia1
+
+
+def test_json_appended_to_the_library_is_read(stub, tmp_path):
+    lib = tmp_path / "libnvidia-ml.so.535.261.03"
+    lib.write_bytes(stub.read_bytes() + JSON_MARKER + write_config(tmp_path / "g.json").read_bytes())
+    out = probe(lib)
+    assert out["init"] == 0 and [g["uuid"] for g in out["gpus"]] == [g["uuid"] for g in NODE["gpus"]]
+
+
+def test_malformed_json_is_an_error_not_a_crash(stub, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"driver_state": "loaded", "gpus": [ {"uuid": "GPU-1", ')
+    out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(bad)})
+    assert out["init"] == 999
