@@ -127,6 +127,9 @@ class Engine:
         self.log = open(os.path.join(work, "dockerd.log"), "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
+                # Its own network namespace: a second dockerd on the host's namespace removes the
+                # host engine's docker0 bridge (seen here), breaking every other test's containers.
+                "unshare", "--net", "--",
                 "dockerd",
                 "--data-root", os.path.join(work, "data"),
                 "--exec-root", os.path.join(work, "exec"),
