@@ -56,4 +56,4 @@ PY
 )
 mkdir -p ~/.ansible/test/cache
 cp tests/tools/get_pip_standin.py ~/.ansible/test/cache/get_pip_"${pip_version//./_}".py
-echo "setup: ready ($(.venv/bin/ansible --version | head -1); get-pip stand-in for pip $pip_version)"
+echo "setup: ready ($(.venv/bin/ansible --version 2>/dev/null | sed -n 1p); get-pip stand-in for pip $pip_version)"
