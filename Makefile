@@ -12,7 +12,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.cache/collections
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 # Every step says what it runs before running it.
-run = echo "==> $(1)" && $(1)
+run = $(ROOT)/tests/tools/step.sh $(1)
 
 .PHONY: help setup lock test lint unit unit-py38 sanity ansible-lint integration build-check molecule demo build changelog clean
 
