@@ -2,6 +2,8 @@
 
 import ctypes
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -303,3 +305,65 @@ def test_scan_time(tmp_path, nvml_stub, monkeypatch, count, capsys):
         shown = ", ".join("%s %.1f ms" % (k, v * 1000) for k, v in timings.items())
         print("\n  discover() %d GPUs: %s" % (count, shown))
     assert max(timings.values()) < 0.5
+
+
+def debian_layout(tree, stub, version="535.261.03", flavour="current"):
+    """Debian's packaging as installed on a node: the libraries in nvidia/<flavour>, the alternative's
+    slave links for some sonames (libcuda.so.1) and none for libnvidia-ml.so.1 (not in ld.so.cache)."""
+    libdir = "/usr/lib/x86_64-linux-gnu"
+    flavour_dir = "%s/nvidia/%s" % (libdir, flavour)
+    os.makedirs(tree.path(flavour_dir))
+    shutil.copy(stub, tree.path("%s/libnvidia-ml.so.%s" % (flavour_dir, version)))
+    tree.link(flavour_dir + "/libnvidia-ml.so.1", "libnvidia-ml.so." + version)
+    libcuda = tree.path("%s/libcuda.so.%s" % (flavour_dir, version))  # a real ELF with libcuda's soname
+    empty = tree.write("/tmp/empty.c", "int cuda_stand_in;\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", libcuda, empty], check=True)
+    tree.link(flavour_dir + "/libcuda.so.1", "libcuda.so." + version)
+    tree.link("/etc/alternatives/nvidia", "/usr/lib/nvidia/" + flavour)
+    tree.link("/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu", flavour_dir + "/libcuda.so.1")
+    tree.link(libdir + "/libcuda.so.1", "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu")
+    os.makedirs(tree.path("/usr/lib/nvidia/" + flavour), exist_ok=True)
+    tree.write("/etc/ld.so.conf", libdir + "\n")
+    subprocess.run(["ldconfig", "-r", tree.root], check=True)
+    return tree
+
+
+def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub):
+    """Debian 535: libnvidia-ml.so.1 only in nvidia/current (found through /etc/alternatives/nvidia)."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import read_ld_so_cache
+
+    tree = debian_layout(gpu_host(tmp_path, 2), nvml_stub)
+    cached = {e.soname for e in read_ld_so_cache(tree.path("/etc/ld.so.cache"))}
+    assert "libcuda.so.1" in cached and "libnvidia-ml.so.1" not in cached
+    facts = discover(tree.root, run_command=Commands())
+    assert facts["warnings"] == []
+    assert facts["sources"]["answered"] == ["nvml", "procfs", "sysfs"]
+    assert [g["source"] for g in facts["gpus"]] == ["nvml", "nvml"]
+    utility = {f["name"]: f for f in facts["libraries"]["utility"]}
+    assert utility["libnvidia-ml.so.1"]["path"] == "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"
+    assert utility["libnvidia-ml.so.1"]["resolved"].endswith("/nvidia/current/libnvidia-ml.so.535.261.03")
+    # Without the alternative there is no flavour to look in: NVML is not found (and says so).
+    os.unlink(tree.path("/etc/alternatives/nvidia"))
+    facts = discover(tree.root, sources=["nvml"], run_command=Commands())
+    assert facts["gpu_count"] == 0 and facts["warnings"] == [
+        "nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % tree.root
+    ]
+
+
+def test_nvml_candidates_on_slash_try_the_loader_first():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import nvml_candidates
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import LdCacheEntry
+
+    entry = LdCacheEntry(
+        "libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1", 0x303, "x86_64", None
+    )
+    assert nvml_candidates("/", [entry])[0] == "libnvidia-ml.so.1"
+    assert len(nvml_candidates("/", [entry])) == 2
+    assert nvml_candidates("/", []) == ["libnvidia-ml.so.1"]
+
+
+def test_nvml_load_falls_back_to_the_next_candidate(nvml_stub):
+    lib = _nvml.load(["libnvidia-ml-does-not-exist.so.1", nvml_stub])
+    assert lib._name == nvml_stub
+    with pytest.raises(_nvml.NvmlUnavailable, match=r"libnvidia-ml-does-not-exist\.so\.1.*nope\.so\.1"):
+        _nvml.load(["libnvidia-ml-does-not-exist.so.1", "/nonexistent/nope.so.1"])
