@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discove
     compile_nvml_stub,
     fixture_text,
     gpu_host,
+    write_stub_config,
 )
 
 
@@ -26,10 +27,17 @@ def nvml_stub(tmp_path_factory):
     return path
 
 
-@pytest.fixture(autouse=True)
-def _stub_env(monkeypatch):
-    for name in ("NVML_STUB_INIT", "NVML_STUB_GPUS", "NVML_STUB_MIG", "NVML_STUB_LOST"):
-        monkeypatch.delenv(name, raising=False)
+@pytest.fixture
+def stub_gpus(tmp_path_factory, monkeypatch):
+    """stub_gpus(**stub_config options): what the NVML stub answers (default: 2 H100s, driver loaded)."""
+    path = str(tmp_path_factory.mktemp("stub-config") / "gpus.json")
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", path)
+
+    def configure(**kwargs):
+        return write_stub_config(path, **kwargs)
+
+    configure()
+    return configure
 
 
 class Commands:
@@ -140,8 +148,8 @@ def test_procfs_and_sysfs_only(tmp_path):
     assert facts["problems"] == []
 
 
-def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_MIG", "1")
+def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(mig=True)
     tree = gpu_host(tmp_path, 2, stub=nvml_stub)
     commands = Commands()
     facts = discover(tree.root, run_command=commands)
@@ -174,9 +182,8 @@ def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, monkeypatch):
     assert facts["problems"] == [] and facts["warnings"] == []
 
 
-def test_nvml_lost_gpu(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_LOST", "1")
-    monkeypatch.setenv("NVML_STUB_GPUS", "3")
+def test_nvml_lost_gpu(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(count=3, lost=1)
     tree = gpu_host(tmp_path, 3, stub=nvml_stub)
     facts = discover(tree.root, run_command=Commands())
     assert [g["lost"] for g in facts["gpus"]] == [False, True, False]
@@ -185,8 +192,8 @@ def test_nvml_lost_gpu(tmp_path, nvml_stub, monkeypatch):
     assert "GPU 1: no handle: GPU is lost" in facts["warnings"][0]
 
 
-def test_nvml_init_failure_is_a_warning(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_INIT", "18")
+def test_nvml_init_failure_is_a_warning(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(count=1, init_error=18)
     tree = gpu_host(tmp_path, 1, stub=nvml_stub)
     commands = Commands({"nvidia-smi": (9, "", "Failed to initialize NVML: Driver/library version mismatch")})
     tree.nvidia_smi()
@@ -286,9 +293,9 @@ def test_nvml_unavailable():
 
 
 @pytest.mark.parametrize("count", [8, 16])
-def test_scan_time(tmp_path, nvml_stub, monkeypatch, count, capsys):
+def test_scan_time(tmp_path, nvml_stub, stub_gpus, count, capsys):
     """The benchmark target is < 50 ms for 16 GPUs; asserted loosely (shared CI cores), printed exactly."""
-    monkeypatch.setenv("NVML_STUB_GPUS", str(count))
+    stub_gpus(count=count)
     tree = gpu_host(tmp_path, count, stub=nvml_stub)
     discover(tree.root, run_command=Commands())  # warm: first dlopen of this copy
     timings = {}
@@ -328,7 +335,7 @@ def debian_layout(tree, stub, version="535.261.03", flavour="current"):
     return tree
 
 
-def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub):
+def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub, stub_gpus):
     """Debian 535: libnvidia-ml.so.1 only in nvidia/current (found through /etc/alternatives/nvidia)."""
     from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import read_ld_so_cache
 
