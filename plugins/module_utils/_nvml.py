@@ -131,21 +131,26 @@ def _decode_cuda(version):
 
 
 def load(library):
-    try:
-        return ctypes.CDLL(library)
-    except OSError as exc:
-        raise NvmlUnavailable("cannot load %s: %s" % (library, exc)) from exc
+    """The first of ``library`` (a name or path, or a list of them, best first) that dlopen loads."""
+    errors = []
+    for candidate in [library] if isinstance(library, str) else library:
+        try:
+            return ctypes.CDLL(candidate)
+        except OSError as exc:
+            errors.append(str(exc) if candidate in str(exc) else "%s: %s" % (candidate, exc))
+    raise NvmlUnavailable("cannot load libnvidia-ml: %s" % "; ".join(errors or ["no candidate"]))
 
 
 def query(library, cdll=None):
     """Everything NVML says, as ``{"driver_version", "cuda_version", "gpus", "lost_count", "warnings"}``.
 
-    ``cdll`` (tests): an already loaded library object to use instead of loading ``library``.
+    ``library``: a name or path, or a list of them tried in order (see ``load``). ``cdll`` (tests): an
+    already loaded library object to use instead of loading ``library``.
     """
     nv = _Nvml(cdll if cdll is not None else load(library))
     rc = nv.call(("nvmlInit_v2", "nvmlInit"))
     if rc is None:
-        raise NvmlUnavailable("%s has no nvmlInit" % library)
+        raise NvmlUnavailable("%s has no nvmlInit" % (getattr(nv.lib, "_name", None) or library))
     if rc in (ERROR_DRIVER_NOT_LOADED, ERROR_LIBRARY_NOT_FOUND):
         raise NvmlUnavailable("nvmlInit: %s" % nv.error_string(rc))
     if rc != SUCCESS:

@@ -7,6 +7,9 @@
  * As real NVML does, it only reports GPUs whose /dev/nvidia<minor> exists (in a container: the ones
  * given to it, renumbered from 0), and nvmlInit fails with "Driver Not Loaded" unless the node's
  * driver_state is "loaded". Functions it does not implement are simply absent, as on an old driver.
+ * For unit tests of callers: "init_error" (a code nvmlInit returns instead), per GPU "lost": true
+ * (its handle lookup fails with GPU_IS_LOST) and "mig_devices": [{name, uuid, gi_id, ci_id,
+ * memory_total, slot}] (MIG instances, at their slot of nvmlDeviceGetMigDeviceHandleByIndex).
  * Struct layouts are NVML's (nvml.h): nvmlPciInfo_t, nvmlMemory_t, nvmlMemory_v2_t.
  */
 #define _GNU_SOURCE
@@ -23,7 +26,7 @@ typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_UNKNOWN = 999,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
 };
 
 typedef struct {
@@ -37,7 +40,8 @@ typedef struct { unsigned int version; unsigned long long total, reserved, free,
 struct nvmlDevice_st {
     unsigned int index, minor, pci_device_id, pci_subsystem_id, arch, brand, max_mig;
     unsigned int domain, bus, dev, fn;
-    int cc_major, cc_minor, mig_mode;
+    int cc_major, cc_minor, mig_mode, lost;
+    unsigned int gi_id, ci_id, slot, mig_first, mig_count; /* a MIG device: ids, slot; a GPU: its MIGs */
     unsigned long long memory_total;
     char name[96], uuid[96];
 };
@@ -151,6 +155,9 @@ static const char *jstr(jv *o, const char *key, const char *dflt) { jv *v = jget
 static struct nvmlDevice_st devices[MAX_GPUS];
 static unsigned int device_count;
 static int init_count;
+#define MAX_MIGS 256
+static struct nvmlDevice_st migs[MAX_MIGS];
+static unsigned int mig_total;
 static char driver_version[80] = "0.0", nvml_version[80] = "0.0", driver_state[32] = "none";
 static int cuda_version;
 
@@ -206,7 +213,9 @@ static nvmlReturn_t load_config(void) {
     copy_str(nvml_version, sizeof(nvml_version), jstr(root, "nvml_version", "0.0"));
     cuda_version = (int)jnum(root, "cuda_version", 0);
     int all = (int)jnum(root, "all_devices", 0); /* debugging: ignore which /dev nodes exist */
+    int init_error = (int)jnum(root, "init_error", 0);
     device_count = 0;
+    mig_total = 0;
     jv *gpus = jget(root, "gpus");
     for (int i = 0; gpus && gpus->t == 'a' && i < gpus->n && device_count < MAX_GPUS; i++) {
         jv *g = gpus->items[i];
@@ -229,14 +238,33 @@ static nvmlReturn_t load_config(void) {
         d->brand = (unsigned)jnum(g, "brand", 0);
         d->mig_mode = (int)jnum(g, "mig_mode", -1);
         d->max_mig = (unsigned)jnum(g, "max_mig_devices", 0);
+        d->lost = (int)jnum(g, "lost", 0);
+        d->mig_first = mig_total;
+        jv *ms = jget(g, "mig_devices");
+        for (int k = 0; ms && ms->t == 'a' && k < ms->n && mig_total < MAX_MIGS; k++) {
+            struct nvmlDevice_st *m = &migs[mig_total++];
+            memset(m, 0, sizeof(*m));
+            copy_str(m->name, sizeof(m->name), jstr(ms->items[k], "name", ""));
+            copy_str(m->uuid, sizeof(m->uuid), jstr(ms->items[k], "uuid", ""));
+            m->gi_id = (unsigned)jnum(ms->items[k], "gi_id", 0);
+            m->ci_id = (unsigned)jnum(ms->items[k], "ci_id", 0);
+            m->slot = (unsigned)jnum(ms->items[k], "slot", k);
+            m->memory_total = (unsigned long long)jnum(ms->items[k], "memory_total", 0);
+            m->mig_mode = -1;
+        }
+        d->mig_count = mig_total - d->mig_first;
         device_count++;
     }
     jfree(root);
+    if (init_error) return init_error;
     return strcmp(driver_state, "loaded") ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_SUCCESS;
 }
 
 #define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < devices || (d) >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+#define IS_MIG(d) ((d) && (d) >= migs && (d) < migs + mig_total)
+/* A GPU or a MIG device handle. */
+#define CHECK_ANY(d) do { CHECK_INIT(); if (!IS_MIG(d) && (!(d) || (d) < devices || (d) >= devices + device_count)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
 
 API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
@@ -299,6 +327,7 @@ API nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetC
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev) {
     CHECK_INIT();
     if (!dev || index >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (devices[index].lost) return NVML_ERROR_GPU_IS_LOST;
     *dev = &devices[index];
     return NVML_SUCCESS;
 }
@@ -328,8 +357,8 @@ API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice
 }
 API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus_id, nvmlDevice_t *dev) { return nvmlDeviceGetHandleByPciBusId_v2(bus_id, dev); }
 
-API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len) { CHECK_DEV(d); return put_str(name, len, d->name); }
-API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) { CHECK_DEV(d); return put_str(uuid, len, d->uuid); }
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len) { CHECK_ANY(d); return put_str(name, len, d->name); }
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) { CHECK_ANY(d); return put_str(uuid, len, d->uuid); }
 API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
     CHECK_DEV(d);
     if (!minor) return NVML_ERROR_INVALID_ARGUMENT;
@@ -360,7 +389,7 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *pci) { r
 API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(d, pci); }
 
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem) {
-    CHECK_DEV(d);
+    CHECK_ANY(d);
     if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
     mem->total = d->memory_total;
     mem->used = 0;
@@ -411,11 +440,25 @@ API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *co
     *count = d->max_mig;
     return NVML_SUCCESS;
 }
-/* The simulation has no MIG instances: every valid slot is empty. */
+/* A fleet's nodes have no MIG instances (every valid slot is empty) unless "mig_devices" lists some. */
 API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig) {
     CHECK_DEV(d);
     if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
     if (index >= d->max_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int k = 0; k < d->mig_count; k++)
+        if (migs[d->mig_first + k].slot == index) { *mig = &migs[d->mig_first + k]; return NVML_SUCCESS; }
     return NVML_ERROR_NOT_FOUND;
+}
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id) {
+    CHECK_INIT();
+    if (!IS_MIG(d) || !id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = d->gi_id;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id) {
+    CHECK_INIT();
+    if (!IS_MIG(d) || !id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = d->ci_id;
+    return NVML_SUCCESS;
 }

@@ -126,3 +126,48 @@ def test_malformed_json_is_an_error_not_a_crash(stub, tmp_path):
     bad.write_text('{"driver_state": "loaded", "gpus": [ {"uuid": "GPU-1", ')
     out = probe(stub, {"GPUFLEET_SIM_GPUS_JSON": str(bad)})
     assert out["init"] == 999
+
+
+MIG_PROBE = r"""
+import ctypes, json, sys
+nvml = ctypes.CDLL(sys.argv[1])
+out = {"init": nvml.nvmlInit_v2(), "handles": [], "migs": []}
+for i in range(2):
+    h = ctypes.c_void_p()
+    out["handles"].append(nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)))
+    if out["handles"][-1]:
+        continue
+    for slot in range(3):
+        m, buf, gi, ci = ctypes.c_void_p(), ctypes.create_string_buffer(96), ctypes.c_uint(), ctypes.c_uint()
+        rc = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot, ctypes.byref(m))
+        if rc == 0:
+            nvml.nvmlDeviceGetName(m, buf, 96)
+            nvml.nvmlDeviceGetGpuInstanceId(m, ctypes.byref(gi))
+            nvml.nvmlDeviceGetComputeInstanceId(m, ctypes.byref(ci))
+        out["migs"].append([i, slot, rc, buf.value.decode(), gi.value, ci.value])
+    out["gpu_gi_rc"] = nvml.nvmlDeviceGetGpuInstanceId(h, ctypes.byref(ctypes.c_uint()))
+print(json.dumps(out))
+"""
+
+
+def test_lost_gpu_mig_devices_and_forced_init_error(stub, tmp_path):
+    """What gpu_facts' unit tests need: a lost GPU, MIG instances, an nvmlInit failure of choice."""
+    config = node_config(NODE)
+    config["all_devices"] = 1
+    config["gpus"][0]["mig_devices"] = [{"slot": 1, "name": "A100 MIG 1g.5gb", "gi_id": 7, "ci_id": 0}]
+    config["gpus"][1]["lost"] = True
+    (tmp_path / "g.json").write_text(json.dumps(config))
+    env = {"GPUFLEET_SIM_GPUS_JSON": str(tmp_path / "g.json")}
+    res = subprocess.run(
+        [sys.executable, "-c", MIG_PROBE, str(stub)], check=True, capture_output=True, text=True, env=env
+    )
+    out = json.loads(res.stdout)
+    assert out["init"] == 0 and out["handles"] == [0, 15]  # NVML_ERROR_GPU_IS_LOST
+    assert out["migs"] == [[0, 0, 6, "", 0, 0], [0, 1, 0, "A100 MIG 1g.5gb", 7, 0], [0, 2, 6, "", 0, 0]]
+    assert out["gpu_gi_rc"] == 2  # a GPU handle is no MIG device
+    config["init_error"] = 18
+    (tmp_path / "g.json").write_text(json.dumps(config))
+    res = subprocess.run(
+        [sys.executable, "-c", MIG_PROBE, str(stub)], check=True, capture_output=True, text=True, env=env
+    )
+    assert json.loads(res.stdout)["init"] == 18

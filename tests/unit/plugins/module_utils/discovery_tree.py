@@ -1,10 +1,13 @@
 """Builders of host trees (``sys/``, ``proc/``, ``dev/``, ``etc/``) for the discovery tests.
 
 Each call writes what the kernel or the driver would show; device nodes are real (``os.mknod``, the
-tests run as root). The NVML stub (fixtures/discovery/nvml_stub.c) is compiled once per session and
-installed as the tree's ``libnvidia-ml.so.<version>`` with an ld.so.cache from the real ``ldconfig``.
+tests run as root). The NVML stub is the simulated fleet's (tests/sim/nvml/nvml_stub.c), compiled once
+per session and installed as the tree's ``libnvidia-ml.so.<version>`` with an ld.so.cache from the real
+``ldconfig``; it answers for the GPUs of a JSON config in its own format (``stub_config``), found
+through ``$GPUFLEET_SIM_GPUS_JSON``.
 """
 
+import json
 import os
 import shutil
 import stat
@@ -12,6 +15,11 @@ import subprocess
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "discovery")
 LIBDIR = "usr/lib/x86_64-linux-gnu"
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
+STUB_SOURCE = os.path.join(REPO, "tests", "sim", "nvml", "nvml_stub.c")
+H100 = {"name": "NVIDIA H100 80GB HBM3", "pci_device_id": 0x233010DE, "mib": 81559, "cc": (9, 0), "arch": 9}
+A100 = {"name": "NVIDIA A100-SXM4-40GB", "pci_device_id": 0x20B010DE, "mib": 40960, "cc": (8, 0), "arch": 7}
+MIB = 1024 * 1024
 
 
 def fixture_text(name):
@@ -25,9 +33,45 @@ def compile_nvml_stub(dest_dir):
     if gcc is None:
         return None
     out = os.path.join(dest_dir, "libnvidia-ml-stub.so")
-    source = os.path.join(FIXTURES, "nvml_stub.c")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", out, source], check=True)
+    cmd = [gcc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", "-Wl,-soname,libnvidia-ml.so.1"]
+    subprocess.run([*cmd, "-o", out, STUB_SOURCE, "-ldl"], check=True)
     return out
+
+
+def stub_config(count=2, mig=False, lost=None, init_error=0, version="535.261.03"):
+    """The stub's JSON config (tests/sim/model.py's node_config format): GPU i at 0000:<5+i>:00.0,
+    minor i, an H100 (with ``mig``, GPU 0 an A100 with MIG on and two MIG devices: 1g.5gb gi 7/ci 0
+    and 3g.20gb gi 2/ci 0); ``lost``: the index whose handle is lost; ``init_error``: nvmlInit's rc.
+    ``all_devices``: the stub answers whatever /dev of this machine holds (the tree's /dev is not it)."""
+    gpus = []
+    for i in range(count):
+        model = A100 if mig and i == 0 else H100
+        gpu = {
+            "index": i, "minor": i, "name": model["name"], "uuid": "GPU-00000000-0000-0000-0000-%012d" % i,
+            "pci_bus_id": "00000000:%02X:00.0" % (5 + i), "pci_device_id": model["pci_device_id"],
+            "pci_subsystem_id": 0x16C110DE, "memory_total": model["mib"] * MIB, "cc_major": model["cc"][0],
+            "cc_minor": model["cc"][1], "architecture": model["arch"], "brand": 2,
+            "mig_mode": 1 if model is A100 else 0, "max_mig_devices": 7 if model is A100 else 0,
+            "lost": i == lost,
+        }  # fmt: skip
+        if model is A100:
+            gpu["mig_devices"] = [
+                {"slot": k, "name": "NVIDIA A100-SXM4-40GB MIG " + profile,
+                 "uuid": "MIG-%08d-0000-0000-0000-%012d" % (i, k), "gi_id": gi, "ci_id": 0, "memory_total": mib * MIB}
+                for k, (profile, gi, mib) in enumerate((("1g.5gb", 7, 4864), ("3g.20gb", 2, 19968)))
+            ]  # fmt: skip
+        gpus.append(gpu)
+    return {
+        "driver_state": "loaded", "driver_version": version, "cuda_version": 12020, "all_devices": 1,
+        "init_error": init_error, "gpus": gpus,
+    }  # fmt: skip
+
+
+def write_stub_config(path, **kwargs):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(stub_config(**kwargs), f)
+    return path
 
 
 class HostTree:

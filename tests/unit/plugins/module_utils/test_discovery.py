@@ -2,6 +2,8 @@
 
 import ctypes
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -13,6 +15,7 @@ from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discove
     compile_nvml_stub,
     fixture_text,
     gpu_host,
+    write_stub_config,
 )
 
 
@@ -24,10 +27,17 @@ def nvml_stub(tmp_path_factory):
     return path
 
 
-@pytest.fixture(autouse=True)
-def _stub_env(monkeypatch):
-    for name in ("NVML_STUB_INIT", "NVML_STUB_GPUS", "NVML_STUB_MIG", "NVML_STUB_LOST"):
-        monkeypatch.delenv(name, raising=False)
+@pytest.fixture
+def stub_gpus(tmp_path_factory, monkeypatch):
+    """stub_gpus(**stub_config options): what the NVML stub answers (default: 2 H100s, driver loaded)."""
+    path = str(tmp_path_factory.mktemp("stub-config") / "gpus.json")
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", path)
+
+    def configure(**kwargs):
+        return write_stub_config(path, **kwargs)
+
+    configure()
+    return configure
 
 
 class Commands:
@@ -138,8 +148,8 @@ def test_procfs_and_sysfs_only(tmp_path):
     assert facts["problems"] == []
 
 
-def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_MIG", "1")
+def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(mig=True)
     tree = gpu_host(tmp_path, 2, stub=nvml_stub)
     commands = Commands()
     facts = discover(tree.root, run_command=commands)
@@ -172,9 +182,8 @@ def test_nvml_through_the_stub_with_mig(tmp_path, nvml_stub, monkeypatch):
     assert facts["problems"] == [] and facts["warnings"] == []
 
 
-def test_nvml_lost_gpu(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_LOST", "1")
-    monkeypatch.setenv("NVML_STUB_GPUS", "3")
+def test_nvml_lost_gpu(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(count=3, lost=1)
     tree = gpu_host(tmp_path, 3, stub=nvml_stub)
     facts = discover(tree.root, run_command=Commands())
     assert [g["lost"] for g in facts["gpus"]] == [False, True, False]
@@ -183,8 +192,8 @@ def test_nvml_lost_gpu(tmp_path, nvml_stub, monkeypatch):
     assert "GPU 1: no handle: GPU is lost" in facts["warnings"][0]
 
 
-def test_nvml_init_failure_is_a_warning(tmp_path, nvml_stub, monkeypatch):
-    monkeypatch.setenv("NVML_STUB_INIT", "18")
+def test_nvml_init_failure_is_a_warning(tmp_path, nvml_stub, stub_gpus):
+    stub_gpus(count=1, init_error=18)
     tree = gpu_host(tmp_path, 1, stub=nvml_stub)
     commands = Commands({"nvidia-smi": (9, "", "Failed to initialize NVML: Driver/library version mismatch")})
     tree.nvidia_smi()
@@ -284,9 +293,9 @@ def test_nvml_unavailable():
 
 
 @pytest.mark.parametrize("count", [8, 16])
-def test_scan_time(tmp_path, nvml_stub, monkeypatch, count, capsys):
+def test_scan_time(tmp_path, nvml_stub, stub_gpus, count, capsys):
     """The benchmark target is < 50 ms for 16 GPUs; asserted loosely (shared CI cores), printed exactly."""
-    monkeypatch.setenv("NVML_STUB_GPUS", str(count))
+    stub_gpus(count=count)
     tree = gpu_host(tmp_path, count, stub=nvml_stub)
     discover(tree.root, run_command=Commands())  # warm: first dlopen of this copy
     timings = {}
@@ -303,3 +312,65 @@ def test_scan_time(tmp_path, nvml_stub, monkeypatch, count, capsys):
         shown = ", ".join("%s %.1f ms" % (k, v * 1000) for k, v in timings.items())
         print("\n  discover() %d GPUs: %s" % (count, shown))
     assert max(timings.values()) < 0.5
+
+
+def debian_layout(tree, stub, version="535.261.03", flavour="current"):
+    """Debian's packaging as installed on a node: the libraries in nvidia/<flavour>, the alternative's
+    slave links for some sonames (libcuda.so.1) and none for libnvidia-ml.so.1 (not in ld.so.cache)."""
+    libdir = "/usr/lib/x86_64-linux-gnu"
+    flavour_dir = "%s/nvidia/%s" % (libdir, flavour)
+    os.makedirs(tree.path(flavour_dir))
+    shutil.copy(stub, tree.path("%s/libnvidia-ml.so.%s" % (flavour_dir, version)))
+    tree.link(flavour_dir + "/libnvidia-ml.so.1", "libnvidia-ml.so." + version)
+    libcuda = tree.path("%s/libcuda.so.%s" % (flavour_dir, version))  # a real ELF with libcuda's soname
+    empty = tree.write("/tmp/empty.c", "int cuda_stand_in;\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", libcuda, empty], check=True)
+    tree.link(flavour_dir + "/libcuda.so.1", "libcuda.so." + version)
+    tree.link("/etc/alternatives/nvidia", "/usr/lib/nvidia/" + flavour)
+    tree.link("/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu", flavour_dir + "/libcuda.so.1")
+    tree.link(libdir + "/libcuda.so.1", "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu")
+    os.makedirs(tree.path("/usr/lib/nvidia/" + flavour), exist_ok=True)
+    tree.write("/etc/ld.so.conf", libdir + "\n")
+    subprocess.run(["ldconfig", "-r", tree.root], check=True)
+    return tree
+
+
+def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub, stub_gpus):
+    """Debian 535: libnvidia-ml.so.1 only in nvidia/current (found through /etc/alternatives/nvidia)."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import read_ld_so_cache
+
+    tree = debian_layout(gpu_host(tmp_path, 2), nvml_stub)
+    cached = {e.soname for e in read_ld_so_cache(tree.path("/etc/ld.so.cache"))}
+    assert "libcuda.so.1" in cached and "libnvidia-ml.so.1" not in cached
+    facts = discover(tree.root, run_command=Commands())
+    assert facts["warnings"] == []
+    assert facts["sources"]["answered"] == ["nvml", "procfs", "sysfs"]
+    assert [g["source"] for g in facts["gpus"]] == ["nvml", "nvml"]
+    utility = {f["name"]: f for f in facts["libraries"]["utility"]}
+    assert utility["libnvidia-ml.so.1"]["path"] == "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"
+    assert utility["libnvidia-ml.so.1"]["resolved"].endswith("/nvidia/current/libnvidia-ml.so.535.261.03")
+    # Without the alternative there is no flavour to look in: NVML is not found (and says so).
+    os.unlink(tree.path("/etc/alternatives/nvidia"))
+    facts = discover(tree.root, sources=["nvml"], run_command=Commands())
+    assert facts["gpu_count"] == 0 and facts["warnings"] == [
+        "nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % tree.root
+    ]
+
+
+def test_nvml_candidates_on_slash_try_the_loader_first():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import nvml_candidates
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import LdCacheEntry
+
+    entry = LdCacheEntry(
+        "libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1", 0x303, "x86_64", None
+    )
+    assert nvml_candidates("/", [entry])[0] == "libnvidia-ml.so.1"
+    assert len(nvml_candidates("/", [entry])) == 2
+    assert nvml_candidates("/", []) == ["libnvidia-ml.so.1"]
+
+
+def test_nvml_load_falls_back_to_the_next_candidate(nvml_stub):
+    lib = _nvml.load(["libnvidia-ml-does-not-exist.so.1", nvml_stub])
+    assert lib._name == nvml_stub
+    with pytest.raises(_nvml.NvmlUnavailable, match=r"libnvidia-ml-does-not-exist\.so\.1.*nope\.so\.1"):
+        _nvml.load(["libnvidia-ml-does-not-exist.so.1", "/nonexistent/nope.so.1"])
