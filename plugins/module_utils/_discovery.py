@@ -20,12 +20,10 @@ no sanity ignore file; a caller outside Ansible passes its own runner.
 """
 
 import os
-import re
 
 from . import _engines, _labels, _nvidia_procfs, _nvidia_smi, _nvml, _pci, _problems
 from ._devices import scan_device_nodes
-from ._driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files
-from ._ldcache import LdCacheEntry, read_ld_so_cache
+from ._driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files, read_driver_cache
 from ._pathsafe import host_path, resolve_in_root
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
@@ -106,31 +104,6 @@ def _finish_gpu(gpu):
 # ...), the flavour chosen by the ``nvidia`` alternative; only some sonames get a link on the loader's
 # path through the alternative's slaves (libcuda.so.1, libnvidia-ptxjitcompiler.so.1), and
 # ``libnvidia-ml.so.1`` is not one of them: it is in no ld.so.cache. These are the sonames found there.
-DEBIAN_ALTERNATIVE = "/etc/alternatives/nvidia"
-DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu/nvidia"
-_SONAME_LINK = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
-
-
-def debian_flavour_entries(driver_root, entries):
-    """ld.so.cache-like entries for the sonames in Debian's ``nvidia/<flavour>`` directory that the
-    cache lacks (flavour: the target of the ``nvidia`` alternative, ``/usr/lib/nvidia/current``)."""
-    target = resolve_in_root(driver_root, DEBIAN_ALTERNATIVE)
-    if target == DEBIAN_ALTERNATIVE:
-        return []  # no alternative: not Debian's packaging
-    directory = DEBIAN_LIBDIR + "/" + os.path.basename(target.rstrip("/"))
-    try:
-        names = sorted(os.listdir(host_path(driver_root, resolve_in_root(driver_root, directory))))
-    except OSError:
-        return []
-    known = {e.soname for e in entries if e.arch == "x86_64"}
-    flags = next((e.flags for e in entries if e.arch == "x86_64"), 0x0303)
-    return [
-        LdCacheEntry(name, directory + "/" + name, flags, "x86_64", None)
-        for name in names
-        if _SONAME_LINK.match(name) and name not in known
-    ]
-
-
 def nvml_candidates(driver_root, entries):
     """What to dlopen, in order: on ``/`` the soname first (the loader's own search, LD_LIBRARY_PATH
     included); then the file behind ``libnvidia-ml.so.1`` in the driver root's ld.so.cache (Debian's
@@ -173,15 +146,14 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
     proc_version = _nvidia_procfs.read_version(proc_dir)
     module_loaded = _nvidia_procfs.module_loaded(module) or proc_version is not None
 
-    # Installed userspace, from the driver root's ld.so.cache.
+    # Installed userspace, from the driver root's ld.so.cache (and Debian's nvidia/<flavour> dir).
     try:
-        entries = read_ld_so_cache(host_path(driver_root, resolve_in_root(driver_root, "/etc/ld.so.cache")))
+        entries = read_driver_cache(driver_root)
     except OSError:
         entries = []
     except ValueError as exc:
         warnings.append("ld.so.cache: %s" % exc)
         entries = []
-    entries = list(entries) + debian_flavour_entries(driver_root, entries)
 
     def resolve(path):
         return resolve_in_root(driver_root, path)

@@ -16,7 +16,7 @@ import re
 import stat
 from collections import namedtuple
 
-from ._ldcache import read_ld_so_cache
+from ._ldcache import LdCacheEntry, read_ld_so_cache
 from ._pathsafe import host_path, resolve_in_root
 
 # Canonical order: the order capabilities are listed in and applied in.
@@ -213,6 +213,39 @@ def _is_socket(root, inner):
         return False
 
 
+DEBIAN_ALTERNATIVE = "/etc/alternatives/nvidia"
+DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu/nvidia"
+_SONAME_LINK = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
+
+
+def debian_flavour_entries(driver_root, entries):
+    """ld.so.cache-like entries for the sonames in Debian's ``nvidia/<flavour>`` directory that the
+    cache lacks (flavour: the target of the ``nvidia`` alternative, ``/usr/lib/nvidia/current``)."""
+    target = resolve_in_root(driver_root, DEBIAN_ALTERNATIVE)
+    if target == DEBIAN_ALTERNATIVE:
+        return []  # no alternative: not Debian's packaging
+    directory = DEBIAN_LIBDIR + "/" + os.path.basename(target.rstrip("/"))
+    try:
+        names = sorted(os.listdir(host_path(driver_root, resolve_in_root(driver_root, directory))))
+    except OSError:
+        return []
+    known = {e.soname for e in entries if e.arch == "x86_64"}
+    flags = next((e.flags for e in entries if e.arch == "x86_64"), 0x0303)
+    return [
+        LdCacheEntry(name, directory + "/" + name, flags, "x86_64", None)
+        for name in names
+        if _SONAME_LINK.match(name) and name not in known
+    ]
+
+
+def read_driver_cache(driver_root):
+    """The driver root's ld.so.cache entries plus ``debian_flavour_entries``: what the loader and
+    libnvidia-container see, and the NVML library Debian keeps out of the cache. Raises OSError when
+    there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
+    entries = read_ld_so_cache(host_path(driver_root, resolve_in_root(driver_root, "/etc/ld.so.cache")))
+    return entries + debian_flavour_entries(driver_root, entries)
+
+
 def find_driver_files(driver_root, capabilities=None, version=None, *, root=None, arch="x86_64", entries=None):
     """Every driver file a container gets for ``capabilities``, found on the system under ``driver_root``.
 
@@ -227,7 +260,7 @@ def find_driver_files(driver_root, capabilities=None, version=None, *, root=None
         return resolve_in_root(driver_root, path)
 
     if entries is None:
-        entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+        entries = read_driver_cache(driver_root)
     if version is None:
         version = detect_installed_version(entries, resolve, arch)
     files = select_libraries(entries, capabilities, version, resolve, arch) if version else []

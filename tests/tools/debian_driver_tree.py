@@ -67,6 +67,10 @@ def _alternative_links(postinst_text):
                 ("/usr/lib/%s/%s%s" % (MULTIARCH, subdir, name), "/usr/lib/%s/nvidia/current/%s" % (MULTIARCH, name))
             )
             continue
+        m = re.match(r"update-alternatives --install (\S+) nvidia (/usr/lib/nvidia/current) ", line)
+        if m:  # the master link: /usr/lib/nvidia/nvidia -> /etc/alternatives/nvidia -> current
+            links.append((m.group(1), m.group(2)))
+            continue
         m = re.match(r"\$\(add_slave (\S+) \S+ (\S+)\)", line)
         if m:
             links.append((m.group(1), m.group(2)))
@@ -106,6 +110,8 @@ def build(dest):
             if not os.path.lexists(os.path.join(root, target.lstrip("/"))):
                 continue  # a slave for a package this fixture does not install
             name = os.path.basename(link) + ("-" + MULTIARCH if MULTIARCH in link else "")
+            if link == "/usr/lib/nvidia/nvidia":
+                name = "nvidia"
             alternative = "/etc/alternatives/" + name
             _symlink(root, alternative, target)
             _symlink(root, link, alternative)

@@ -164,3 +164,17 @@ def test_containerized_driver_root_layout(tmp_path):
         "/usr/lib/x86_64-linux-gnu/libcuda.so.570.86.15",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.15",
     ]
+
+
+def test_debian_nvml_outside_the_cache_is_still_found(debian_driver_tree, tmp_path):
+    """On an installed Debian 535 host libnvidia-ml.so.1 is only in nvidia/current, not in the
+    ld.so.cache (seen on the simulated nodes): find_driver_files must still mount it (utility)."""
+    root, version = debian_driver_tree
+    copy = str(tmp_path / "root")
+    subprocess.run(["cp", "-al", root, copy], check=True)
+    os.unlink(copy + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    subprocess.run(["ldconfig", "-r", copy], check=True)
+    found, files = find_driver_files(copy, "utility")
+    assert found == version
+    nvml = [f for f in files if f.name == "libnvidia-ml.so.1"]
+    assert [f.resolved for f in nvml] == ["/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.%s" % version]
