@@ -556,6 +556,9 @@ class Runner:
         unit = self.p["unit"] or self.defaults["unit"]
         systemctl = self.module.get_bin_path("systemctl", required=True)
         since = int(time.time())
+        # systemd refuses a start after a few in a short time (StartLimitBurst, 3 in 60s for docker 26 and later)
+        # without ever running the engine: clear that counter so the engine itself judges the new configuration.
+        self.module.run_command([systemctl, "reset-failed", unit])
         self.module.run_command([systemctl, "restart", unit])
         if self._wait(systemctl, unit):
             self.result["restarted"] = True

@@ -185,3 +185,6 @@ def test_restart_gives_up_as_soon_as_systemd_reports_failed_and_rolls_back(tmp_p
     assert cfg.read_text() == good
     journal = next(c for c in fake.calls if os.path.basename(c[0]) == "journalctl")
     assert "--since" in journal and journal[journal.index("--since") + 1].startswith("@")
+    systemctl = [c[1:] for c in fake.calls if os.path.basename(c[0]) == "systemctl" and c[1] != "is-active"]
+    # systemd's start limit is cleared before each restart, so the engine (not the limit) judges the file
+    assert systemctl[:2] == [["reset-failed", "docker"], ["restart", "docker"]], systemctl
