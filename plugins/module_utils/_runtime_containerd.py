@@ -55,6 +55,21 @@ def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
     return 3 if engine_version and engine_version[0] >= 2 else 2
 
 
+CDI_MIN_VERSION = (1, 7, 0)
+
+
+def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
+    """A warning for ``cdi=true`` on a containerd that ignores ``enable_cdi`` (before 1.7), else ``None``.
+    An unknown version gives no warning."""
+    if engine_version and tuple(engine_version) < CDI_MIN_VERSION:
+        shown = ".".join(str(n) for n in engine_version)
+        return (
+            f"cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
+            "the key is written but has no effect until containerd is upgraded"
+        )
+    return None
+
+
 def whole_table_needed(engine_version: Optional[Tuple[int, int, int]]) -> bool:
     """Whether imports replace plugin tables wholesale (before 2.1; unknown versions count as old)."""
     return not engine_version or tuple(engine_version[:2]) < (2, 1)

@@ -12,7 +12,7 @@ something changed; a file that needs no change is returned byte-identical.
 import json
 import re
 from collections import OrderedDict
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
     Edit,
@@ -22,6 +22,22 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common im
 
 DEFAULT_PATH = "/etc/docker/daemon.json"
 _FIX = "fix the file by hand and run again; it was left untouched"
+# Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
+# refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
+RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+CDI_MIN_VERSION = (25, 0, 0)
+
+
+def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
+    """A warning for ``cdi=true`` on a docker that has no CDI support (before 25), else ``None``.
+    An unknown version gives no warning."""
+    if engine_version and tuple(engine_version) < CDI_MIN_VERSION:
+        shown = ".".join(str(n) for n in engine_version)
+        return (
+            f"cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
+            "honour it); use the nvidia runtime for GPU containers on this host"
+        )
+    return None
 
 
 def detect_indent(text: str) -> Union[str, None]:
@@ -83,6 +99,13 @@ def present(
 ) -> Edit:
     """Add or update ``runtimes.<name> = {"path": runtime_path, "args": []}``, and when asked
     ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it)."""
+    if name in RESERVED_NAMES:
+        raise RuntimeConfigError(
+            f"runtime name {name!r} is reserved by dockerd (it refuses to start with it in runtimes)",
+            path,
+            None,
+            "choose another name, e.g. nvidia; the file was left untouched",
+        )
     data = _load(text, path)
     changes: List[str] = []
     runtimes = data.get("runtimes")

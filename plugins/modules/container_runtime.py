@@ -27,7 +27,9 @@ description:
   - A C(runtimes) table in a containerd file replaces containerd's built-in one (C(runc)); when no file
     defines any runtime, the built-in default is written out next to ours.
   - "CDI: O(cdi=true) sets C(features.cdi) for docker (25 and later honour it) and C(enable_cdi) for containerd
-    (1.7 and later). CRI-O has CDI on by itself since 1.23 and has no switch: nothing is written for it."
+    (1.7 and later). CRI-O has CDI on by itself since 1.23 and has no switch: nothing is written for it.
+    On docker before 25 and containerd before 1.7 the key is written anyway and the module warns that the
+    engine ignores it."
 author:
   - gpufleet.nvidia contributors (@gpufleet)
 extends_documentation_fragment:
@@ -48,7 +50,10 @@ options:
     required: true
     choices: [docker, containerd, crio]
   name:
-    description: Name of the runtime.
+    description:
+      - Name of the runtime.
+      - For docker, the names of its built-in runtimes (C(runc), C(io.containerd.runc.v2),
+        C(io.containerd.runtime.v1.linux)) are refused; dockerd would not start with them in C(runtimes).
     type: str
     default: nvidia
   path:
@@ -96,8 +101,9 @@ options:
   restart:
     description:
       - When something changed, restart the engine with C(systemctl restart) and wait until it answers.
-      - If it does not come back within O(restart_timeout), the previous files are put back, the engine is restarted
-        again and the module fails with the engine's own error (the journal's tail).
+      - If it does not come back within O(restart_timeout) (or systemd reports the unit C(failed) before that), the
+        previous files are put back, the engine is restarted again and the module fails with the engine's own error
+        (the unit's journal since the restart).
     type: bool
     default: false
   restart_timeout:
@@ -298,6 +304,10 @@ class Runner:
         p = self.p
         present = p["state"] == "present"
         main_text, main_exists = read(self.config_path)
+        if present and p["cdi"] and self.engine in ("docker", "containerd"):
+            warning = (dock if self.engine == "docker" else ctd).cdi_warning(self.version)
+            if warning:
+                self.module.warn(warning)
         if self.engine == "docker":
             if present:
                 edit = dock.present(
@@ -545,11 +555,15 @@ class Runner:
     def restart(self):
         unit = self.p["unit"] or self.defaults["unit"]
         systemctl = self.module.get_bin_path("systemctl", required=True)
+        since = int(time.time())
+        # systemd refuses a start after a few in a short time (StartLimitBurst, 3 in 60s for docker 26 and later)
+        # without ever running the engine: clear that counter so the engine itself judges the new configuration.
+        self.module.run_command([systemctl, "reset-failed", unit])
         self.module.run_command([systemctl, "restart", unit])
         if self._wait(systemctl, unit):
             self.result["restarted"] = True
             return
-        journal = self._journal(unit)
+        journal = self._journal(unit, since)
         self.restore()
         self.module.run_command([systemctl, "reset-failed", unit])
         self.module.run_command([systemctl, "restart", unit])
@@ -589,13 +603,22 @@ class Runner:
                 return True
             if time.monotonic() >= deadline:
                 return False
+            # A unit that systemd gave up on (no Restart=, or its start limit hit) will not answer: no use waiting
+            # out the timeout. "activating" (an automatic restart pending) keeps us waiting.
+            _rc, state, _err = self.module.run_command([systemctl, "is-active", unit])
+            if state.strip() == "failed":
+                return False
             time.sleep(1)
 
-    def _journal(self, unit):
+    def _journal(self, unit, since=None):
+        """The unit's journal from the restart on (what the engine said when it refused to start)."""
         journalctl = self.module.get_bin_path("journalctl")
         if not journalctl:
             return "(no journalctl)"
-        _rc, out, _err = self.module.run_command([journalctl, "-u", unit, "-n", "20", "--no-pager", "-o", "cat"])
+        cmd = [journalctl, "-u", unit, "-n", "20", "--no-pager", "-o", "cat"]
+        if since is not None:
+            cmd += ["--since", f"@{since}"]
+        _rc, out, _err = self.module.run_command(cmd)
         return out.strip()
 
     def run(self):

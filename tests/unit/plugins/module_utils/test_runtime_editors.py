@@ -96,6 +96,52 @@ def test_docker_keeps_indentation_styles():
     assert dock.detect_indent('{"a": 1}') is None
 
 
+@pytest.mark.parametrize("name", dock.RESERVED_NAMES)
+def test_docker_refuses_a_reserved_runtime_name(name):
+    # dockerd 20.10, 26 and 28 refuse to start with these in runtimes ("runtime name 'runc' is reserved"),
+    # and `dockerd --validate` (26, 28) passes such a file: found on the simulated fleet.
+    text = '{\n  "log-driver": "journald"\n}\n'
+    with pytest.raises(RuntimeConfigError) as exc:
+        dock.present(text, SHIM, name=name, path="/etc/docker/daemon.json")
+    assert "reserved" in str(exc.value) and name in str(exc.value) and "/etc/docker/daemon.json" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "version, warns",
+    [
+        ((20, 10, 24), True),
+        ((24, 0, 9), True),
+        ((25, 0, 0), False),
+        ((26, 1, 5), False),
+        ((28, 5, 2), False),
+        (None, False),
+    ],
+)
+def test_docker_cdi_warning_below_25(version, warns):
+    warning = dock.cdi_warning(version)
+    assert bool(warning) is warns
+    if warns:
+        assert ".".join(str(n) for n in version) in warning and "docker 25" in warning
+
+
+@pytest.mark.parametrize(
+    "version, warns",
+    [
+        ((1, 6, 20), True),
+        ((1, 6, 99), True),
+        ((1, 7, 0), False),
+        ((1, 7, 24), False),
+        ((2, 1, 9), False),
+        (None, False),
+    ],
+)
+def test_containerd_cdi_warning_below_1_7(version, warns):
+    warning = ctd.cdi_warning(version)
+    assert bool(warning) is warns
+    if warns:
+        assert "enable_cdi" in warning and "1.7" in warning
+
+
 def test_docker_absent_leaves_foreign_runtime():
     src = _read("docker", "nvidia-ctk.input.json")
     edit = dock.absent(src, SHIM)

@@ -2,7 +2,9 @@
 and validation by the real containerd binary when it is installed."""
 
 import json
+import os
 import shutil
+import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -114,3 +116,75 @@ def test_crio_drop_in_and_cdi_note(tmp_path, result):
     assert oct(drop.stat().st_mode & 0o777) == "0o644"
     r = result(engine="crio", config_path=str(main), drop_in=str(drop), state="absent")
     assert r["changed"] and not drop.exists()
+
+
+@pytest.mark.parametrize(
+    "engine, version, warns",
+    [
+        ("docker", "20.10.24", True),
+        ("docker", "26.1.5", False),
+        ("containerd", "1.6.20", True),
+        ("containerd", "1.7.24", False),
+    ],
+)
+def test_cdi_warns_where_the_engine_ignores_it(tmp_path, result, engine, version, warns):
+    cfg = tmp_path / ("daemon.json" if engine == "docker" else "config.toml")
+    extra = {} if engine == "docker" else {"drop_in": False}
+    r = result(engine=engine, config_path=str(cfg), cdi=True, engine_version=version, validate=False, **extra)
+    assert r["changed"], r
+    # warnings are reported as text or (newer ansible-core) as event dicts; the version names this run's warning
+    text = json.dumps(r.get("warnings", []))
+    assert (f"cdi=true: {engine} {version}" in text) is warns, text
+    if warns:
+        assert ("docker 25 and later" if engine == "docker" else "CDI support comes with containerd 1.7") in text
+
+
+def test_docker_reserved_name_refused_before_anything_is_written(tmp_path, result):
+    cfg = tmp_path / "daemon.json"
+    r = result(engine="docker", config_path=str(cfg), name="runc", restart=True, engine_version="28.5.2")
+    assert r["failed"] and "reserved" in r["msg"] and not cfg.exists()
+
+
+class FakeSystem:
+    """systemctl/journalctl/docker as a failed dockerd shows them: the unit ends up `failed` after the restart
+    with the new file, and comes back after the old one is restored."""
+
+    def __init__(self, cfg, good_text):
+        self.cfg = cfg
+        self.good = good_text
+        self.calls = []
+
+    def bin_path(self, name, required=False, opt_dirs=None):
+        return f"/usr/bin/{name}"
+
+    def run_command(self, cmd, *args, **kwargs):
+        self.calls.append(cmd)
+        healthy = self.cfg.read_text() == self.good
+        tool = os.path.basename(cmd[0])
+        if tool == "docker":
+            return (0, "ok", "") if healthy else (1, "", "Cannot connect to the Docker daemon")
+        if tool == "systemctl" and cmd[1] == "is-active":
+            return (0, "active\n", "") if healthy else (3, "failed\n", "")
+        if tool == "journalctl":
+            return 0, "failed to start daemon: the engine's own words\n", ""
+        return 0, "", ""
+
+
+def test_restart_gives_up_as_soon_as_systemd_reports_failed_and_rolls_back(tmp_path, result, monkeypatch):
+    cfg = tmp_path / "daemon.json"
+    good = '{\n  "log-driver": "journald"\n}\n'
+    cfg.write_text(good)
+    fake = FakeSystem(cfg, good)
+    monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    start = time.monotonic()
+    r = result(engine="docker", config_path=str(cfg), restart=True, restart_timeout=30, engine_version="20.10.24")
+    assert time.monotonic() - start < 10, "waited out restart_timeout although the unit had failed"
+    assert r["failed"] and r["rolled_back"] and r["engine_back"], r
+    assert "the engine's own words" in r["msg"]
+    assert cfg.read_text() == good
+    journal = next(c for c in fake.calls if os.path.basename(c[0]) == "journalctl")
+    assert "--since" in journal and journal[journal.index("--since") + 1].startswith("@")
+    systemctl = [c[1:] for c in fake.calls if os.path.basename(c[0]) == "systemctl" and c[1] != "is-active"]
+    # systemd's start limit is cleared before each restart, so the engine (not the limit) judges the file
+    assert systemctl[:2] == [["reset-failed", "docker"], ["restart", "docker"]], systemctl
