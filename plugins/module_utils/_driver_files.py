@@ -16,7 +16,7 @@ import re
 import stat
 from collections import namedtuple
 
-from ._ldcache import read_ld_so_cache
+from ._ldcache import LdCacheEntry, read_ld_so_cache
 from ._pathsafe import host_path, resolve_in_root
 
 # Canonical order: the order capabilities are listed in and applied in.
@@ -101,6 +101,14 @@ CONTAINER_LINKS = {
 }
 
 # Where libraries go inside the container, by the container image's layout.
+# Debian's private driver folders. The sonames are public only through nvidia-alternative's links; a
+# library whose link is missing (alternative pointing elsewhere, trigger not run) is still found here.
+PRIVATE_LIBDIRS = {
+    "x86_64": ("/usr/lib/x86_64-linux-gnu/nvidia/current",),
+    "i386": ("/usr/lib/i386-linux-gnu/nvidia/current",),
+}
+_SONAME_RE = re.compile(r"^lib[\w.+-]*\.so\.\d+$")
+
 CONTAINER_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"),
     "i386": ("/usr/lib/i386-linux-gnu", "/usr/lib32"),
@@ -186,6 +194,27 @@ def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
     return files
 
 
+def private_entries(driver_root, entries, resolve):
+    """Cache-like entries for the sonames in Debian's private folders that ``entries`` lack, after them.
+
+    Only ``lib*.so.<N>`` names (the soname links) are taken; what they point at is still resolved inside
+    ``driver_root`` and filtered by version like every cache entry.
+    """
+    known = {(e.soname, e.arch) for e in entries}
+    extra = []
+    for arch, dirs in sorted(PRIVATE_LIBDIRS.items()):
+        for directory in dirs:
+            try:
+                names = sorted(os.listdir(host_path(driver_root, resolve(directory))))
+            except OSError:
+                continue
+            for name in names:
+                if _SONAME_RE.match(name) and (name, arch) not in known:
+                    known.add((name, arch))
+                    extra.append(LdCacheEntry(name, directory + "/" + name, None, arch, None))
+    return extra
+
+
 def detect_installed_version(entries, resolve, arch="x86_64"):
     """The driver version of the installed userspace: the suffix of the file behind libnvidia-ml.so.1
     (else libcuda.so.1) in the cache, or None when neither is installed."""
@@ -228,6 +257,7 @@ def find_driver_files(driver_root, capabilities=None, version=None, *, root=None
 
     if entries is None:
         entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    entries = list(entries) + private_entries(driver_root, entries, resolve)
     if version is None:
         version = detect_installed_version(entries, resolve, arch)
     files = select_libraries(entries, capabilities, version, resolve, arch) if version else []
