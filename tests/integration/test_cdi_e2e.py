@@ -214,6 +214,11 @@ def test_podman_5_cdi_device(fleet):
     _check_gpu_container(node, out.stdout, [0])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="podman 4.3 (bookworm) rejects cdiVersion 0.6.0 and top-level annotations ('unresolvable CDI "
+    "devices'); the same spec at 0.5.0 without annotations works (checked by hand). Open: cdi_version option.",
+)
 def test_podman_4_3_cdi_device(fleet):
     node = _node(fleet, "bookworm")
     assert node.run("podman --version", check=True).stdout.split()[-1].startswith("4.3")
