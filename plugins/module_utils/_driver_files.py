@@ -101,6 +101,14 @@ CONTAINER_LINKS = {
 }
 
 # Where libraries go inside the container, by the container image's layout.
+# Debian's private driver folders. The sonames are public only through nvidia-alternative's links; a
+# library whose link is missing (alternative pointing elsewhere, trigger not run) is still found here.
+PRIVATE_LIBDIRS = {
+    "x86_64": ("/usr/lib/x86_64-linux-gnu/nvidia/current",),
+    "i386": ("/usr/lib/i386-linux-gnu/nvidia/current",),
+}
+_SONAME_RE = re.compile(r"^lib[\w.+-]*\.so\.\d+$")
+
 CONTAINER_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"),
     "i386": ("/usr/lib/i386-linux-gnu", "/usr/lib32"),
@@ -186,6 +194,27 @@ def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
     return files
 
 
+def private_entries(driver_root, entries, resolve):
+    """Cache-like entries for the sonames in Debian's private folders that ``entries`` lack, after them.
+
+    Only ``lib*.so.<N>`` names (the soname links) are taken; what they point at is still resolved inside
+    ``driver_root`` and filtered by version like every cache entry.
+    """
+    known = {(e.soname, e.arch) for e in entries}
+    extra = []
+    for arch, dirs in sorted(PRIVATE_LIBDIRS.items()):
+        for directory in dirs:
+            try:
+                names = sorted(os.listdir(host_path(driver_root, resolve(directory))))
+            except OSError:
+                continue
+            for name in names:
+                if _SONAME_RE.match(name) and (name, arch) not in known:
+                    known.add((name, arch))
+                    extra.append(LdCacheEntry(name, directory + "/" + name, None, arch, None))
+    return extra
+
+
 def detect_installed_version(entries, resolve, arch="x86_64"):
     """The driver version of the installed userspace: the suffix of the file behind libnvidia-ml.so.1
     (else libcuda.so.1) in the cache, or None when neither is installed."""
@@ -213,37 +242,16 @@ def _is_socket(root, inner):
         return False
 
 
-DEBIAN_ALTERNATIVE = "/etc/alternatives/nvidia"
-DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu/nvidia"
-_SONAME_LINK = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
-
-
-def debian_flavour_entries(driver_root, entries):
-    """ld.so.cache-like entries for the sonames in Debian's ``nvidia/<flavour>`` directory that the
-    cache lacks (flavour: the target of the ``nvidia`` alternative, ``/usr/lib/nvidia/current``)."""
-    target = resolve_in_root(driver_root, DEBIAN_ALTERNATIVE)
-    if target == DEBIAN_ALTERNATIVE:
-        return []  # no alternative: not Debian's packaging
-    directory = DEBIAN_LIBDIR + "/" + os.path.basename(target.rstrip("/"))
-    try:
-        names = sorted(os.listdir(host_path(driver_root, resolve_in_root(driver_root, directory))))
-    except OSError:
-        return []
-    known = {e.soname for e in entries if e.arch == "x86_64"}
-    flags = next((e.flags for e in entries if e.arch == "x86_64"), 0x0303)
-    return [
-        LdCacheEntry(name, directory + "/" + name, flags, "x86_64", None)
-        for name in names
-        if _SONAME_LINK.match(name) and name not in known
-    ]
-
-
 def read_driver_cache(driver_root):
-    """The driver root's ld.so.cache entries plus ``debian_flavour_entries``: what the loader and
-    libnvidia-container see, and the NVML library Debian keeps out of the cache. Raises OSError when
-    there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
-    entries = read_ld_so_cache(host_path(driver_root, resolve_in_root(driver_root, "/etc/ld.so.cache")))
-    return entries + debian_flavour_entries(driver_root, entries)
+    """The driver root's ld.so.cache entries plus ``private_entries``: what the loader and
+    libnvidia-container see, and the libraries Debian keeps out of the cache (``libnvidia-ml.so.1``).
+    Raises OSError when there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
+
+    def resolve(path):
+        return resolve_in_root(driver_root, path)
+
+    entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    return entries + private_entries(driver_root, entries, resolve)
 
 
 def find_driver_files(driver_root, capabilities=None, version=None, *, root=None, arch="x86_64", entries=None):
@@ -260,7 +268,8 @@ def find_driver_files(driver_root, capabilities=None, version=None, *, root=None
         return resolve_in_root(driver_root, path)
 
     if entries is None:
-        entries = read_driver_cache(driver_root)
+        entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    entries = list(entries) + private_entries(driver_root, entries, resolve)
     if version is None:
         version = detect_installed_version(entries, resolve, arch)
     files = select_libraries(entries, capabilities, version, resolve, arch) if version else []

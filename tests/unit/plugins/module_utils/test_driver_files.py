@@ -178,3 +178,27 @@ def test_debian_nvml_outside_the_cache_is_still_found(debian_driver_tree, tmp_pa
     assert found == version
     nvml = [f for f in files if f.name == "libnvidia-ml.so.1"]
     assert [f.resolved for f in nvml] == ["/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.%s" % version]
+
+
+def test_library_only_in_debians_private_folder_is_found(tmp_path):
+    # Debian keeps libnvidia-ml.so.1 in nvidia/current; its public name is an alternatives link that
+    # can be missing (seen on the simulated bookworm node with Debian's 535 packages): not in the cache.
+    root = tmp_path / "root"
+    private = root / "usr/lib/x86_64-linux-gnu/nvidia/current"
+    private.mkdir(parents=True)
+    for name in ("libcuda.so", "libnvidia-ml.so", "libnvidia-cfg.so"):
+        (private / (name + ".535.1.2")).write_bytes(b"\x7fELF")
+        os.symlink(name + ".535.1.2", str(private / (name + ".1")))
+    (private / "libnvidia-ml.so.470.1.1").write_bytes(b"\x7fELF")  # stale: no soname link, never taken
+    os.symlink("libnvidia-ml.so.1", str(private / "libnvidia-ml.so"))  # dev link: not a soname
+    public = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    os.symlink("nvidia/current/libcuda.so.1", str(root / public.lstrip("/")))
+    entries = [LdCacheEntry("libcuda.so.1", public, 0x0303, "x86_64", 0)]
+    version, files = find_driver_files(str(root), "utility,compute", entries=entries)
+    assert version == "535.1.2"
+    libraries = {f.name: f for f in files if f.kind == "library"}
+    assert libraries["libcuda.so.1"].path == public  # the cache's own entry wins
+    assert libraries["libnvidia-ml.so.1"].path == "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"
+    assert libraries["libnvidia-ml.so.1"].resolved.endswith("/nvidia/current/libnvidia-ml.so.535.1.2")
+    assert "libnvidia-cfg.so.1" in libraries and "libnvidia-ml.so" not in libraries
+    assert len(libraries) == 3
