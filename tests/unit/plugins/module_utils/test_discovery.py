@@ -349,8 +349,10 @@ def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub, stub_gpus):
     utility = {f["name"]: f for f in facts["libraries"]["utility"]}
     assert utility["libnvidia-ml.so.1"]["path"] == "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"
     assert utility["libnvidia-ml.so.1"]["resolved"].endswith("/nvidia/current/libnvidia-ml.so.535.261.03")
-    # Without the alternative there is no flavour to look in: NVML is not found (and says so).
+    # Without the soname link in the private folder there is nothing to load: NVML is not found
+    # (and says so); the alternative's link is not needed to look there.
     os.unlink(tree.path("/etc/alternatives/nvidia"))
+    os.unlink(tree.path("/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"))
     facts = discover(tree.root, sources=["nvml"], run_command=Commands())
     assert facts["gpu_count"] == 0 and facts["warnings"] == [
         "nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % tree.root
