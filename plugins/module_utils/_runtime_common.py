@@ -56,6 +56,18 @@ class Edit:
         return f"Edit(changes={self.changes!r})"
 
 
+# The "what to do" of every refusal to edit a file that cannot be read as the engine would.
+FIX_BY_HAND = "fix the file by hand and run again; it was left untouched"
+
+
+def older_than(engine_version: Optional[Tuple[int, int, int]], minimum: Tuple[int, int, int]) -> Optional[str]:
+    """The engine version as text when it is known and older than ``minimum``, else ``None``
+    (an unknown version is never reported as too old)."""
+    if engine_version and tuple(engine_version) < minimum:
+        return ".".join(str(n) for n in engine_version)
+    return None
+
+
 def line_of(text: str, needle: str, start: int = 0) -> Optional[int]:
     """1-based line of the first ``needle`` in ``text`` (``None`` when absent)."""
     pos = text.find(needle, start)

@@ -38,16 +38,17 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _runtime_toml as t
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+    FIX_BY_HAND,
     MANAGED_MARKER,
     Edit,
     RuntimeConfigError,
+    older_than,
 )
 
 DEFAULT_PATH = "/etc/containerd/config.toml"
 DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
 RUNTIME_TYPE = "io.containerd.runc.v2"
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-_FIX = "fix the file by hand and run again; it was left untouched"
 
 
 def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
@@ -61,8 +62,8 @@ CDI_MIN_VERSION = (1, 7, 0)
 def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
     """A warning for ``cdi=true`` on a containerd that ignores ``enable_cdi`` (before 1.7), else ``None``.
     An unknown version gives no warning."""
-    if engine_version and tuple(engine_version) < CDI_MIN_VERSION:
-        shown = ".".join(str(n) for n in engine_version)
+    shown = older_than(engine_version, CDI_MIN_VERSION)
+    if shown:
         return (
             f"cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
             "the key is written but has no effect until containerd is upgraded"
@@ -89,7 +90,7 @@ def _version_of(doc: Any, text: str, path: str) -> int:
             f"version = {version!r}: containerd knows config versions 1, 2 and 3",
             path,
             t.key_line(text, "version"),
-            _FIX,
+            FIX_BY_HAND,
         )
     return int(version)
 
@@ -145,7 +146,7 @@ def _register(
         changes.append(f"{prefix}containerd.runtimes.{builtin}: containerd's built-in default written out")
     existing = runtimes.get(name)
     if existing is not None and not t.is_table(existing):
-        raise RuntimeConfigError(f"runtimes.{name} is not a table", path, t.key_line(text, name), _FIX)
+        raise RuntimeConfigError(f"runtimes.{name} is not a table", path, t.key_line(text, name), FIX_BY_HAND)
     if existing is None:
         if source is not None:
             new = t.deepcopy(source)
@@ -433,7 +434,9 @@ def present_drop_in(
         item.comment("gpufleet.nvidia: added")
         changes.append(f"imports: added with {drop_in}")
     elif not isinstance(imports_list, list):
-        raise RuntimeConfigError("imports is not an array of paths", path, t.key_line(main_text, "imports"), _FIX)
+        raise RuntimeConfigError(
+            "imports is not an array of paths", path, t.key_line(main_text, "imports"), FIX_BY_HAND
+        )
     elif not _imports_match(imports_list, path, drop_in):
         imports_list.append(drop_in)
         changes.append(f"imports: {drop_in} appended")

@@ -15,13 +15,14 @@ from collections import OrderedDict
 from typing import Any, List, Optional, Tuple, Union
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+    FIX_BY_HAND,
     Edit,
     RuntimeConfigError,
     line_of,
+    older_than,
 )
 
 DEFAULT_PATH = "/etc/docker/daemon.json"
-_FIX = "fix the file by hand and run again; it was left untouched"
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
 RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
@@ -31,8 +32,8 @@ CDI_MIN_VERSION = (25, 0, 0)
 def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
     """A warning for ``cdi=true`` on a docker that has no CDI support (before 25), else ``None``.
     An unknown version gives no warning."""
-    if engine_version and tuple(engine_version) < CDI_MIN_VERSION:
-        shown = ".".join(str(n) for n in engine_version)
+    shown = older_than(engine_version, CDI_MIN_VERSION)
+    if shown:
         return (
             f"cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
             "honour it); use the nvidia runtime for GPU containers on this host"
@@ -63,9 +64,11 @@ def _load(text: str, path: str) -> "OrderedDict[str, Any]":
     except ValueError as exc:
         lineno = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", str(exc))
-        raise RuntimeConfigError(f"not valid JSON: {msg}", path, lineno, _FIX) from None
+        raise RuntimeConfigError(f"not valid JSON: {msg}", path, lineno, FIX_BY_HAND) from None
     if not isinstance(data, dict):
-        raise RuntimeConfigError(f"the top level is a {type(data).__name__}, dockerd expects an object", path, 1, _FIX)
+        raise RuntimeConfigError(
+            f"the top level is a {type(data).__name__}, dockerd expects an object", path, 1, FIX_BY_HAND
+        )
     return data
 
 
@@ -84,7 +87,7 @@ def _expect(value: Any, kind: type, what: str, *, text: str, path: str, key: str
             f"{what} is {json.dumps(value)}, dockerd expects {want} there",
             path,
             line_of(text, f'"{key}"'),
-            _FIX,
+            FIX_BY_HAND,
         )
 
 

@@ -13,6 +13,7 @@ import traceback
 from typing import Any, List, Optional, Sequence
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+    FIX_BY_HAND,
     TRACK_PREFIX,
     RuntimeConfigError,
 )
@@ -33,7 +34,6 @@ MISSING_TOMLKIT_HINT = (
     "install it on the target: apt-get install python3-tomlkit (Debian/Ubuntu), "
     "dnf install python3-tomlkit (RHEL/Fedora, EPEL on 8), or pip install tomlkit"
 )
-_FIX = "fix the file by hand and run again; it was left untouched"
 
 
 def require_tomlkit() -> None:
@@ -46,7 +46,7 @@ def parse(text: str, path: str) -> Any:
     try:
         return tomlkit.parse(text)
     except _TomlParseError as exc:
-        raise RuntimeConfigError(f"not valid TOML: {exc}", path, getattr(exc, "line", None), _FIX) from None
+        raise RuntimeConfigError(f"not valid TOML: {exc}", path, getattr(exc, "line", None), FIX_BY_HAND) from None
 
 
 def dumps(doc: Any) -> str:
@@ -85,7 +85,7 @@ def get_table(container: Any, keys: Sequence[str], *, text: str, path: str, crea
                 f"{dotted} is {_render(nxt)}, a table is expected there",
                 path,
                 key_line(text, key),
-                _FIX,
+                FIX_BY_HAND,
             )
         cur = nxt
     return cur
