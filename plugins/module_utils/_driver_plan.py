@@ -117,16 +117,16 @@ def module_flavor(requested, nvidia):
         return "open"
     if requested == "open" and old:
         raise PlanError(
-            f"nvidia_driver_module_flavor=open, but the {', '.join(old)} GPUs here need the proprietary module;"
-            " set nvidia_driver_module_flavor to proprietary or auto"
+            f"driver_module_flavor=open, but the {', '.join(old)} GPUs here need the proprietary module;"
+            " set driver_module_flavor to proprietary or auto"
         )
     if requested == "proprietary" and newest:
         raise PlanError(
-            f"nvidia_driver_module_flavor=proprietary, but the {', '.join(newest)} GPUs here are supported by the"
-            " open kernel module only; set nvidia_driver_module_flavor to open or auto"
+            f"driver_module_flavor=proprietary, but the {', '.join(newest)} GPUs here are supported by the"
+            " open kernel module only; set driver_module_flavor to open or auto"
         )
     if requested not in ("open", "proprietary"):
-        raise PlanError(f"nvidia_driver_module_flavor={requested!r}: use auto, open or proprietary")
+        raise PlanError(f"driver_module_flavor={requested!r}: use auto, open or proprietary")
     return requested
 
 
@@ -149,15 +149,15 @@ def _branch(branch, version, default):
     branch = str(branch or "").strip()
     if version:
         if not re.match(r"^\d{3}\.\d+(\.\d+)?$", version):
-            raise PlanError(f"nvidia_driver_version={version!r} is not a driver version such as 535.261.03")
+            raise PlanError(f"driver_version={version!r} is not a driver version such as 535.261.03")
         from_version = version.split(".")[0]
         if branch and branch != from_version:
             raise PlanError(
-                f"nvidia_driver_version={version} is not on nvidia_driver_branch={branch}; drop one or make them agree"
+                f"driver_version={version} is not on driver_branch={branch}; drop one or make them agree"
             )
         return from_version, version
     if branch and not re.match(r"^(\d{3}|latest)$", branch):
-        raise PlanError(f"nvidia_driver_branch={branch!r} is not a branch such as 535 or 'latest'")
+        raise PlanError(f"driver_branch={branch!r} is not a branch such as 535 or 'latest'")
     return branch or default, ""
 
 
@@ -186,13 +186,13 @@ def plan(facts, settings, nvidia):
     build_module = bool(settings.get("kernel_module", True))
     flavor = module_flavor(settings.get("module_flavor") or "auto", nvidia)
     if source not in ("distro", "cuda"):
-        raise PlanError(f"nvidia_driver_source={source!r}: use distro or cuda")
+        raise PlanError(f"driver_source={source!r}: use distro or cuda")
     if package_set not in ("compute", "full"):
-        raise PlanError(f"nvidia_driver_package_set={package_set!r}: use compute or full")
+        raise PlanError(f"driver_package_set={package_set!r}: use compute or full")
     if dist == "redhat" and source == "distro":
         raise PlanError(
-            "RHEL, Rocky and Alma ship no NVIDIA driver of their own: set nvidia_driver_source=cuda (and"
-            " nvidia_driver_mirror_url for an air-gapped site)"
+            "RHEL, Rocky and Alma ship no NVIDIA driver of their own: set driver_source=cuda (and"
+            " driver_mirror_url for an air-gapped site)"
         )
     out = {
         "distribution": dist,
@@ -216,7 +216,7 @@ def plan(facts, settings, nvidia):
             if branch != DEBIAN_BRANCH[major]:
                 raise PlanError(
                     f"Debian {major} ships driver branch {DEBIAN_BRANCH[major]} in non-free, not {branch}: set"
-                    f" nvidia_driver_branch={DEBIAN_BRANCH[major]}, or nvidia_driver_source=cuda for other branches"
+                    f" driver_branch={DEBIAN_BRANCH[major]}, or driver_source=cuda for other branches"
                 )
             base = list(DEBIAN_COMPUTE if package_set == "compute" else DEBIAN_FULL)
             module = [DEBIAN_MODULE[flavor]]
@@ -236,7 +236,7 @@ def plan(facts, settings, nvidia):
     elif dist == "ubuntu":
         branch, version = _branch(settings.get("branch"), settings.get("version"), UBUNTU_DEFAULT_BRANCH)
         if branch == "latest":
-            raise PlanError("Ubuntu packages are per branch: set nvidia_driver_branch to a number such as 550")
+            raise PlanError("Ubuntu packages are per branch: set driver_branch to a number such as 550")
         o = "-open" if flavor == "open" else ""
         precompiled = bool(settings.get("ubuntu_precompiled", True))
         if source == "distro":

@@ -71,7 +71,7 @@ def test_driver_role_debian_bookworm(sim_fleet_factory, ansible_playbook):
     out, counts = play("--check")
     assert counts["gpu-bookworm"]["changed"] == 0, out[-4000:]
 
-    out, counts = play("-e", "nvidia_driver_state=absent")
+    out, counts = play("-e", "driver_state=absent")
     assert counts["gpu-bookworm"]["changed"] > 0
     for package in [*USERSPACE, "nvidia-persistenced", "nvidia-alternative"]:
         assert not installed(gpu, package), package

@@ -34,7 +34,7 @@ def test_each_distribution_selects_its_own_task_file(dist, major, source, task_f
 
 
 def test_refusal_becomes_a_filter_error_naming_the_role():
-    with pytest.raises(AnsibleFilterError, match=r"driver role: .*nvidia_driver_source=cuda"):
+    with pytest.raises(AnsibleFilterError, match=r"driver role: .*driver_source=cuda"):
         driver_plan({"distribution": "RedHat", "distribution_major_version": "9"}, {}, A100)
 
 

@@ -110,7 +110,7 @@ def test_debian_exact_version_leaves_persistenced_unpinned():
 
 @pytest.mark.parametrize(("major", "branch"), [("12", "550"), ("13", "535")])
 def test_debian_distro_refuses_a_branch_it_does_not_ship(major, branch):
-    with pytest.raises(PlanError, match="nvidia_driver_source=cuda"):
+    with pytest.raises(PlanError, match="driver_source=cuda"):
         plan(facts("Debian", major), {"branch": branch}, A100)
 
 
@@ -212,7 +212,7 @@ def test_rhel_full_profile_and_exact_version_lock():
 
 
 def test_rhel_has_no_distro_packages():
-    with pytest.raises(PlanError, match="nvidia_driver_source=cuda"):
+    with pytest.raises(PlanError, match="driver_source=cuda"):
         plan(facts("RedHat", "9"), {}, A100)
 
 
@@ -228,7 +228,7 @@ def test_unsupported_distributions_are_named(dist, major):
     ("settings", "words"),
     [
         ({"version": "535"}, "not a driver version"),
-        ({"version": "535.261.03", "branch": "550"}, "not on nvidia_driver_branch=550"),
+        ({"version": "535.261.03", "branch": "550"}, "not on driver_branch=550"),
         ({"branch": "5x5"}, "not a branch"),
         ({"source": "ppa"}, "use distro or cuda"),
         ({"package_set": "tiny"}, "use compute or full"),
