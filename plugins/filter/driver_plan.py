@@ -34,7 +34,8 @@ options:
 EXAMPLES = r"""
 - name: Plan the driver packages
   ansible.builtin.set_fact:
-    plan: "{{ ansible_facts | gpufleet.nvidia.driver_plan({'branch': '535', 'source': 'distro'}, ansible_facts.nvidia) }}"
+    plan: >-
+      {{ ansible_facts | gpufleet.nvidia.driver_plan({'branch': '535', 'source': 'distro'}, ansible_facts.nvidia) }}
 """
 
 RETURN = r"""

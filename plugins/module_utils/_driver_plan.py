@@ -152,9 +152,7 @@ def _branch(branch, version, default):
             raise PlanError(f"driver_version={version!r} is not a driver version such as 535.261.03")
         from_version = version.split(".")[0]
         if branch and branch != from_version:
-            raise PlanError(
-                f"driver_version={version} is not on driver_branch={branch}; drop one or make them agree"
-            )
+            raise PlanError(f"driver_version={version} is not on driver_branch={branch}; drop one or make them agree")
         return from_version, version
     if branch and not re.match(r"^(\d{3}|latest)$", branch):
         raise PlanError(f"driver_branch={branch!r} is not a branch such as 535 or 'latest'")
@@ -163,7 +161,7 @@ def _branch(branch, version, default):
 
 def cuda_repository(repo_distro, arch, mirror, key_url, kind):
     base_root = (mirror or CUDA_REPO_BASE).rstrip("/")
-    cuda_arch = CUDA_ARCH.get(str(arch), None)
+    cuda_arch = CUDA_ARCH.get(str(arch))
     if cuda_arch is None:
         raise PlanError(f"the CUDA repository has no packages for architecture {arch!r}")
     url = f"{base_root}/{repo_distro}/{cuda_arch}/"
@@ -225,12 +223,15 @@ def plan(facts, settings, nvidia):
             every = DEBIAN_COMPUTE + DEBIAN_FULL + list(DEBIAN_MODULE.values())
         else:
             out["repository"] = cuda_repository(
-                "debian" + major, facts.get("architecture"), settings.get("mirror_url"),
-                settings.get("repo_key_url"), "apt",
+                "debian" + major,
+                facts.get("architecture"),
+                settings.get("mirror_url"),
+                settings.get("repo_key_url"),
+                "apt",
             )
             base, module, pin, every = _cuda_apt_names(branch, flavor, package_set)
         out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
-        _apt_versions(out, base, module, pin, version, build_module)
+        _apt_versions(out, base, module, pin, version=version, build_module=build_module)
         out["hold"] = [n for n in base + module if build_module or n not in module]
         out["remove"] = every
     elif dist == "ubuntu":
@@ -252,14 +253,17 @@ def plan(facts, settings, nvidia):
             every = [f"nvidia-*-{branch}-server*", f"libnvidia-*-{branch}-server*", f"linux-modules-nvidia-{branch}-*"]
         else:
             out["repository"] = cuda_repository(
-                f"ubuntu{major}04", facts.get("architecture"), settings.get("mirror_url"),
-                settings.get("repo_key_url"), "apt",
+                f"ubuntu{major}04",
+                facts.get("architecture"),
+                settings.get("mirror_url"),
+                settings.get("repo_key_url"),
+                "apt",
             )
             base, module, pin, every = _cuda_apt_names(branch, flavor, package_set)
             precompiled = False
         if not (source == "distro" and precompiled and package_set == "compute"):
             out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
-        _apt_versions(out, base, module, pin, version, build_module)
+        _apt_versions(out, base, module, pin, version=version, build_module=build_module)
         out["hold"] = [n for n in base + module if build_module or n not in module]
         out["remove"] = every
     else:
@@ -304,7 +308,7 @@ def _cuda_apt_names(branch, flavor, package_set):
     return base, module, set(base) | set(module), every
 
 
-def _apt_versions(out, base, module, pin, version, build_module):
+def _apt_versions(out, base, module, pin, *, version, build_module):
     def spec(name):
         return f"{name}={version}-*" if version and name in pin else name
 

@@ -115,9 +115,7 @@ def test_debian_distro_refuses_a_branch_it_does_not_ship(major, branch):
 
 
 def test_debian_cuda_repository_and_mirror():
-    p = plan(
-        facts("Debian", "12"), {"source": "cuda", "branch": "570", "mirror_url": "http://mirror.lan/cuda/"}, V100
-    )
+    p = plan(facts("Debian", "12"), {"source": "cuda", "branch": "570", "mirror_url": "http://mirror.lan/cuda/"}, V100)
     assert p["repository"] == {
         "name": "cuda-debian12",
         "kind": "apt",
@@ -162,7 +160,10 @@ def test_ubuntu_distro_dkms_and_full_set():
         {"branch": "535", "ubuntu_precompiled": False, "version": "535.230.02"},
         A100,
     )
-    assert p["packages"] == ["nvidia-headless-no-dkms-535-server-open=535.230.02-*", "nvidia-utils-535-server=535.230.02-*"]
+    assert p["packages"] == [
+        "nvidia-headless-no-dkms-535-server-open=535.230.02-*",
+        "nvidia-utils-535-server=535.230.02-*",
+    ]
     assert p["module_packages"] == ["nvidia-dkms-535-server-open=535.230.02-*"]
     assert p["headers"] == ["linux-headers-6.8.0-45-generic"]
     full = plan(facts("Ubuntu", "22"), {"branch": "570", "package_set": "full"}, V100)
@@ -185,13 +186,14 @@ def test_ubuntu_refuses_latest():
 
 @pytest.mark.parametrize("dist", ["RedHat", "Rocky", "AlmaLinux"])
 @pytest.mark.parametrize(
-    ("major", "gpus", "branch", "stream", "module"),
+    ("major", "gpus", "branch", "expected"),
     [
-        ("9", A100, "", "nvidia-driver:latest-open", "kmod-nvidia-open-dkms"),
-        ("8", V100, "535", "nvidia-driver:535-dkms", "kmod-nvidia-latest-dkms"),
+        ("9", A100, "", ("nvidia-driver:latest-open", "kmod-nvidia-open-dkms")),
+        ("8", V100, "535", ("nvidia-driver:535-dkms", "kmod-nvidia-latest-dkms")),
     ],
 )
-def test_rhel_like_cuda_streams(dist, major, gpus, branch, stream, module):
+def test_rhel_like_cuda_streams(dist, major, gpus, branch, expected):
+    stream, module = expected
     p = plan(facts(dist, major, kernel="5.14.0-427.el9.x86_64"), {"source": "cuda", "branch": branch}, gpus)
     assert p["task_file"] == "redhat.yml"
     assert p["dnf_module_stream"] == stream
