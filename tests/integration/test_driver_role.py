@@ -41,7 +41,7 @@ def installed(node, package: str) -> bool:
 
 
 def test_driver_role_debian_bookworm(sim_fleet_factory, ansible_playbook):
-    fleet = sim_fleet_factory(FLEET, name="drv")
+    fleet = sim_fleet_factory(FLEET, name="driver-role")
     gpu, cpu = fleet.node("gpu-bookworm"), fleet.node("cpu-bookworm")
     cpu_before = cpu.run("dpkg-query -W -f='${Package} ${Version}\\n'; ls /etc/modprobe.d", check=True).stdout
 
@@ -64,6 +64,9 @@ def test_driver_role_debian_bookworm(sim_fleet_factory, ansible_playbook):
     assert "blacklist nouveau" in gpu.run("cat /etc/modprobe.d/blacklist-nouveau.conf", check=True).stdout
     # Debian's real library went behind the divert; every name still reaches the stub NVML.
     assert gpu.run(["test", "-s", NVML_LIB + ".real"]).rc == 0
+    resolved = gpu.run(["readlink", "-f", "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"]).stdout
+    assert resolved.strip() == NVML_LIB
+    assert gpu.run(["grep", "-q", "GPUFLEET_SIM_GPUS_JSON", NVML_LIB]).rc == 0  # the stub, not NVIDIA's library
     assert gpu.run(["python3", "-c", NVML_INIT], check=True).stdout.strip() == "9 Driver Not Loaded"
 
     out, counts = play()
