@@ -1,0 +1,63 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""driver_plan: the driver role's packages, repository and task file for one host (a pure function)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: driver_plan
+short_description: Packages, repository and task file of the driver role for one host
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Given Ansible's host facts, the driver role's settings and C(gpu_facts)' C(ansible_facts.nvidia), returns what the
+    C(gpufleet.nvidia.driver) role installs there, so the per-distribution choice lives in one tested place.
+  - Fails with a message naming the variable to change when the combination cannot work (for example the open kernel
+    module on a Pascal GPU, or a Debian release asked for a branch it does not ship).
+options:
+  _input:
+    description: Ansible facts (C(ansible_facts)) with C(distribution), C(distribution_major_version), C(architecture),
+      C(kernel).
+    type: dict
+    required: true
+  settings:
+    description: C(branch), C(version), C(module_flavor), C(source), C(mirror_url), C(repo_key_url), C(package_set),
+      C(ubuntu_precompiled), C(kernel_module) (false where the module cannot be built, in a container).
+    type: dict
+    required: true
+  nvidia:
+    description: C(ansible_facts.nvidia) from C(gpufleet.nvidia.gpu_facts).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Plan the driver packages
+  ansible.builtin.set_fact:
+    plan: >-
+      {{ ansible_facts | gpufleet.nvidia.driver_plan({'branch': '535', 'source': 'distro'}, ansible_facts.nvidia) }}
+"""
+
+RETURN = r"""
+_value:
+  description: C(distribution), C(major), C(task_file), C(source), C(flavor), C(package_set), C(branch), C(version),
+    C(packages), C(module_packages), C(headers), C(hold), C(remove), C(repository) (C(name), C(kind), C(url),
+    C(key_url)) and C(dnf_module_stream).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_plan import PlanError, plan
+
+
+def driver_plan(facts, settings, nvidia):
+    try:
+        return plan(dict(facts), dict(settings), dict(nvidia or {}))
+    except PlanError as exc:
+        raise AnsibleFilterError(f"gpufleet.nvidia.driver role: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"driver_plan": driver_plan}

@@ -1,0 +1,46 @@
+"""The driver_plan filter and the role around it: the task file each distribution selects exists, and
+the role's defaults and argument specs agree."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.driver_plan import FilterModule
+
+ROLE = Path(__file__).resolve().parents[4] / "roles" / "driver"
+A100 = {"pci_devices": [{"is_gpu": True, "device_id": "0x20b0"}]}
+driver_plan = FilterModule().filters()["driver_plan"]
+
+
+@pytest.mark.parametrize(
+    ("dist", "major", "source", "task_file"),
+    [
+        ("Debian", "12", "distro", "debian.yml"),
+        ("Debian", "13", "cuda", "debian.yml"),
+        ("Ubuntu", "22", "distro", "ubuntu.yml"),
+        ("Ubuntu", "24", "cuda", "ubuntu.yml"),
+        ("RedHat", "8", "cuda", "redhat.yml"),
+        ("Rocky", "9", "cuda", "redhat.yml"),
+        ("AlmaLinux", "9", "cuda", "redhat.yml"),
+    ],
+)
+def test_each_distribution_selects_its_own_task_file(dist, major, source, task_file):
+    facts = {"distribution": dist, "distribution_major_version": major, "kernel": "k", "architecture": "x86_64"}
+    p = driver_plan(facts, {"source": source}, A100)
+    assert p["task_file"] == task_file
+    assert (ROLE / "tasks" / task_file).is_file()
+
+
+def test_refusal_becomes_a_filter_error_naming_the_role():
+    with pytest.raises(AnsibleFilterError, match=r"driver role: .*driver_source=cuda"):
+        driver_plan({"distribution": "RedHat", "distribution_major_version": "9"}, {}, A100)
+
+
+def test_defaults_and_argument_specs_agree():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options)
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
