@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: help setup lock test lint unit unit-py38 sanity ansible-lint integration build-check molecule demo build changelog clean
+.PHONY: bench help setup lock test lint unit unit-py38 sanity ansible-lint integration build-check molecule demo build changelog clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -59,6 +59,9 @@ build-check: ## build the collection tarball, install it into an empty folder, l
 
 molecule: ## every molecule scenario, when a Docker engine answers
 	@tests/tools/molecule.sh
+
+bench: setup ## the timing measurements (shim vs runc); results in tests/output/*.json
+	@$(call run,python -m pytest -q -s -p no:cacheprovider -m bench tests/integration)
 
 demo: setup ## the main job: bring up the simulated fleet and run site.yml against it
 	@tests/tools/demo.sh

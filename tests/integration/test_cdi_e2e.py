@@ -262,6 +262,7 @@ TIMING = textwrap.dedent(
 )
 
 
+@pytest.mark.bench
 def test_timing_docker_run_shim_one_gpu_vs_runc(fleet):
     node = _node(fleet, "bookworm")
     rounds = int(os.environ.get("GPUFLEET_TIMING_ROUNDS", "15"))
@@ -273,5 +274,4 @@ def test_timing_docker_run_shim_one_gpu_vs_runc(fleet):
     with open(os.path.join(REPO, "tests", "output", "cdi-e2e-timing.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "times_s"}, indent=2))
-    # Issue 10's target is 1.10; this machine's noise (2 shared cores) is bigger, so only a gross regression fails.
-    assert result["ratio_shim_gpu_vs_runc"] < 1.5
+    # A benchmark reports (make bench; issue 10's target is 1.10); it asserts no timing.

