@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from plugins.module_utils._driver_plan import DEBIAN_COMPUTE
+
 SUITES = ("bookworm", "trixie", "sid")
 DRIVER_STATES = ("none", "installed", "loaded")
 ENGINES = ("docker", "containerd", "podman")
@@ -53,15 +55,9 @@ def engine_packages(suite: str, engine: str) -> list[str]:
     return pkgs
 
 
-# Debian's userspace for a driver_packages node (what the driver role installs).
-DRIVER_PACKAGES = [
-    "libcuda1",
-    "libnvidia-ml1",
-    "nvidia-smi",
-    "libnvidia-ptxjitcompiler1",
-    "libnvidia-cfg1",
-    "nvidia-persistenced",
-]
+# Debian's userspace for a driver_packages node: exactly the driver role's default (compute) set, taken
+# from the role's own table so a node cannot drift from what the role installs.
+DRIVER_PACKAGES = list(DEBIAN_COMPUTE)
 
 ARCHITECTURES = {
     "kepler": 2,
