@@ -16,11 +16,15 @@ CUDA_APT_KEY = "3bf863cc.pub"
 CUDA_RPM_KEY = "D42D0685.pub"
 
 # Debian ships one driver branch per release (non-free): the role cannot pick another from there.
-DEBIAN_BRANCH = {"12": "535", "13": "550"}
+DEBIAN_BRANCH = {"12": "535", "13": "550", "testing": None}
+# Debian testing and unstable (ansible reports "forky/sid", "n/a" or a codename as the major version):
+# their non-free branch moves with the archive, so the role takes what the archive carries and pins
+# only an explicit driver_version; NVIDIA's CUDA repository has no suite for them.
+DEBIAN_TESTING_MAJORS = ("testing", "unstable", "sid", "forky", "n/a", "forky/sid", "testing/unstable")
 UBUNTU_DEFAULT_BRANCH = "550"
 RHEL_DEFAULT_BRANCH = "latest"
 SUPPORTED = {
-    "debian": ("12", "13"),
+    "debian": ("12", "13", "testing"),
     "ubuntu": ("22", "24"),
     "redhat": ("8", "9"),
 }
@@ -136,6 +140,8 @@ def distribution_key(distribution, major):
     major = str(major or "").strip()
     if dist in RHEL_LIKE:
         dist = "redhat"
+    if dist == "debian" and major.lower() in DEBIAN_TESTING_MAJORS:
+        major = "testing"
     if dist not in SUPPORTED or major not in SUPPORTED[dist]:
         listed = "; ".join(f"{d} {'/'.join(v)}" for d, v in SUPPORTED.items())
         raise PlanError(
@@ -210,8 +216,17 @@ def plan(facts, settings, nvidia):
 
     if dist == "debian":
         branch, version = _branch(settings.get("branch"), settings.get("version"), DEBIAN_BRANCH[major])
+        if major == "testing" and source == "cuda":
+            raise PlanError(
+                "NVIDIA's CUDA repository has no suite for Debian testing/unstable: use driver_source=distro"
+            )
+        if major == "testing" and str(settings.get("branch") or "").strip():
+            raise PlanError(
+                "Debian testing/unstable carries the one driver branch its archive has: leave driver_branch"
+                " empty (or set driver_version to pin a version the archive has)"
+            )
         if source == "distro":
-            if branch != DEBIAN_BRANCH[major]:
+            if DEBIAN_BRANCH[major] and branch != DEBIAN_BRANCH[major]:
                 raise PlanError(
                     f"Debian {major} ships driver branch {DEBIAN_BRANCH[major]} in non-free, not {branch}: set"
                     f" driver_branch={DEBIAN_BRANCH[major]}, or driver_source=cuda for other branches"
@@ -284,7 +299,7 @@ def plan(facts, settings, nvidia):
         out["headers"] = [f"kernel-devel-{kernel}", f"kernel-headers-{kernel}"] if kernel else []
         out["hold"] = ["nvidia-driver*", "kmod-nvidia*", "nvidia-persistenced"] if version else []
         out["remove"] = ["nvidia-driver*", "kmod-nvidia*", "nvidia-persistenced", "nvidia-settings", "nvidia-xconfig"]
-    out["branch"] = branch
+    out["branch"] = branch or "the archive's"
     out["version"] = version
     return out
 

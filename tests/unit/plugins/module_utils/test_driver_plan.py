@@ -93,6 +93,24 @@ def test_debian_in_a_container_installs_no_module_and_holds_only_userspace():
     assert "nvidia-kernel-dkms" not in p["hold"] and "libcuda1" in p["hold"]
 
 
+@pytest.mark.parametrize("major", ["forky/sid", "n/a", "testing", "sid"])
+def test_debian_testing_and_unstable_take_the_archive_branch(major):
+    p = plan(facts("Debian", major), {"kernel_module": False}, A100)
+    assert (p["major"], p["branch"], p["source"]) == ("testing", "the archive's", "distro")
+    assert "libcuda1" in p["packages"] and "=" not in " ".join(p["packages"])  # nothing pinned by default
+    pinned = plan(facts("Debian", major), {"version": "550.163.01"}, A100)
+    assert "libcuda1=550.163.01-*" in pinned["packages"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [({"branch": "550"}, "leave driver_branch empty"), ({"source": "cuda"}, "no suite for Debian testing")],
+)
+def test_debian_testing_refuses_a_branch_or_the_cuda_repository(settings, words):
+    with pytest.raises(PlanError, match=words):
+        plan(facts("Debian", "forky/sid"), settings, A100)
+
+
 def test_debian13_full_set_proprietary_exact_version():
     p = plan(
         facts("Debian", "13"), {"package_set": "full", "module_flavor": "proprietary", "version": "550.163.01"}, A100
