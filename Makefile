@@ -19,7 +19,8 @@ run = $(ROOT)/tests/tools/step.sh $(1)
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-setup: ## install the pinned toolchain into .venv and link the working tree as the collection
+setup: ## apt packages + a running Docker engine (tests/tools/host_setup.sh), the pinned toolchain in .venv, the collection link
+	@tests/tools/host_setup.sh
 	@tests/tools/setup.sh
 
 lock: ## re-resolve requirements/*.in into the pinned lock files (needs the network)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Makes this Debian machine able to run the tests and the demo: installs the apt packages they need
+# (the Docker engine, containerd, debootstrap, a C compiler, shellcheck, ...) and starts dockerd in
+# the background when no engine answers. Run by `make setup` (so by `make test` and `make demo`) and
+# by .ci/run. A no-op when everything is there; without root it only says what is missing.
+set -euo pipefail
+packages=(docker.io containerd debootstrap shellcheck gcc libc6-dev make git ca-certificates
+          iproute2 procps xz-utils zstd binutils util-linux)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "host-setup: missing apt packages (install them as root): ${missing[*]}" >&2
+  else
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "host-setup: installed ${missing[*]}"
+  fi
+fi
+
+if ! command -v docker >/dev/null 2>&1; then
+  echo "host-setup: no docker CLI; the integration tests, molecule and the demo need a Docker engine" >&2
+elif docker info >/dev/null 2>&1; then
+  echo "host-setup: docker engine $(docker version --format '{{.Server.Version}}') answers"
+elif [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1; then
+  mkdir -p /var/log
+  nohup dockerd >/var/log/gpufleet-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  if ! docker info >/dev/null 2>&1; then
+    echo "host-setup: dockerd did not come up:" >&2; tail -30 /var/log/gpufleet-dockerd.log >&2; exit 1
+  fi
+  echo "host-setup: started dockerd $(docker version --format '{{.Server.Version}}') (log: /var/log/gpufleet-dockerd.log)"
+else
+  echo "host-setup: no Docker engine answers; start dockerd (as root) for the integration tests, molecule and the demo" >&2
+fi
