@@ -9,6 +9,9 @@ import yaml
 from .model import SUITE_ENGINES
 
 
+SIM_VALIDATE_IMAGE = "gpufleet-sim/mini:latest"
+
+
 def container_name(prefix: str, node: str) -> str:
     return f"{prefix}-{node}"
 
@@ -54,7 +57,14 @@ def render_inventory(prefix: str, nodes: list[dict[str, Any]]) -> dict[str, Any]
     for node in nodes:
         group = "gpu_nodes" if node["gpus"] else "cpu_nodes"
         groups[group]["hosts"][node["name"]] = host_vars(prefix, node)
-    return {"all": {"vars": {"gpufleet_sim_fleet": prefix}, "children": groups}}
+    fleet_vars = {
+        "gpufleet_sim_fleet": prefix,
+        # No registry is reachable from a simulated node: the validate role runs the tiny local image
+        # that tests/sim/playbooks/prepare.yml builds in each GPU node (gpufleet-sim-mini-image).
+        "validate_image": SIM_VALIDATE_IMAGE,
+        "validate_pull": "never",
+    }
+    return {"all": {"vars": fleet_vars, "children": groups}}
 
 
 def inventory_yaml(prefix: str, nodes: list[dict[str, Any]]) -> str:

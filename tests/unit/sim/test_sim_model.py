@@ -126,6 +126,9 @@ def test_inventory_groups_and_connection_vars():
     assert [g["uuid"] for g in sim["gpus"]] == [g["uuid"] for g in nodes[0]["gpus"]]
     assert sim["gpus"][0]["device_id"] == "0x20b0" and sim["driver_state"] == "loaded"
     assert yaml.safe_load(yaml.safe_dump(inv)) == inv
+    # the validate role is pointed at the local image, never at a registry the nodes cannot reach
+    assert inv["all"]["vars"]["validate_image"] == "gpufleet-sim/mini:latest"
+    assert inv["all"]["vars"]["validate_pull"] == "never"
 
 
 def test_pci_tree_has_gpus_audio_and_host_functions():
