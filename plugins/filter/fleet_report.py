@@ -227,9 +227,10 @@ def _check(model):
 
 
 def _md(text):
-    """A Markdown table cell: no line breaks, pipes and markup characters escaped, HTML neutralized."""
+    """A Markdown table cell: no line breaks, pipes and markup characters escaped, HTML as entities (inert)."""
     text = " ".join(str("" if text is None else text).split())
-    for ch in "\\`*_[]<>|#":
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "\\`*_[]|#":
         text = text.replace(ch, "\\" + ch)
     return text
 
