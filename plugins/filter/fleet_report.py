@@ -387,16 +387,16 @@ def to_report_html(model):
             body.append("<p>Driver: %s</p>" % _e(_driver_text(h["driver"])))
             body.append("<table>" + _row(["#", "GPU", "UUID", "PCI", "memory MiB", "MIG"], header=True))
             for g in h["gpus"]:
-                body.append(
-                    _row([_e(g[k]) for k in ("index", "name", "uuid", "pci_bus_id", "memory_mib", "mig_mode")])
-                )
+                body.append(_row([_e(g[k]) for k in ("index", "name", "uuid", "pci_bus_id", "memory_mib", "mig_mode")]))
             body.append("</table>")
         if h["engines"]:
             heads = ["engine", "version", "nvidia registered", "default", "CDI", "validation", "detail"]
             body.append("<table>" + _row(heads, header=True))
             for e in h["engines"]:
                 val = _engine_validation(e)
-                cls = "skipped" if val in ("skipped", "not run") else ("passed" if val.startswith("passed") else "failed")
+                cls = (
+                    "skipped" if val in ("skipped", "not run") else ("passed" if val.startswith("passed") else "failed")
+                )
                 detail = e["validation"]["message"] if e["validation"] else e["runtime_message"]
                 body.append(
                     _row(
@@ -424,9 +424,8 @@ def to_report_html(model):
                 )
             body.append("</ul>")
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>GPU fleet report</title><style>%s</style></head><body>\n%s\n</body></html>\n"
-        % (_CSS, "\n".join(body))
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>GPU fleet report</title><style>%s</style></head><body>\n%s\n</body></html>\n" % (_CSS, "\n".join(body))
     )
 
 
@@ -435,7 +434,7 @@ def to_report_json(model):
     return json.dumps(_check(model), indent=2, sort_keys=True) + "\n"
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self):
         return {
             "fleet_report_model": fleet_report_model,

@@ -22,8 +22,8 @@ LIBCUDA_FILES = (
 # POSIX sh only: the image may have nothing but sh, ls and ldconfig (no grep).
 CHECK_SCRIPT = (
     "echo " + BEGIN + "; "
-    "for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e \"$d\" ] && echo \"DEV $d\"; done; "
-    "for f in " + " ".join(LIBCUDA_FILES) + "; do [ -e \"$f\" ] && echo \"FILE $f\"; done; "
+    'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] && echo "DEV $d"; done; '
+    "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
     "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
 )
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
@@ -52,6 +52,7 @@ def validate_plan(
     nvidia,
     runtime=None,
     toolkit=None,
+    *,
     image=None,
     pull="missing",
     engines=None,
@@ -107,10 +108,10 @@ def validate_plan(
                     image=ref,
                     name=name,
                     argv=argv,
-                    present_argv=ctr + ["images", "ls", "-q", "name==" + ref],
+                    present_argv=[*ctr, "images", "ls", "-q", "name==" + ref],
                     present_rc0=False,
-                    load_argv=ctr + ["images", "import"],
-                    pull_argv=None if pull == "never" else ctr + ["images", "pull", ref],
+                    load_argv=[*ctr, "images", "import"],
+                    pull_argv=None if pull == "never" else [*ctr, "images", "pull", ref],
                 )
             )
         else:
@@ -216,13 +217,23 @@ def validate_result(plan, results, device_nodes=None, check_mode=False):
         res = results[i] if i < len(results) else None
         if check_mode and not check.get("skipped"):
             res = None
-            check = dict(check, message="%s (%s): not run in check mode" % (check["engine"], check["mode"]))
-        judged = _judge(check, res, device_nodes)
+            check_run = dict(check, message="%s (%s): not run in check mode" % (check["engine"], check["mode"]))
+        else:
+            check_run = check
+        judged = _judge(check_run, res, device_nodes)
         judged["argv"] = list(check.get("argv") or [])
         entry = engines.setdefault(
             check["engine"],
-            {"passed": True, "skipped": True, "message": "", "image": check["image"], "device_nodes": [],
-             "libcuda": False, "seconds": 0.0, "checks": []},
+            {
+                "passed": True,
+                "skipped": True,
+                "message": "",
+                "image": check["image"],
+                "device_nodes": [],
+                "libcuda": False,
+                "seconds": 0.0,
+                "checks": [],
+            },
         )
         entry["checks"].append(judged)
     for entry in engines.values():
@@ -267,7 +278,7 @@ def required_device_nodes(nvidia):
     return nodes
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self):
         return {
             "validate_plan": validate_plan,

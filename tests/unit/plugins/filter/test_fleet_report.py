@@ -40,30 +40,58 @@ def _nvidia(gpus, engines=None, problems=(), loaded=True):
 
 
 def _gpu(i, name="NVIDIA A100-SXM4-40GB"):
-    return {"index": i, "name": name, "uuid": "GPU-%d" % i, "pci_bus_id": "0000:%02x:00.0" % (0x17 + i),
-            "memory_mib": 40960, "mig_mode": "disabled", "minor": i}
+    return {
+        "index": i,
+        "name": name,
+        "uuid": "GPU-%d" % i,
+        "pci_bus_id": "0000:%02x:00.0" % (0x17 + i),
+        "memory_mib": 40960,
+        "mig_mode": "disabled",
+        "minor": i,
+    }
 
 
 def _val(**engines):
     out = {}
     for name, passed in engines.items():
-        out[name] = {"passed": passed, "skipped": False, "seconds": 0.4, "libcuda": passed, "image": "img",
-                     "device_nodes": ["/dev/nvidiactl"], "message": "%s: %s" % (name, "ok" if passed else "rc 125: no")}
+        out[name] = {
+            "passed": passed,
+            "skipped": False,
+            "seconds": 0.4,
+            "libcuda": passed,
+            "image": "img",
+            "device_nodes": ["/dev/nvidiactl"],
+            "message": "%s: %s" % (name, "ok" if passed else "rc 125: no"),
+        }
     failed = sorted(k for k, v in engines.items() if not v)
-    return {"passed": not failed, "skipped": False, "failed_engines": failed, "engines": out,
-            "message": "failed on: " + ", ".join(failed) if failed else "passed on: all"}
+    return {
+        "passed": not failed,
+        "skipped": False,
+        "failed_engines": failed,
+        "engines": out,
+        "message": "failed on: " + ", ".join(failed) if failed else "passed on: all",
+    }
 
 
 PROBLEM = {"code": "device_char_links_missing", "message": "no /dev/char links", "fix": "run the runtime role"}
 HOSTVARS = {
     "good": {
-        "ansible_facts": {"nvidia": _nvidia([_gpu(0), _gpu(1)], {"docker": {"runtimes": ["nvidia", "runc"]},
-                                                                 "containerd": {}})},
-        "gpufleet_runtime": {"engines": {"docker": {"registered": True, "default": False, "cdi": False,
-                                                    "version": "20.10.24", "message": "registered"},
-                                         "containerd": {"registered": True, "default": True, "cdi": False}},
-                             "cdi_spec": {"path": "/etc/cdi/nvidia.yaml", "driver_version": "535.261.03",
-                                          "devices": ["0", "1", "all"]}},
+        "ansible_facts": {
+            "nvidia": _nvidia([_gpu(0), _gpu(1)], {"docker": {"runtimes": ["nvidia", "runc"]}, "containerd": {}})
+        },
+        "gpufleet_runtime": {
+            "engines": {
+                "docker": {
+                    "registered": True,
+                    "default": False,
+                    "cdi": False,
+                    "version": "20.10.24",
+                    "message": "registered",
+                },
+                "containerd": {"registered": True, "default": True, "cdi": False},
+            },
+            "cdi_spec": {"path": "/etc/cdi/nvidia.yaml", "driver_version": "535.261.03", "devices": ["0", "1", "all"]},
+        },
         "gpufleet_validate": _val(docker=True, containerd=True),
         "unrelated": "x" * 10,
     },
@@ -88,20 +116,33 @@ def model():
 
 
 def test_filters_registered():
-    assert set(FilterModule().filters()) == {"fleet_report_model", "to_report_markdown", "to_report_html",
-                                             "to_report_json"}
+    assert set(FilterModule().filters()) == {
+        "fleet_report_model",
+        "to_report_markdown",
+        "to_report_html",
+        "to_report_json",
+    }
 
 
 def test_model_status_and_summary(model):
     status = {h["name"]: h["status"] for h in model["hosts"]}
-    assert status == {"good": "passed", "bad": "failed", "stage": "stage_failed", "cpu": "cpu_only",
-                      "novalidate": "not_validated", "down": "no_facts", "notinhostvars": "no_facts"}
+    assert status == {
+        "good": "passed",
+        "bad": "failed",
+        "stage": "stage_failed",
+        "cpu": "cpu_only",
+        "novalidate": "not_validated",
+        "down": "no_facts",
+        "notinhostvars": "no_facts",
+    }
     s = model["summary"]
     assert (s["hosts"], s["gpu_nodes"], s["gpus"], s["cpu_only"], s["no_facts"]) == (7, 4, 5, 1, 2)
     assert (s["passed"], s["failed"], s["stage_failed"], s["not_validated"], s["problems"]) == (1, 1, 1, 1, 1)
     assert s["ok"] is False
-    assert model["summary_line"].startswith("7 hosts: 4 GPU nodes (5 GPUs), 1 CPU-only, 2 unreachable/no facts; "
-                                            "validation: 1 passed, 1 failed, 1 not validated; 1 failed a stage")
+    assert model["summary_line"].startswith(
+        "7 hosts: 4 GPU nodes (5 GPUs), 1 CPU-only, 2 unreachable/no facts; "
+        "validation: 1 passed, 1 failed, 1 not validated; 1 failed a stage"
+    )
 
 
 def test_model_host_details(model):
@@ -116,7 +157,9 @@ def test_model_host_details(model):
     bad = hosts["bad"]
     # Without gpufleet_runtime, registration comes from discovery (runtimes list).
     assert [(e["name"], e["registered"], e["validation"]["passed"]) for e in bad["engines"]] == [
-        ("docker", False, False), ("podman", False, True)]
+        ("docker", False, False),
+        ("podman", False, True),
+    ]
     assert bad["problems"] == [PROBLEM]
     stage = hosts["stage"]
     assert stage["failed"] == {"stage": "driver", "task": "Install the driver", "msg": "E: Unable to locate <pkg>"}

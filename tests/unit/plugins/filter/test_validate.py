@@ -36,7 +36,7 @@ def _out(devices, libcuda=True, files=()):
     if libcuda:
         lines.append("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1")
     lines.append("\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6")
-    return "\n".join(lines + [END]) + "\n"
+    return "\n".join([*lines, END]) + "\n"
 
 
 ALL = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia-uvm"]
