@@ -27,6 +27,7 @@ CHECK_SCRIPT = (
     "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
 )
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
+_SEE_HELP = re.compile(r"^See '.*--help'\.?$")
 _LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
 
 
@@ -164,7 +165,8 @@ def parse_output(stdout):
 
 
 def _last_line(text):
-    lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
+    """The last line that says something (docker ends its errors with "See 'docker run --help'.")."""
+    lines = [x.strip() for x in (text or "").splitlines() if x.strip() and not _SEE_HELP.match(x.strip())]
     return lines[-1] if lines else ""
 
 
