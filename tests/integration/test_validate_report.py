@@ -131,7 +131,7 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
     for node in ("va-bookworm", "va-trixie"):
         assert _recap(proc.stdout, node) == (0, 0, 0)
     # Again: nothing changes on the nodes, and no validation container is left behind.
-    again, report2, _ = _run(fleet, ansible_playbook, "again")
+    again, report2, _files = _run(fleet, ansible_playbook, "again")
     assert again.returncode == 0 and report2["summary"]["passed"] == 2
     for node in ("va-bookworm", "va-trixie"):
         assert _recap(again.stdout, node) == (0, 0, 0)

@@ -200,7 +200,7 @@ class _Collect(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
-        self.attrs += [k for k, _ in attrs]
+        self.attrs += [pair[0] for pair in attrs]
 
     def handle_data(self, data):
         self.text.append(data)

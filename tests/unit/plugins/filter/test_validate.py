@@ -175,7 +175,8 @@ def test_result_failures_named():
     assert fact["passed"] is False and fact["failed_engines"] == ["containerd", "docker"]
     docker = fact["engines"]["docker"]
     assert not docker["passed"]
-    assert "rc 125" in docker["checks"][0]["message"] and "invalid runtime name: nvidia" in docker["checks"][0]["message"]
+    first = docker["checks"][0]["message"]
+    assert "rc 125" in first and "invalid runtime name: nvidia" in first
     assert "not visible: /dev/nvidia3, /dev/nvidia-uvm" in docker["checks"][1]["message"]
     assert "libcuda.so.1 not visible" in fact["engines"]["containerd"]["message"]
     assert fact["message"] == "failed on: containerd, docker"
