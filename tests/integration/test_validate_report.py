@@ -10,11 +10,14 @@ registered), ``gpufleet-sim-mini-image`` provides the image; then ``validate`` +
 through ansible-playbook. Positive: every engine passes, a second run changes nothing on the nodes, and the
 Markdown/JSON/HTML report says so. Negative: docker's ``nvidia`` runtime removed on bookworm -> docker fails
 there (containerd still passes), recorded and reported; the play fails only with ``validate_fail_on_error``.
+Air-gapped: the image removed from every engine on trixie, ``validate_image_archive`` loads it into each
+once (a second run changes nothing).
 """
 
 import json
 import os
 import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -163,3 +166,24 @@ def test_unregistered_runtime_fails_that_engine_only(fleet, ansible_playbook):
     assert _recap(proc.stdout, "va-bookworm")[2] == 1 and _recap(proc.stdout, "va-trixie")[2] == 0
     hosts = {h["name"]: h for h in report["hosts"]}
     assert hosts["va-bookworm"]["status"] == "failed" and hosts["va-trixie"]["status"] == "passed"
+
+
+def test_air_gapped_image_archive_loaded_once(fleet, ansible_playbook):
+    node = fleet.node("va-trixie")
+    node.run("docker save -o /var/tmp/mini.tar gpufleet-sim/mini:latest", check=True)
+    archive = fleet.work / "mini.tar"
+    subprocess.run(["docker", "cp", node.container + ":/var/tmp/mini.tar", str(archive)], check=True)
+    node.run(
+        "docker rmi gpufleet-sim/mini:latest && podman rmi gpufleet-sim/mini:latest"
+        " && ctr -n default images rm docker.io/gpufleet-sim/mini:latest",
+        check=True,
+    )
+    args = ("-e", "validate_image_archive=%s" % archive, "-e", "validate_pull=never", "--limit", "va-trixie,localhost")
+    proc, report, _files = _run(fleet, ansible_playbook, "archive", *args)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    loaded = re.findall(r"^changed: \[va-trixie\] => \(item=(\w+)\)", proc.stdout, re.M)
+    assert sorted(loaded) == ["containerd", "docker", "podman"], proc.stdout[-5000:]
+    trixie = next(h for h in report["hosts"] if h["name"] == "va-trixie")
+    assert trixie["status"] == "passed" and len(trixie["engines"]) == 3
+    again, _report, _files = _run(fleet, ansible_playbook, "archive2", *args)
+    assert again.returncode == 0 and _recap(again.stdout, "va-trixie") == (0, 0, 0), again.stdout[-3000:]
