@@ -1,0 +1,289 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the ``gpufleet.nvidia.validate`` role: what to run per container engine, and what its output means.
+
+Pure functions (no I/O), so the role's decisions are unit-tested without a host:
+
+* ``validate_plan(nvidia, runtime=None, toolkit=None, **options)`` -> list of checks, one per engine and mode;
+* ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact.
+"""
+
+import re
+
+BEGIN = "GPUFLEET-VALIDATE-BEGIN"
+END = "GPUFLEET-VALIDATE-END"
+LIBCUDA_FILES = (
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+    "/usr/lib64/libcuda.so.1",
+    "/usr/lib/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1",
+)
+# POSIX sh only: the image may have nothing but sh, ls and ldconfig (no grep).
+CHECK_SCRIPT = (
+    "echo " + BEGIN + "; "
+    'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] && echo "DEV $d"; done; '
+    "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
+    "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
+)
+ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
+_SEE_HELP = re.compile(r"^See '.*--help'\.?$")
+_LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
+
+
+def _version_tuple(text):
+    m = re.match(r"(\d+)(?:\.(\d+))?", str(text or ""))
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def containerd_ref(image):
+    """A reference as containerd stores it: ``busybox`` -> ``docker.io/library/busybox:latest``."""
+    ref = image
+    first = ref.split("/", 1)[0]
+    if "/" not in ref:
+        ref = "docker.io/library/" + ref
+    elif not ("." in first or ":" in first or first == "localhost"):
+        ref = "docker.io/" + ref
+    if "@" not in ref and ":" not in ref.rsplit("/", 1)[-1]:
+        ref += ":latest"
+    return ref
+
+
+def validate_plan(
+    nvidia,
+    runtime=None,
+    toolkit=None,
+    *,
+    image=None,
+    pull="missing",
+    engines=None,
+    runtime_path="/usr/local/bin/gpufleet-container-runtime",
+    containerd_namespace="default",
+    suffix="",
+    timeout=120,
+):
+    """The checks to run, each ``{engine, mode, image, name, argv, present_argv, present_rc0, load_argv, pull_argv,
+    skipped, message}``; see ``DOCUMENTATION_PLAN``."""
+    if not image:
+        raise ValueError("validate_plan: image is required (validate_image)")
+    if pull not in ("missing", "never", "always"):
+        raise ValueError("validate_plan: pull must be missing, never or always, not %r" % (pull,))
+    found = ((nvidia or {}).get("engines")) or {}
+    registered = ((runtime or {}).get("engines")) or {}
+    names = [e for e in ENGINE_ORDER if (found.get(e) or {}).get("installed") or e in registered]
+    names += sorted(e for e in registered if e not in names)
+    if engines:
+        names = [e for e in names if e in engines]
+    rt_path = (toolkit or {}).get("runtime_path") or runtime_path
+    wrap = ["timeout", "--kill-after=10", str(int(timeout))]
+    checks = []
+    for engine in names:
+        fact = found.get(engine) or {}
+        reg = registered.get(engine) or {}
+        base = {"engine": engine, "image": image, "skipped": False, "message": "", "pull_argv": None}
+        name = "gpufleet-validate-%s%s" % (engine, ("-" + suffix) if suffix else "")
+        if engine in ("docker", "podman"):
+            present = [engine, "image", "inspect", image] if engine == "docker" else [engine, "image", "exists", image]
+            run = [engine, "run", "--rm", "--network", "none", "--pull", pull]
+            common = dict(base, present_argv=present, present_rc0=True, load_argv=[engine, "load", "-i"])
+            if engine == "docker":
+                cdi = reg.get("cdi") if "cdi" in reg else fact.get("cdi_enabled")
+                version = _version_tuple(reg.get("version") or fact.get("version"))
+                modes = [("runtime", ["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"])]
+                if cdi and version and version >= (25, 0):
+                    modes.append(("cdi", ["--device", "nvidia.com/gpu=all"]))
+            else:
+                modes = [("cdi", ["--device", "nvidia.com/gpu=all"])]
+            for mode, args in modes:
+                argv = wrap + run + ["--name", "%s-%s" % (name, mode)] + args + [image, "sh", "-c", CHECK_SCRIPT]
+                checks.append(dict(common, mode=mode, name="%s-%s" % (name, mode), argv=argv))
+        elif engine == "containerd":
+            ref = containerd_ref(image)
+            ctr = ["ctr", "-n", containerd_namespace]
+            argv = wrap + ctr + ["run", "--rm", "--runc-binary", rt_path, "--env", "NVIDIA_VISIBLE_DEVICES=all"]
+            argv += [ref, name, "sh", "-c", CHECK_SCRIPT]
+            checks.append(
+                dict(
+                    base,
+                    mode="runtime",
+                    image=ref,
+                    name=name,
+                    argv=argv,
+                    present_argv=[*ctr, "images", "ls", "-q", "name==" + ref],
+                    present_rc0=False,
+                    load_argv=[*ctr, "images", "import"],
+                    pull_argv=None if pull == "never" else [*ctr, "images", "pull", ref],
+                )
+            )
+        else:
+            checks.append(
+                dict(
+                    base,
+                    mode="none",
+                    name=name,
+                    argv=None,
+                    present_argv=None,
+                    present_rc0=True,
+                    load_argv=None,
+                    skipped=True,
+                    message="%s: no container check here (crictl needs a pod sandbox); validate it through Kubernetes"
+                    % engine,
+                )
+            )
+    return checks
+
+
+def _seconds(delta):
+    """``0:00:01.234567`` (command's ``delta``) -> 1.235."""
+    m = re.match(r"^(\d+):(\d+):(\d+(?:\.\d+)?)$", str(delta or ""))
+    if not m:
+        return 0.0
+    return round(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)), 3)
+
+
+def parse_output(stdout):
+    """``{complete, device_nodes, libcuda, libcuda_path}`` from the check script's output."""
+    lines = (stdout or "").splitlines()
+    complete = BEGIN in lines and END in lines
+    devices, files, cache = [], [], None
+    in_cache = False
+    for line in lines:
+        if line == END:
+            in_cache = False
+        elif line == "LDCACHE":
+            in_cache = True
+        elif in_cache:
+            m = _LIBCUDA_LINE.match(line)
+            if m and cache is None:
+                cache = m.group(1)
+        elif line.startswith("DEV /dev/"):
+            devices.append(line[4:])
+        elif line.startswith("FILE /"):
+            files.append(line[5:])
+    path = cache or (files[0] if files else None)
+    return {"complete": complete, "device_nodes": sorted(set(devices)), "libcuda": bool(path), "libcuda_path": path}
+
+
+def _last_line(text):
+    """The last line that says something (docker ends its errors with "See 'docker run --help'.")."""
+    lines = [x.strip() for x in (text or "").splitlines() if x.strip() and not _SEE_HELP.match(x.strip())]
+    return lines[-1] if lines else ""
+
+
+def _judge(check, res, device_nodes):
+    out = {"mode": check["mode"], "passed": False, "seconds": 0.0, "device_nodes": [], "libcuda": False}
+    label = "%s (%s)" % (check["engine"], check["mode"])
+    if check.get("skipped") or res is None or res.get("skipped"):
+        out.update(skipped=True, message=check.get("message") or "%s: not run" % label)
+        return out
+    out["skipped"] = False
+    out["seconds"] = _seconds(res.get("delta"))
+    if res.get("msg") and "rc" not in res:
+        out["message"] = "%s: could not run: %s" % (label, res["msg"])
+        return out
+    parsed = parse_output(res.get("stdout"))
+    out.update(device_nodes=parsed["device_nodes"], libcuda=parsed["libcuda"], libcuda_path=parsed["libcuda_path"])
+    rc = res.get("rc")
+    if rc in (124, 137):
+        out["message"] = "%s: timed out (rc %s)" % (label, rc)
+    elif rc != 0:
+        why = _last_line(res.get("stderr")) or _last_line(res.get("stdout")) or "no output"
+        out["message"] = "%s: container failed (rc %s): %s" % (label, rc, why)
+    elif not parsed["complete"]:
+        out["message"] = "%s: the check script did not finish (image without /bin/sh?)" % label
+    else:
+        missing = [d for d in device_nodes if d not in parsed["device_nodes"]]
+        problems = []
+        if missing:
+            problems.append("device node(s) not visible: " + ", ".join(missing))
+        if not parsed["libcuda"]:
+            problems.append("libcuda.so.1 not visible (neither in ldconfig -p nor as a file)")
+        if problems:
+            out["message"] = "%s: %s" % (label, "; ".join(problems))
+        else:
+            out["passed"] = True
+            out["message"] = "%s: %d device node(s), libcuda.so.1 at %s" % (
+                label,
+                len(parsed["device_nodes"]),
+                parsed["libcuda_path"],
+            )
+    return out
+
+
+def validate_result(plan, results, device_nodes=None, check_mode=False):
+    """The ``gpufleet_validate`` fact; see ``DOCUMENTATION_RESULT``."""
+    device_nodes = list(device_nodes or [])
+    results = list(results or [])
+    engines = {}
+    for i, check in enumerate(plan or []):
+        res = results[i] if i < len(results) else None
+        if check_mode and not check.get("skipped"):
+            res = None
+            check_run = dict(check, message="%s (%s): not run in check mode" % (check["engine"], check["mode"]))
+        else:
+            check_run = check
+        judged = _judge(check_run, res, device_nodes)
+        judged["argv"] = list(check.get("argv") or [])
+        entry = engines.setdefault(
+            check["engine"],
+            {
+                "passed": True,
+                "skipped": True,
+                "message": "",
+                "image": check["image"],
+                "device_nodes": [],
+                "libcuda": False,
+                "seconds": 0.0,
+                "checks": [],
+            },
+        )
+        entry["checks"].append(judged)
+    for entry in engines.values():
+        ran = [c for c in entry["checks"] if not c["skipped"]]
+        entry["skipped"] = not ran
+        entry["passed"] = bool(ran) and all(c["passed"] for c in ran)
+        entry["message"] = "; ".join(c["message"] for c in entry["checks"])
+        entry["device_nodes"] = sorted({d for c in ran for d in c["device_nodes"]})
+        entry["libcuda"] = bool(ran) and all(c["libcuda"] for c in ran)
+        entry["seconds"] = round(sum(c["seconds"] for c in entry["checks"]), 3)
+    ran = [e for e in engines.values() if not e["skipped"]]
+    failed = sorted(name for name, e in engines.items() if not e["skipped"] and not e["passed"])
+    if check_mode:
+        message = "check mode: no container was run"
+    elif not engines:
+        message = "no container engine found to validate"
+    elif not ran:
+        message = "every engine was skipped"
+    elif failed:
+        message = "failed on: " + ", ".join(failed)
+    else:
+        message = "passed on: " + ", ".join(sorted(n for n, e in engines.items() if not e["skipped"]))
+    return {
+        "passed": bool(ran) and not failed,
+        "skipped": bool(check_mode),
+        "failed_engines": failed,
+        "required_device_nodes": device_nodes,
+        "message": message,
+        "engines": engines,
+    }
+
+
+def required_device_nodes(nvidia):
+    """``/dev/nvidiactl``, ``/dev/nvidia<minor>`` of every GPU, and ``/dev/nvidia-uvm`` when the host has it."""
+    nvidia = nvidia or {}
+    nodes = ["/dev/nvidiactl"]
+    for gpu in nvidia.get("gpus") or []:
+        if gpu.get("minor") is not None:
+            nodes.append("/dev/nvidia%d" % int(gpu["minor"]))
+    if any((d or {}).get("path") == "/dev/nvidia-uvm" for d in nvidia.get("device_nodes") or []):
+        nodes.append("/dev/nvidia-uvm")
+    return nodes
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "validate_plan": validate_plan,
+            "validate_result": validate_result,
+            "validate_device_nodes": required_device_nodes,
+        }

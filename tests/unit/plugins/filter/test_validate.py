@@ -1,0 +1,196 @@
+"""validate_plan / validate_result: what the validate role runs per engine, and how it judges the output."""
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
+    BEGIN,
+    CHECK_SCRIPT,
+    END,
+    FilterModule,
+    containerd_ref,
+    parse_output,
+    required_device_nodes,
+    validate_plan,
+    validate_result,
+)
+
+IMAGE = "gpufleet-sim/mini:latest"
+
+
+def _engine(version, runtimes=("runc",), cdi=False, installed=True):
+    return {"installed": installed, "version": version, "runtimes": list(runtimes), "cdi_enabled": cdi}
+
+
+def _nvidia(**engines):
+    base = {e: {"installed": False} for e in ("docker", "containerd", "crio", "podman")}
+    base.update(engines)
+    return {
+        "engines": base,
+        "gpus": [{"minor": 0}, {"minor": 3}],
+        "device_nodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
+    }
+
+
+def _out(devices, libcuda=True, files=()):
+    lines = [BEGIN] + ["DEV " + d for d in devices] + ["FILE " + f for f in files] + ["LDCACHE", "3 libs found"]
+    if libcuda:
+        lines.append("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    lines.append("\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6")
+    return "\n".join([*lines, END]) + "\n"
+
+
+ALL = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia-uvm"]
+
+
+def test_filters_registered():
+    assert set(FilterModule().filters()) == {"validate_plan", "validate_result", "validate_device_nodes"}
+
+
+def test_docker_20_runtime_only_docker_26_with_cdi_also():
+    old = validate_plan(_nvidia(docker=_engine("20.10.24", ["nvidia", "runc"])), image=IMAGE)
+    assert [(c["engine"], c["mode"]) for c in old] == [("docker", "runtime")]
+    argv = old[0]["argv"]
+    assert argv[:3] == ["timeout", "--kill-after=10", "120"]
+    assert argv[3:9] == ["docker", "run", "--rm", "--network", "none", "--pull"] and argv[9] == "missing"
+    assert argv[argv.index("--runtime") + 1] == "nvidia" and "NVIDIA_VISIBLE_DEVICES=all" in argv
+    assert argv[-4:] == [IMAGE, "sh", "-c", CHECK_SCRIPT]
+    new = validate_plan(_nvidia(docker=_engine("26.1.5", cdi=True)), image=IMAGE, pull="never")
+    assert [c["mode"] for c in new] == ["runtime", "cdi"]
+    assert new[1]["argv"][new[1]["argv"].index("--device") + 1] == "nvidia.com/gpu=all"
+    assert "never" in new[1]["argv"]
+    # docker 26 without CDI enabled: runtime only; the runtime fact's cdi wins over discovery's.
+    assert [c["mode"] for c in validate_plan(_nvidia(docker=_engine("26.1.5")), image=IMAGE)] == ["runtime"]
+    runtime = {"engines": {"docker": {"registered": True, "cdi": True, "version": "26.1.5"}}}
+    assert [c["mode"] for c in validate_plan(_nvidia(docker=_engine("26.1.5")), runtime, image=IMAGE)] == [
+        "runtime",
+        "cdi",
+    ]
+
+
+def test_podman_cdi_containerd_ctr_runc_binary_crio_skipped():
+    nv = _nvidia(
+        podman=_engine("5.4.2"), containerd=_engine("1.7.24"), crio=_engine("1.30"), docker=_engine("26.1", cdi=True)
+    )
+    plan = validate_plan(nv, toolkit={"runtime_path": "/usr/bin/nvidia-container-runtime"}, image="busybox:glibc")
+    assert [(c["engine"], c["mode"]) for c in plan] == [
+        ("docker", "runtime"),
+        ("docker", "cdi"),
+        ("podman", "cdi"),
+        ("containerd", "runtime"),
+        ("crio", "none"),
+    ]
+    podman = plan[2]
+    assert podman["argv"][3] == "podman" and "nvidia.com/gpu=all" in podman["argv"]
+    assert podman["present_argv"] == ["podman", "image", "exists", "busybox:glibc"]
+    ctr = plan[3]
+    assert ctr["argv"][3:8] == ["ctr", "-n", "default", "run", "--rm"]
+    assert ctr["argv"][ctr["argv"].index("--runc-binary") + 1] == "/usr/bin/nvidia-container-runtime"
+    assert ctr["image"] == "docker.io/library/busybox:glibc" and ctr["image"] in ctr["argv"]
+    assert ctr["pull_argv"] == ["ctr", "-n", "default", "images", "pull", "docker.io/library/busybox:glibc"]
+    assert ctr["present_rc0"] is False
+    assert plan[4]["skipped"] and plan[4]["argv"] is None and "crictl" in plan[4]["message"]
+    only = validate_plan(nv, image=IMAGE, engines=["containerd"], pull="never", suffix="x1")
+    assert [c["engine"] for c in only] == ["containerd"] and only[0]["pull_argv"] is None
+    assert "gpufleet-validate-containerd-x1" in only[0]["argv"]
+
+
+def test_engine_from_runtime_fact_only_and_bad_options():
+    plan = validate_plan(_nvidia(), {"engines": {"podman": {"registered": False, "cdi": True}}}, image=IMAGE)
+    assert [c["engine"] for c in plan] == ["podman"]
+    assert validate_plan(_nvidia(), image=IMAGE) == []
+    with pytest.raises(ValueError, match="image"):
+        validate_plan(_nvidia(), image="")
+    with pytest.raises(ValueError, match="pull"):
+        validate_plan(_nvidia(), image=IMAGE, pull="sometimes")
+
+
+@pytest.mark.parametrize(
+    "image,ref",
+    [
+        ("busybox", "docker.io/library/busybox:latest"),
+        ("gpufleet-sim/mini:latest", "docker.io/gpufleet-sim/mini:latest"),
+        ("registry.local:5000/cuda/base:12", "registry.local:5000/cuda/base:12"),
+        ("localhost/x", "localhost/x:latest"),
+        ("nvcr.io/nvidia/cuda@sha256:abc", "nvcr.io/nvidia/cuda@sha256:abc"),
+    ],
+)
+def test_containerd_ref(image, ref):
+    assert containerd_ref(image) == ref
+
+
+def test_required_device_nodes():
+    assert required_device_nodes(_nvidia()) == ALL
+    assert required_device_nodes({"gpus": [{"minor": 1}], "device_nodes": []}) == ["/dev/nvidiactl", "/dev/nvidia1"]
+
+
+def test_parse_output_ldcache_file_and_incomplete():
+    parsed = parse_output(_out(ALL))
+    assert parsed == {
+        "complete": True,
+        "device_nodes": sorted(ALL),
+        "libcuda": True,
+        "libcuda_path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    }
+    by_file = parse_output(_out(ALL, libcuda=False, files=["/usr/lib64/libcuda.so.1"]))
+    assert by_file["libcuda"] and by_file["libcuda_path"] == "/usr/lib64/libcuda.so.1"
+    assert not parse_output(_out(ALL, libcuda=False))["libcuda"]
+    assert not parse_output(BEGIN + "\nDEV /dev/nvidia0\n")["complete"]
+    # A "DEV" line inside the ld cache listing is not a device.
+    assert parse_output(_out([]).replace("3 libs found", "DEV /dev/nvidia9"))["device_nodes"] == []
+
+
+def _plan():
+    nv = _nvidia(docker=_engine("26.1.5", cdi=True), containerd=_engine("1.7.24"), crio=_engine("1.30"))
+    return validate_plan(nv, image=IMAGE)
+
+
+def _ok(stdout, rc=0, stderr="", delta="0:00:01.250000"):
+    return {"rc": rc, "stdout": stdout, "stderr": stderr, "delta": delta, "changed": False}
+
+
+def test_result_all_pass():
+    plan = _plan()
+    results = [_ok(_out(ALL)), _ok(_out(ALL)), _ok(_out(ALL), delta="0:00:00.500000"), {"skipped": True}]
+    fact = validate_result(plan, results, device_nodes=ALL)
+    assert fact["passed"] is True and fact["failed_engines"] == [] and fact["skipped"] is False
+    docker = fact["engines"]["docker"]
+    assert docker["passed"] and not docker["skipped"] and docker["libcuda"] and docker["seconds"] == 2.5
+    assert [c["mode"] for c in docker["checks"]] == ["runtime", "cdi"]
+    assert docker["device_nodes"] == sorted(ALL) and docker["image"] == IMAGE
+    assert fact["engines"]["containerd"]["image"] == "docker.io/gpufleet-sim/mini:latest"
+    assert fact["engines"]["crio"]["skipped"] and not fact["engines"]["crio"]["passed"]
+    assert fact["message"] == "passed on: containerd, docker"
+
+
+def test_result_failures_named():
+    plan = _plan()
+    err = "docker: Error response from daemon: unknown or invalid runtime name: nvidia.\nSee 'docker run --help'."
+    results = [
+        _ok("", rc=125, stderr=err),
+        _ok(_out(ALL[:2])),  # cdi: two device nodes missing
+        _ok(_out(ALL, libcuda=False)),
+        {"skipped": True},
+    ]
+    fact = validate_result(plan, results, device_nodes=ALL)
+    assert fact["passed"] is False and fact["failed_engines"] == ["containerd", "docker"]
+    docker = fact["engines"]["docker"]
+    assert not docker["passed"]
+    first = docker["checks"][0]["message"]
+    assert "rc 125" in first and "invalid runtime name: nvidia" in first
+    assert "not visible: /dev/nvidia3, /dev/nvidia-uvm" in docker["checks"][1]["message"]
+    assert "libcuda.so.1 not visible" in fact["engines"]["containerd"]["message"]
+    assert fact["message"] == "failed on: containerd, docker"
+    timeout = validate_result(plan[:1], [_ok("", rc=124)], device_nodes=ALL)
+    assert "timed out" in timeout["engines"]["docker"]["message"]
+    truncated = validate_result(plan[:1], [_ok(BEGIN + "\nDEV /dev/nvidiactl\n")], device_nodes=ALL)
+    assert "did not finish" in truncated["engines"]["docker"]["message"]
+
+
+def test_result_check_mode_and_nothing_to_do():
+    plan = _plan()
+    fact = validate_result(plan, [{"skipped": True}] * 4, device_nodes=ALL, check_mode=True)
+    assert fact["skipped"] and not fact["passed"] and fact["failed_engines"] == []
+    assert all(e["skipped"] for e in fact["engines"].values())
+    assert "check mode" in fact["engines"]["docker"]["message"]
+    none = validate_result([], [], device_nodes=ALL)
+    assert none["passed"] is False and none["message"] == "no container engine found to validate"
