@@ -31,7 +31,7 @@ options:
 EXAMPLES = r"""
 - name: Build the manifests
   ansible.builtin.set_fact:
-    rendered: "{{ {'mig_strategy': 'single', 'time_slicing': {'replicas': 4}} | gpufleet.nvidia.device_plugin_manifests }}"
+    rendered: "{{ {'mig_strategy': 'single'} | gpufleet.nvidia.device_plugin_manifests }}"
 """
 
 RETURN = r"""
@@ -59,22 +59,38 @@ def _plain(value):
     return json.loads(json.dumps(value))
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the plugin's config.yaml inside the ConfigMap) as readable literal blocks."""
+
+
+def _str(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def config_yaml(config):
+    return yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
 def to_yaml(docs):
-    return HEADER + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, explicit_start=True)
+    return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
 def render(settings, nodes=None):
     settings, nodes = _plain(settings or {}), _plain(nodes or [])
     normalized = dp.normalize(settings)
-    groups = dp.documents(settings, nodes)
+    groups = dp.documents(settings, nodes, dump=config_yaml)
     files = [
         {
             "group": group,
             "path": f"{group}/{name}",
             "content": to_yaml(docs),
             # NVIDIA's chart carries these when the role deploys through Helm; the rest is applied either way.
-            "helm": group == "cluster" and all(d["kind"] != "RuntimeClass" and "dcgm" not in d["metadata"]["name"]
-                                               for d in docs),
+            "helm": group == "cluster"
+            and all(d["kind"] != "RuntimeClass" and "dcgm" not in d["metadata"]["name"] for d in docs),
         }
         for group, name, docs in groups
     ]
@@ -83,8 +99,8 @@ def render(settings, nodes=None):
         "files": files,
         "documents": [doc for _, _, docs in groups for doc in docs],
         "config": config,
-        "config_text": dp.dump_config(config),
-        "helm_values": dp.helm_values(settings),
+        "config_text": config_yaml(config),
+        "helm_values": dp.helm_values(settings, dump=config_yaml),
         "settings": normalized,
         "images": {
             "device_plugin": dp.image(normalized),

@@ -607,11 +607,12 @@ def validation_pod(s, node_name):
     }
 
 
-def documents(settings, nodes=()):
+def documents(settings, nodes=(), dump=dump_config):
     """``[(group, file_name, [documents])]`` in apply order; groups are ``cluster``, ``nodes`` and
-    ``validation``. ``nodes`` is a list of ``{name, labels}``."""
+    ``validation``. ``nodes`` is a list of ``{name, labels}``; ``dump`` turns the config into file text
+    (JSON here; the controller's filter writes YAML)."""
     s = normalize(settings)
-    config_text = dump_config(plugin_config(s))
+    config_text = dump(plugin_config(s))
     checksum = hashlib.sha256(config_text.encode()).hexdigest()
     out = []
     if s["create_namespace"]:
@@ -664,7 +665,7 @@ def documents(settings, nodes=()):
     return out
 
 
-def helm_values(settings):
+def helm_values(settings, dump=dump_config):
     """Values for NVIDIA's ``nvidia-device-plugin`` chart carrying the same settings as the manifests."""
     s = normalize(settings)
     values = {
@@ -673,7 +674,7 @@ def helm_values(settings):
             "tag": s["image_tag"],
             "pullPolicy": s["image_pull_policy"],
         },
-        "config": {"map": {"default": dump_config(plugin_config(s))}, "default": "default"},
+        "config": {"map": {"default": dump(plugin_config(s))}, "default": "default"},
         "nodeSelector": dict(s["node_selector"]),
         "tolerations": copy.deepcopy(s["tolerations"]),
         "priorityClassName": s["priority_class_name"],
