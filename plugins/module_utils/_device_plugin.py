@@ -660,8 +660,9 @@ def documents(settings, nodes=(), dump=dump_config):
         seen.add(node["name"])
         if s["node_labels"]:
             out.append(("nodes", f"node-{node['name']}.yaml", [node_labels_doc(node)]))
-        if s["validate"]:
-            out.append(("validation", f"validate-{node['name']}.yaml", [validation_pod(s, node["name"])]))
+    # Validation pods last: they need the plugin running and, without NFD/GFD, the labels in place.
+    if s["validate"]:
+        out.extend(("validation", f"validate-{n['name']}.yaml", [validation_pod(s, n["name"])]) for n in nodes)
     return out
 
 
