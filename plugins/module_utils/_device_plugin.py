@@ -564,7 +564,8 @@ def node_labels_doc(node):
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {k: str(v) for k, v in labels.items()}},
+        # Sorted: the same labels give the same file whatever order discovery listed them in.
+        "metadata": {"name": name, "labels": {k: str(labels[k]) for k in sorted(labels)}},
     }
 
 

@@ -1,0 +1,182 @@
+"""The device_plugin role on the controller, no cluster: render_only writes exactly what the filter
+builds (and so what the apply path sends: it parses the same file contents), a second run changes
+nothing, check mode writes nothing, and a node whose containerd lacks the nvidia runtime fails early."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.device_plugin_manifests import render
+
+pytestmark = pytest.mark.controller
+REPO = Path(__file__).resolve().parents[3]
+ROLE = REPO / "roles" / "device_plugin"
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-A100"}
+SETTINGS = {"mig_strategy": "single", "time_slicing": {"replicas": 4}, "dcgm_exporter_enabled": True}
+
+PLAY = """
+- hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.nvidia.device_plugin
+      device_plugin_mode: render_only
+      device_plugin_render_dir: "{render_dir}"
+      device_plugin_mig_strategy: single
+      device_plugin_time_slicing: {{replicas: 4}}
+      device_plugin_dcgm_exporter_enabled: true
+"""
+
+
+def inventory(tmp_path, runtime):
+    gpu = {"pci_gpu_count": 2, "labels": LABELS}
+    inv = {
+        "all": {
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+            "children": {
+                "kube_nodes": {
+                    "hosts": {
+                        "node-a": {
+                            "device_plugin_node_name": "gpu-a",
+                            "device_plugin_gpu_facts": gpu,
+                            "gpufleet_runtime": runtime,
+                        },
+                        "node-b": {
+                            "device_plugin_node_name": "gpu-b",
+                            "device_plugin_gpu_facts": gpu,
+                            "gpufleet_runtime": {"engines": {"containerd": {"registered": True, "cdi": True}}},
+                        },
+                        "cpu-in-cluster": {"device_plugin_gpu_facts": {"pci_gpu_count": 0, "labels": {}}},
+                    }
+                },
+                "standalone": {"hosts": {"gpu-docker-only": {"device_plugin_gpu_facts": gpu}}},
+            },
+        }
+    }
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def run_play(tmp_path, runtime, *args):
+    render_dir = tmp_path / "gitops"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(render_dir=render_dir))
+    # The facts each host publishes, read back from a JSON callback-free dump.
+    dump = tmp_path / "facts.yml"
+    play.write_text(
+        play.read_text()
+        + f"""
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Dump the published facts
+      ansible.builtin.copy:
+        content: >-
+          {{{{ dict(ansible_play_hosts | zip(ansible_play_hosts
+               | map('extract', hostvars, 'gpufleet_device_plugin'))) | to_json }}}}
+        dest: "{dump}"
+        mode: "0644"
+      run_once: true
+      delegate_to: localhost
+      check_mode: false
+"""
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="default",
+        ANSIBLE_NOCOLOR="1",
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inventory(tmp_path, runtime)), str(play), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    facts = json.loads(dump.read_text()) if dump.exists() else {}
+    return proc, render_dir, facts
+
+
+def recap(output):
+    return {line.split()[0]: line for line in output.splitlines() if " : ok=" in line}
+
+
+GOOD = {"engines": {"containerd": {"registered": True, "cdi": False}}}
+
+
+def test_render_only_writes_what_the_apply_path_sends_and_second_run_changes_nothing(tmp_path):
+    (tmp_path / "gitops" / "cluster").mkdir(parents=True)
+    stale = tmp_path / "gitops" / "cluster" / "99-old.yaml"
+    stale.write_text("kind: Old\n")
+    proc, render_dir, facts = run_play(tmp_path, GOOD)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nodes = [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}]
+    expected = render(SETTINGS, nodes)
+    written = sorted(str(p.relative_to(render_dir)) for p in render_dir.rglob("*.yaml"))
+    assert written == sorted(f["path"] for f in expected["files"])  # the stale file is gone
+    for f in expected["files"]:
+        assert (render_dir / f["path"]).read_text() == f["content"], f["path"]
+    # What apply.yml sends: each file's content parsed (from_yaml_all), in file order.
+    sent = [d for f in expected["files"] for d in yaml.safe_load_all((render_dir / f["path"]).read_text())]
+    assert sent == expected["documents"]
+    assert facts["node-a"]["mode"] == "render_only"
+    assert facts["node-a"]["node_name"] == "gpu-a"
+    assert facts["cpu-in-cluster"]["mode"] == "skipped" and "pci_gpu_count is 0" in facts["cpu-in-cluster"]["reason"]
+    assert facts["gpu-docker-only"]["mode"] == "skipped" and "kube_nodes" in facts["gpu-docker-only"]["reason"]
+
+    again, _, _ = run_play(tmp_path, GOOD)
+    assert again.returncode == 0, again.stdout
+    assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    proc, render_dir, _ = run_play(tmp_path, GOOD, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(render_dir.rglob("*.yaml"))
+
+
+def test_node_without_the_nvidia_runtime_fails_early_and_is_left_out(tmp_path):
+    bad = {"engines": {"containerd": {"registered": False, "cdi": False, "message": "no config.toml"}}}
+    proc, render_dir, _ = run_play(tmp_path, bad)
+    assert proc.returncode != 0
+    assert "containerd does not have the nvidia runtime registered" in proc.stdout
+    assert "no config.toml" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+    # The other node goes on: the render names gpu-b only.
+    assert (render_dir / "nodes" / "node-gpu-b.yaml").is_file()
+    assert not (render_dir / "nodes" / "node-gpu-a.yaml").exists()
+
+
+def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
+    """Every kubernetes.core.k8s task of the apply path takes its definition from the render's files."""
+    for name in ("apply.yml", "validate.yml"):
+        for task in yaml.safe_load((ROLE / "tasks" / name).read_text()):
+            module = task.get("kubernetes.core.k8s")
+            if module is None:
+                continue
+            assert module["definition"] == "{{ item.content | ansible.builtin.from_yaml_all | list }}", task["name"]
+            assert "__device_plugin_rendered.files" in task["loop"], task["name"]
+    helm = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())[0]["kubernetes.core.helm"]
+    assert helm["values"] == "{{ __device_plugin_rendered.helm_values }}"
+
+
+def test_defaults_and_argument_specs_agree_with_the_builder():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import DEFAULTS
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options)
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
+    for key, value in DEFAULTS.items():
+        assert defaults["device_plugin_" + key] == value, key
+    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__device_plugin_settings"]
+    assert set(settings) == set(DEFAULTS)
