@@ -97,7 +97,7 @@ def render(settings, nodes=None):
     config = dp.plugin_config(normalized)
     return {
         "files": files,
-        "documents": [doc for _, _, docs in groups for doc in docs],
+        "documents": [doc for _group, _name, docs in groups for doc in docs],
         "config": config,
         "config_text": config_yaml(config),
         "helm_values": dp.helm_values(settings, dump=config_yaml),

@@ -132,20 +132,20 @@ def test_render_only_writes_what_the_apply_path_sends_and_second_run_changes_not
     assert facts["cpu-in-cluster"]["mode"] == "skipped" and "pci_gpu_count is 0" in facts["cpu-in-cluster"]["reason"]
     assert facts["gpu-docker-only"]["mode"] == "skipped" and "kube_nodes" in facts["gpu-docker-only"]["reason"]
 
-    again, _, _ = run_play(tmp_path, GOOD)
+    again = run_play(tmp_path, GOOD)[0]
     assert again.returncode == 0, again.stdout
     assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout
 
 
 def test_check_mode_writes_nothing(tmp_path):
-    proc, render_dir, _ = run_play(tmp_path, GOOD, "--check")
+    proc, render_dir, _facts = run_play(tmp_path, GOOD, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not list(render_dir.rglob("*.yaml"))
 
 
 def test_node_without_the_nvidia_runtime_fails_early_and_is_left_out(tmp_path):
     bad = {"engines": {"containerd": {"registered": False, "cdi": False, "message": "no config.toml"}}}
-    proc, render_dir, _ = run_play(tmp_path, bad)
+    proc, render_dir, _facts = run_play(tmp_path, bad)
     assert proc.returncode != 0
     assert "containerd does not have the nvidia runtime registered" in proc.stdout
     assert "no config.toml" in proc.stdout

@@ -13,7 +13,7 @@ NODE = {"name": "gpu-1.example", "labels": {"nvidia.com/gpu.present": "true", "n
 
 def docs_by_kind(settings, nodes=(NODE,)):
     out = {}
-    for _, _, docs in dp.documents(settings, list(nodes)):
+    for _group, _name, docs in dp.documents(settings, list(nodes)):
         for doc in docs:
             out.setdefault(doc["kind"], []).append(doc)
     return out
