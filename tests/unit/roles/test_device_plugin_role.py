@@ -1,6 +1,7 @@
 """The device_plugin role on the controller, no cluster: render_only writes exactly what the filter
-builds (and so what the apply path sends: it parses the same file contents), a second run changes
-nothing, check mode writes nothing, and a node whose containerd lacks the nvidia runtime fails early."""
+builds; the apply and Helm paths, run against a stand-in kubernetes.core that records each call, send
+exactly those documents (and the same values); a second run changes nothing, check mode writes nothing,
+a node whose containerd lacks the nvidia runtime fails early, a failed validation pod fails its node."""
 
 import json
 import os
@@ -180,3 +181,109 @@ def test_defaults_and_argument_specs_agree_with_the_builder():
         assert defaults["device_plugin_" + key] == value, key
     settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__device_plugin_settings"]
     assert set(settings) == set(DEFAULTS)
+
+
+# A stand-in kubernetes.core, found before the real one (ANSIBLE_COLLECTIONS_PATH order): each module
+# appends the arguments it got to $STUB_LOG and answers like the API server would for a pod that ended
+# in $STUB_PHASE. So the apply and Helm paths run for real up to the API call.
+STUB = """#!/usr/bin/python
+import json, os
+from ansible.module_utils.basic import AnsibleModule
+
+NAME = "{name}"
+ARGS = dict(kubeconfig=dict(type="raw"), context=dict(type="str"), definition=dict(type="raw"), apply=dict(type="bool"),
+            state=dict(type="str"), merge_type=dict(type="str"), wait=dict(type="bool"), kind=dict(type="str"),
+            namespace=dict(type="str"), name=dict(type="str"), binary_path=dict(type="str"),
+            chart_repo_url=dict(type="str"), chart_ref=dict(type="str"), chart_version=dict(type="str"),
+            release_name=dict(type="str"), release_namespace=dict(type="str"), create_namespace=dict(type="bool"),
+            values=dict(type="raw"))
+module = AnsibleModule(argument_spec=ARGS, supports_check_mode=True)
+params = {{k: v for k, v in module.params.items() if v is not None}}
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(json.dumps({{"module": NAME, "params": params}}) + "\\n")
+if NAME == "k8s_info":
+    module.exit_json(changed=False, resources=[{{"status": {{"phase": os.environ.get("STUB_PHASE", "Succeeded")}}}}])
+if NAME == "k8s_log":
+    module.exit_json(changed=False, log_lines=["[Vector addition of 50000 elements]", "Test PASSED"])
+module.exit_json(changed=True)
+"""
+
+
+def stub_kubernetes_core(tmp_path):
+    root = tmp_path / "stub" / "ansible_collections" / "kubernetes" / "core"
+    (root / "plugins" / "modules").mkdir(parents=True)
+    (root / "meta").mkdir()
+    (root / "meta" / "runtime.yml").write_text("requires_ansible: '>=2.15.0'\n")
+    for name in ("k8s", "k8s_info", "k8s_log", "helm"):
+        (root / "plugins" / "modules" / f"{name}.py").write_text(STUB.format(name=name))
+    return tmp_path / "stub"
+
+
+def run_apply(tmp_path, mode, phase):
+    log = tmp_path / "api.jsonl"
+    inv = inventory(tmp_path, GOOD)
+    play = tmp_path / "apply.yml"
+    play.write_text(
+        PLAY.format(render_dir="-")
+        .replace("device_plugin_mode: render_only", f"device_plugin_mode: {mode}")
+        .replace('device_plugin_render_dir: "-"', "device_plugin_kubeconfig: /nonexistent/kubeconfig")
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=f"{stub_kubernetes_core(tmp_path)}:{REPO / '.cache' / 'collections'}",
+        ANSIBLE_NOCOLOR="1",
+        STUB_LOG=str(log),
+        STUB_PHASE=phase,
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inv), str(play), "-e", "device_plugin_validate_timeout=5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, calls
+
+
+def test_apply_path_sends_exactly_the_rendered_documents(tmp_path):
+    proc, calls = run_apply(tmp_path, "apply", "Succeeded")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
+    sent = [
+        d
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] in ("present", "patched")
+        for d in c["params"]["definition"]
+    ]
+    assert sent == expected["documents"]
+    patched = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "patched"]
+    assert [c["params"]["definition"][0]["kind"] for c in patched] == ["Node", "Node"]
+    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls)
+    # Validation pods: removed before, started, waited for, logs read, removed after.
+    pods = {d["metadata"]["name"] for d in expected["documents"] if d["kind"] == "Pod"}
+    assert {c["params"]["name"] for c in calls if c["module"] == "k8s_info"} == pods
+    removed = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "absent"]
+    assert len(removed) == 2 * len(pods)
+    assert "helm" not in {c["module"] for c in calls}
+
+
+def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(tmp_path):
+    proc, calls = run_apply(tmp_path, "helm", "Failed")
+    expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
+    helm = [c["params"] for c in calls if c["module"] == "helm"]
+    assert len(helm) == 1
+    assert helm[0]["values"] == expected["helm_values"]
+    assert helm[0]["chart_version"] == "0.17.1"
+    # The chart carries the plugin, its config and GFD; the RuntimeClass and the DCGM exporter go as documents.
+    kinds = [
+        d["kind"]
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] == "present"
+        for d in c["params"]["definition"]
+    ]
+    assert "ConfigMap" not in kinds
+    assert kinds.count("RuntimeClass") == 1 and kinds.count("Service") == 1
+    assert proc.returncode != 0
+    assert "ended Failed" in proc.stdout and "Test PASSED" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
