@@ -1,0 +1,122 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""device_plugin_manifests: the device_plugin role's Kubernetes documents, files and Helm values."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: device_plugin_manifests
+short_description: Kubernetes documents, GitOps files and Helm values of the device_plugin role
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Given the C(gpufleet.nvidia.device_plugin) role's settings (its variables without the C(device_plugin_) prefix),
+    returns every document the role applies, the same documents as YAML files for GitOps, the plugin's config file
+    and the values for NVIDIA's C(nvidia-device-plugin) Helm chart.
+  - The role's apply path sends the parsed content of exactly these files, so C(render_only) output is what the API
+    server would get.
+  - Fails with a message naming the variable when an option or a combination cannot work (for example MPS with MIG).
+options:
+  _input:
+    description: The settings, such as C(mig_strategy), C(device_list_strategy), C(time_slicing), C(mps).
+    type: dict
+    required: true
+  nodes:
+    description: The GPU nodes, a list of C(name) (the Kubernetes node name) and C(labels) (from C(gpu_facts)).
+    type: list
+    elements: dict
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Build the manifests
+  ansible.builtin.set_fact:
+    rendered: "{{ {'mig_strategy': 'single'} | gpufleet.nvidia.device_plugin_manifests }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(files), a list of C(group) (C(cluster), C(nodes), C(validation)), C(path) (relative file name under the
+      render folder) and C(content) (YAML, one or more documents); C(documents), every document in apply order;
+      C(config), the plugin config as a dict; C(config_text); C(helm_values); C(settings) (the checked settings with
+      defaults); C(images).
+  type: dict
+"""
+
+import json
+
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _device_plugin as dp
+
+HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
+
+
+def _plain(value):
+    """Ansible's tagged strings and lazy containers as plain JSON types (what the API and YAML take)."""
+    return json.loads(json.dumps(value))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the plugin's config.yaml inside the ConfigMap) as readable literal blocks."""
+
+
+def _str(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def config_yaml(config):
+    return yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def to_yaml(docs):
+    return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+
+
+def render(settings, nodes=None):
+    settings, nodes = _plain(settings or {}), _plain(nodes or [])
+    normalized = dp.normalize(settings)
+    groups = dp.documents(settings, nodes, dump=config_yaml)
+    files = [
+        {
+            "group": group,
+            "path": f"{group}/{name}",
+            "content": to_yaml(docs),
+            # NVIDIA's chart carries these when the role deploys through Helm; the rest is applied either way.
+            "helm": group == "cluster"
+            and all(d["kind"] != "RuntimeClass" and "dcgm" not in d["metadata"]["name"] for d in docs),
+        }
+        for group, name, docs in groups
+    ]
+    config = dp.plugin_config(normalized)
+    return {
+        "files": files,
+        "documents": [doc for _group, _name, docs in groups for doc in docs],
+        "config": config,
+        "config_text": config_yaml(config),
+        "helm_values": dp.helm_values(settings, dump=config_yaml),
+        "settings": normalized,
+        "images": {
+            "device_plugin": dp.image(normalized),
+            "dcgm_exporter": dp.image(normalized, "dcgm_exporter_image"),
+            "validate": dp.image(normalized, "validate_image"),
+        },
+    }
+
+
+def device_plugin_manifests(settings, nodes=None):
+    try:
+        return render(settings, nodes)
+    except dp.DevicePluginError as exc:
+        raise AnsibleFilterError(f"gpufleet.nvidia.device_plugin role: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"device_plugin_manifests": device_plugin_manifests}

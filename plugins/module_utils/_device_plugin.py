@@ -1,0 +1,721 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The device_plugin role's Kubernetes documents, built from its settings (pure functions).
+
+One place builds every document the role applies or writes for GitOps: the namespace, the device
+plugin's ConfigMap (its ``config.yaml`` in NVIDIA's ``version: v1`` format) and DaemonSet, GPU feature
+discovery, the MPS control daemon when MPS sharing is on, RBAC where a component talks to the API,
+the ``nvidia`` RuntimeClass, the optional DCGM exporter with its Service and ServiceMonitor, a partial
+Node per GPU node carrying ``gpu_facts``' labels, and a validation pod per GPU node. The Helm values
+for NVIDIA's chart come from the same settings.
+
+Settings are the role's variables without the ``device_plugin_`` prefix. Every check raises
+``DevicePluginError`` whose message names the variable and what to set instead.
+
+Standard library only (target Pythons 3.8+).
+"""
+
+import copy
+import hashlib
+import json
+import re
+
+# Real, published tags (NVIDIA's NGC registry): the device plugin (which also carries GFD and the MPS
+# control daemon since v0.15) and the DCGM exporter. Air-gapped sites override the registry.
+DEVICE_PLUGIN_IMAGE = {"registry": "nvcr.io", "repository": "nvidia/k8s-device-plugin", "tag": "v0.17.1"}
+DCGM_EXPORTER_IMAGE = {
+    "registry": "nvcr.io",
+    "repository": "nvidia/k8s/dcgm-exporter",
+    "tag": "4.2.3-4.1.3-ubuntu22.04",
+}
+VALIDATION_IMAGE = {"registry": "nvcr.io", "repository": "nvidia/k8s/cuda-sample", "tag": "vectoradd-cuda12.5.0"}
+HELM_CHART_VERSION = "0.17.1"
+
+MIG_STRATEGIES = ("none", "single", "mixed")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+ENGINES = ("containerd", "crio")
+GPU_RESOURCE = "nvidia.com/gpu"
+PRESENT_LABEL = "nvidia.com/gpu.present"
+CONFIG_PATH = "/config/config.yaml"
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+MPS_ROOT = "/run/nvidia/mps"
+SHM = "/dev/shm"  # noqa: S108 - the container's shared memory, backed by a host folder for MPS
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+
+DEFAULTS = {
+    "namespace": "nvidia-device-plugin",
+    "create_namespace": True,
+    "image_registry": DEVICE_PLUGIN_IMAGE["registry"],
+    "image_repository": DEVICE_PLUGIN_IMAGE["repository"],
+    "image_tag": DEVICE_PLUGIN_IMAGE["tag"],
+    "image_pull_policy": "IfNotPresent",
+    "image_pull_secrets": [],
+    "runtime_class_name": "nvidia",
+    "runtime_class_create": True,
+    "node_selector": {PRESENT_LABEL: "true"},
+    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+    "priority_class_name": "system-node-critical",
+    "mig_strategy": "none",
+    "device_list_strategy": ["envvar"],
+    "device_id_strategy": "uuid",
+    "fail_on_init_error": True,
+    "pass_device_specs": False,
+    "nvidia_driver_root": "/",
+    "time_slicing": {},
+    "mps": {},
+    "gfd_enabled": True,
+    "gfd_sleep_interval": "60s",
+    "gfd_node_feature_api": False,
+    "dcgm_exporter_enabled": False,
+    "dcgm_exporter_image_registry": DCGM_EXPORTER_IMAGE["registry"],
+    "dcgm_exporter_image_repository": DCGM_EXPORTER_IMAGE["repository"],
+    "dcgm_exporter_image_tag": DCGM_EXPORTER_IMAGE["tag"],
+    "dcgm_exporter_port": 9400,
+    "dcgm_exporter_service_monitor": False,
+    "dcgm_exporter_service_monitor_interval": "15s",
+    "node_labels": True,
+    "validate": True,
+    "validate_image_registry": VALIDATION_IMAGE["registry"],
+    "validate_image_repository": VALIDATION_IMAGE["repository"],
+    "validate_image_tag": VALIDATION_IMAGE["tag"],
+    "validate_command": [],
+    "container_engine": "containerd",
+}
+
+
+class DevicePluginError(ValueError):
+    """A setting that cannot work; the message names the role variable."""
+
+
+def _fail(key, msg):
+    raise DevicePluginError(f"device_plugin_{key}: {msg}")
+
+
+def _as_list(value):
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return list(value or [])
+
+
+def _sharing(kind, raw):
+    """Normalize ``time_slicing``/``mps``: ``{replicas, rename, rename_by_default,
+    fail_requests_greater_than_one, resources}``; ``{}`` means off."""
+    if not raw:
+        return {}
+    if not isinstance(raw, dict):
+        _fail(kind, f"must be a dict such as {{replicas: 4}}, got {type(raw).__name__}")
+    known = {"replicas", "rename", "rename_by_default", "fail_requests_greater_than_one", "resources"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        _fail(kind, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    resources = raw.get("resources")
+    if resources is None:
+        resources = [{"name": GPU_RESOURCE, "replicas": raw.get("replicas"), "rename": raw.get("rename") or ""}]
+    elif "replicas" in raw or "rename" in raw:
+        _fail(kind, "give either replicas/rename (for nvidia.com/gpu) or a resources list, not both")
+    out = []
+    for index, res in enumerate(resources):
+        where = f"{kind}.resources[{index}]"
+        name = res.get("name", GPU_RESOURCE)
+        replicas = res.get("replicas")
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+            _fail(
+                where,
+                f"replicas must be an integer of at least 2 (got {replicas!r}); 1 means no sharing: leave "
+                f"device_plugin_{kind} empty instead",
+            )
+        if not _RESOURCE_NAME.match(name) or not name.startswith("nvidia.com/"):
+            _fail(
+                where, f"name {name!r} is not an nvidia.com/ resource such as nvidia.com/gpu or nvidia.com/mig-1g.5gb"
+            )
+        entry = {"name": name, "replicas": replicas}
+        rename = res.get("rename") or ""
+        if rename:
+            if not _RESOURCE_NAME.match(rename if "/" in rename else "x/" + rename):
+                _fail(where, f"rename {rename!r} is not a valid resource name (such as nvidia.com/gpu.shared)")
+            entry["rename"] = rename
+        out.append(entry)
+    names = [e["name"] for e in out]
+    if len(set(names)) != len(names):
+        _fail(kind, f"resource listed twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    return {
+        "rename_by_default": bool(raw.get("rename_by_default", False)),
+        "fail_requests_greater_than_one": bool(raw.get("fail_requests_greater_than_one", False)),
+        "resources": out,
+    }
+
+
+def normalize(settings):
+    """The settings with defaults filled in and every option checked."""
+    unknown = sorted(set(settings or {}) - set(DEFAULTS))
+    if unknown:
+        raise DevicePluginError(f"unknown setting(s): {', '.join('device_plugin_' + k for k in unknown)}")
+    s = copy.deepcopy(DEFAULTS)
+    s.update({k: copy.deepcopy(v) for k, v in (settings or {}).items() if v is not None})
+    if not _DNS_LABEL.match(str(s["namespace"])) or len(s["namespace"]) > 63:
+        _fail("namespace", f"{s['namespace']!r} is not a DNS label (lower-case letters, digits, '-')")
+    if s["mig_strategy"] not in MIG_STRATEGIES:
+        _fail("mig_strategy", f"{s['mig_strategy']!r} is not one of {', '.join(MIG_STRATEGIES)}")
+    strategies = _as_list(s["device_list_strategy"])
+    if not strategies:
+        _fail("device_list_strategy", f"must name at least one of {', '.join(DEVICE_LIST_STRATEGIES)}")
+    for strategy in strategies:
+        if strategy not in DEVICE_LIST_STRATEGIES:
+            _fail("device_list_strategy", f"{strategy!r} is not one of {', '.join(DEVICE_LIST_STRATEGIES)}")
+    if len(set(strategies)) != len(strategies):
+        _fail("device_list_strategy", f"lists a strategy twice: {strategies}")
+    s["device_list_strategy"] = strategies
+    if s["device_id_strategy"] not in DEVICE_ID_STRATEGIES:
+        _fail("device_id_strategy", f"{s['device_id_strategy']!r} is not one of {', '.join(DEVICE_ID_STRATEGIES)}")
+    if s["container_engine"] not in ENGINES:
+        _fail("container_engine", f"{s['container_engine']!r} is not one of {', '.join(ENGINES)}")
+    s["time_slicing"] = _sharing("time_slicing", s["time_slicing"])
+    s["mps"] = _sharing("mps", s["mps"])
+    if s["time_slicing"] and s["mps"]:
+        _fail(
+            "mps",
+            "time slicing and MPS cannot both be on: set one of device_plugin_time_slicing / device_plugin_mps to {}",
+        )
+    if s["mps"] and s["mig_strategy"] != "none":
+        _fail(
+            "mps",
+            f"MPS sharing is not supported together with MIG (device_plugin_mig_strategy="
+            f"{s['mig_strategy']}); use time slicing or set the MIG strategy to none",
+        )
+    if s["mps"] and s["device_id_strategy"] != "uuid":
+        _fail("mps", "MPS sharing needs device_plugin_device_id_strategy=uuid")
+    for key in ("image", "dcgm_exporter_image", "validate_image"):
+        for part in ("registry", "repository", "tag"):
+            value = str(s[f"{key}_{part}"])
+            if not value or not _IMAGE_PART.match(value):
+                _fail(f"{key}_{part}", f"{value!r} is not a valid image reference part")
+    if s["image_pull_policy"] not in ("Always", "IfNotPresent", "Never"):
+        _fail("image_pull_policy", f"{s['image_pull_policy']!r} is not Always, IfNotPresent or Never")
+    if not isinstance(s["node_selector"], dict):
+        _fail("node_selector", "must be a dict of label: value")
+    s["node_selector"] = {str(k): str(v) for k, v in s["node_selector"].items()}
+    if not isinstance(s["tolerations"], list) or not all(isinstance(t, dict) for t in s["tolerations"]):
+        _fail("tolerations", "must be a list of Kubernetes toleration dicts")
+    if s["runtime_class_name"] and not _DNS_LABEL.match(s["runtime_class_name"]):
+        _fail("runtime_class_name", f"{s['runtime_class_name']!r} is not a DNS label")
+    if s["dcgm_exporter_service_monitor"] and not s["dcgm_exporter_enabled"]:
+        _fail("dcgm_exporter_service_monitor", "needs device_plugin_dcgm_exporter_enabled=true")
+    port = s["dcgm_exporter_port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        _fail("dcgm_exporter_port", f"{port!r} is not a TCP port")
+    if not str(s["nvidia_driver_root"]).startswith("/"):
+        _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
+    s["image_pull_secrets"] = _as_list(s["image_pull_secrets"])
+    s["validate_command"] = (
+        _as_list(s["validate_command"])
+        if isinstance(s["validate_command"], list)
+        else (["sh", "-c", s["validate_command"]] if s["validate_command"] else [])
+    )
+    return s
+
+
+def uses_cdi(s):
+    return any(strategy in CDI_STRATEGIES for strategy in s["device_list_strategy"])
+
+
+def image(s, key="image"):
+    return f"{s[key + '_registry']}/{s[key + '_repository']}:{s[key + '_tag']}"
+
+
+def _sharing_config(sharing, with_fail_flag):
+    out = {"renameByDefault": sharing["rename_by_default"]}
+    if with_fail_flag:
+        out["failRequestsGreaterThanOne"] = sharing["fail_requests_greater_than_one"]
+    out["resources"] = [dict(r) for r in sharing["resources"]]
+    return out
+
+
+def plugin_config(s):
+    """The device plugin's and GFD's ``config.yaml`` (NVIDIA's ``version: v1`` format) as a dict."""
+    strategies = s["device_list_strategy"]
+    config = {
+        "version": "v1",
+        "flags": {
+            "migStrategy": s["mig_strategy"],
+            "failOnInitError": bool(s["fail_on_init_error"]),
+            "nvidiaDriverRoot": s["nvidia_driver_root"],
+            "plugin": {
+                "passDeviceSpecs": bool(s["pass_device_specs"]),
+                "deviceListStrategy": strategies[0] if len(strategies) == 1 else list(strategies),
+                "deviceIDStrategy": s["device_id_strategy"],
+            },
+            "gfd": {
+                "oneshot": False,
+                "noTimestamp": False,
+                "sleepInterval": s["gfd_sleep_interval"],
+                "outputFile": FEATURES_DIR + "/gfd",
+                "machineTypeFile": "/sys/class/dmi/id/product_name",
+            },
+        },
+    }
+    sharing = {}
+    if s["time_slicing"]:
+        sharing["timeSlicing"] = _sharing_config(s["time_slicing"], True)
+    if s["mps"]:
+        sharing["mps"] = _sharing_config(s["mps"], False)
+    if sharing:
+        config["sharing"] = sharing
+    return config
+
+
+def dump_config(config):
+    """The config as file text: JSON is YAML, so the plugin reads it; sorted for stable checksums."""
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+def _labels(component):
+    return {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": "gpufleet-nvidia"}
+
+
+def _meta(name, s, component, namespaced=True):
+    meta = {"name": name, "labels": _labels(component)}
+    if namespaced:
+        meta["namespace"] = s["namespace"]
+    return meta
+
+
+def _host_path(name, path, kind=None):
+    volume = {"name": name, "hostPath": {"path": path}}
+    if kind:
+        volume["hostPath"]["type"] = kind
+    return volume
+
+
+def _pod_spec(s, containers, volumes, service_account=None, host_pid=False):
+    spec = {
+        "nodeSelector": dict(s["node_selector"]),
+        "tolerations": copy.deepcopy(s["tolerations"]),
+        "containers": containers,
+        "volumes": volumes,
+    }
+    if s["priority_class_name"]:
+        spec["priorityClassName"] = s["priority_class_name"]
+    if s["runtime_class_name"]:
+        spec["runtimeClassName"] = s["runtime_class_name"]
+    if s["image_pull_secrets"]:
+        spec["imagePullSecrets"] = [{"name": n} for n in s["image_pull_secrets"]]
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    else:
+        spec["automountServiceAccountToken"] = False
+    if host_pid:
+        spec["hostPID"] = True
+    return spec
+
+
+def _daemonset(name, s, component, pod_spec, annotations=None):
+    template_meta = {"labels": _labels(component)}
+    if annotations:
+        template_meta["annotations"] = annotations
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _meta(name, s, component),
+        "spec": {
+            "selector": {"matchLabels": _labels(component)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }
+
+
+def _env(pairs):
+    return [{"name": k, "value": str(v)} for k, v in pairs]
+
+
+def _config_volume():
+    return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
+
+
+def device_plugin_daemonset(s, checksum):
+    mounts = [
+        {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
+        {"name": "config", "mountPath": "/config", "readOnly": True},
+    ]
+    volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins"), _config_volume()]
+    env = [
+        ("CONFIG_FILE", CONFIG_PATH),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+        ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
+    ]
+    if s["nvidia_driver_root"] != "/" or uses_cdi(s):
+        mounts.append({"name": "driver-root", "mountPath": "/driver-root", "readOnly": True})
+        volumes.append(_host_path("driver-root", s["nvidia_driver_root"]))
+        env.append(("NVIDIA_DRIVER_ROOT", s["nvidia_driver_root"]))
+        env.append(("CONTAINER_DRIVER_ROOT", "/driver-root"))
+    if uses_cdi(s):
+        mounts.append({"name": "cdi-root", "mountPath": "/var/run/cdi"})
+        volumes.append(_host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"))
+    if s["mps"]:
+        mounts.append({"name": "mps-root", "mountPath": MPS_ROOT})
+        mounts.append({"name": "mps-shm", "mountPath": SHM})
+        volumes.append(_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"))
+        volumes.append(_host_path("mps-shm", MPS_ROOT + "/shm"))
+        env.append(("MPS_ROOT", MPS_ROOT))
+    if s["pass_device_specs"]:
+        # Device specs name /dev nodes the plugin must see and hand to kubelet: privileged, as NVIDIA's own
+        # "compat with CPU manager" manifest runs it.
+        security = {"privileged": True}
+    else:
+        security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    container = {
+        "name": "nvidia-device-plugin",
+        "image": image(s),
+        "imagePullPolicy": s["image_pull_policy"],
+        "command": ["nvidia-device-plugin"],
+        "env": _env(env),
+        "securityContext": security,
+        "volumeMounts": mounts,
+    }
+    spec = _pod_spec(s, [container], volumes, host_pid=bool(s["mps"]))
+    return _daemonset(
+        "nvidia-device-plugin", s, "nvidia-device-plugin", spec, {"gpufleet.nvidia/config-sha256": checksum}
+    )
+
+
+def gfd_daemonset(s, checksum):
+    container = {
+        "name": "gpu-feature-discovery",
+        "image": image(s),
+        "imagePullPolicy": s["image_pull_policy"],
+        "command": ["gpu-feature-discovery"],
+        "env": _env(
+            [
+                ("CONFIG_FILE", CONFIG_PATH),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
+            ]
+        ),
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "output-dir", "mountPath": FEATURES_DIR},
+            {"name": "host-sys", "mountPath": "/sys", "readOnly": True},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+        ],
+    }
+    volumes = [
+        _host_path("output-dir", FEATURES_DIR, "DirectoryOrCreate"),
+        _host_path("host-sys", "/sys"),
+        _config_volume(),
+    ]
+    account = "gpu-feature-discovery" if s["gfd_node_feature_api"] else None
+    spec = _pod_spec(s, [container], volumes, service_account=account)
+    return _daemonset(
+        "gpu-feature-discovery", s, "gpu-feature-discovery", spec, {"gpufleet.nvidia/config-sha256": checksum}
+    )
+
+
+def gfd_rbac(s):
+    """GFD writes NodeFeature objects (node-feature-discovery's API) only when asked; then it needs these."""
+    meta = _meta("gpu-feature-discovery", s, "gpu-feature-discovery", namespaced=False)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta("gpu-feature-discovery", s, "gpu-feature-discovery"),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta,
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+                {
+                    "apiGroups": ["nfd.k8s-sigs.io"],
+                    "resources": ["nodefeatures"],
+                    "verbs": ["get", "list", "watch", "create", "update"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": copy.deepcopy(meta),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "gpu-feature-discovery",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "gpu-feature-discovery", "namespace": s["namespace"]}],
+        },
+    ]
+
+
+def mps_daemonset(s, checksum):
+    container = {
+        "name": "mps-control-daemon",
+        "image": image(s),
+        "imagePullPolicy": s["image_pull_policy"],
+        "command": ["mps-control-daemon"],
+        "env": _env(
+            [
+                ("CONFIG_FILE", CONFIG_PATH),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ("MPS_ROOT", MPS_ROOT),
+            ]
+        ),
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "mps-root", "mountPath": MPS_ROOT},
+            {"name": "mps-shm", "mountPath": SHM},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+        ],
+    }
+    container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    volumes = [
+        _host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
+        _host_path("mps-shm", MPS_ROOT + "/shm"),
+        _config_volume(),
+    ]
+    spec = _pod_spec(s, [container], volumes, host_pid=True)
+    spec["nodeSelector"]["nvidia.com/mps.capable"] = "true"
+    return _daemonset(
+        "nvidia-device-plugin-mps-control-daemon",
+        s,
+        "nvidia-mps-control-daemon",
+        spec,
+        {"gpufleet.nvidia/config-sha256": checksum},
+    )
+
+
+def dcgm_exporter_docs(s):
+    component = "nvidia-dcgm-exporter"
+    container = {
+        "name": "dcgm-exporter",
+        "image": image(s, "dcgm_exporter_image"),
+        "imagePullPolicy": s["image_pull_policy"],
+        "env": _env(
+            [
+                ("DCGM_EXPORTER_LISTEN", f":{s['dcgm_exporter_port']}"),
+                ("DCGM_EXPORTER_KUBERNETES", "true"),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+            ]
+        ),
+        "ports": [{"name": "metrics", "containerPort": s["dcgm_exporter_port"], "protocol": "TCP"}],
+        "securityContext": {"runAsNonRoot": False, "runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
+        "volumeMounts": [{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": s["dcgm_exporter_port"]}, "initialDelaySeconds": 15},
+    }
+    spec = _pod_spec(s, [container], [_host_path("pod-resources", "/var/lib/kubelet/pod-resources")])
+    docs = [
+        _daemonset("nvidia-dcgm-exporter", s, component, spec),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta("nvidia-dcgm-exporter", s, component),
+            "spec": {
+                "selector": _labels(component),
+                "ports": [
+                    {"name": "metrics", "port": s["dcgm_exporter_port"], "targetPort": "metrics", "protocol": "TCP"}
+                ],
+            },
+        },
+    ]
+    if s["dcgm_exporter_service_monitor"]:
+        docs.append(
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "ServiceMonitor",
+                "metadata": _meta("nvidia-dcgm-exporter", s, component),
+                "spec": {
+                    "selector": {"matchLabels": _labels(component)},
+                    "namespaceSelector": {"matchNames": [s["namespace"]]},
+                    "endpoints": [
+                        {"port": "metrics", "path": "/metrics", "interval": s["dcgm_exporter_service_monitor_interval"]}
+                    ],
+                },
+            }
+        )
+    return docs
+
+
+def runtime_class(s):
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": s["runtime_class_name"], "labels": _labels("nvidia-runtime-class")},
+        "handler": "nvidia",
+    }
+
+
+def node_name_ok(name):
+    return bool(name) and len(name) <= 253 and all(_DNS_LABEL.match(p) for p in name.split("."))
+
+
+def node_labels_doc(node):
+    """A partial Node carrying ``gpu_facts``' labels: a merge patch for the API, a server-side apply for GitOps."""
+    name, labels = node["name"], node.get("labels") or {}
+    if not node_name_ok(name):
+        raise DevicePluginError(f"device_plugin_node_name: {name!r} is not a valid Kubernetes node name")
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        # Sorted: the same labels give the same file whatever order discovery listed them in.
+        "metadata": {"name": name, "labels": {k: str(labels[k]) for k in sorted(labels)}},
+    }
+
+
+def validation_pod_name(node_name):
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:8]
+    base = re.sub(r"[^a-z0-9-]", "-", node_name.lower())[:40].strip("-")
+    return f"gpufleet-validate-{base}-{digest}"
+
+
+def validation_pod(s, node_name):
+    container = {
+        "name": "gpu-check",
+        "image": image(s, "validate_image"),
+        "imagePullPolicy": s["image_pull_policy"],
+        "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {GPU_RESOURCE: 1}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if s["validate_command"]:
+        container["command"] = list(s["validate_command"])
+    spec = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node_name},
+        "tolerations": copy.deepcopy(s["tolerations"]),
+        "containers": [container],
+        "automountServiceAccountToken": False,
+    }
+    if s["runtime_class_name"]:
+        spec["runtimeClassName"] = s["runtime_class_name"]
+    if s["image_pull_secrets"]:
+        spec["imagePullSecrets"] = [{"name": n} for n in s["image_pull_secrets"]]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": validation_pod_name(node_name),
+            "namespace": s["namespace"],
+            "labels": dict(_labels("gpufleet-validate"), **{"gpufleet.nvidia/node": node_name[:63].strip("-_.")}),
+        },
+        "spec": spec,
+    }
+
+
+def documents(settings, nodes=(), dump=dump_config):
+    """``[(group, file_name, [documents])]`` in apply order; groups are ``cluster``, ``nodes`` and
+    ``validation``. ``nodes`` is a list of ``{name, labels}``; ``dump`` turns the config into file text
+    (JSON here; the controller's filter writes YAML)."""
+    s = normalize(settings)
+    config_text = dump(plugin_config(s))
+    checksum = hashlib.sha256(config_text.encode()).hexdigest()
+    out = []
+    if s["create_namespace"]:
+        out.append(
+            (
+                "cluster",
+                "00-namespace.yaml",
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": s["namespace"], "labels": _labels("gpufleet-nvidia")},
+                    }
+                ],
+            )
+        )
+    if s["runtime_class_name"] and s["runtime_class_create"]:
+        out.append(("cluster", "01-runtimeclass.yaml", [runtime_class(s)]))
+    out.append(
+        (
+            "cluster",
+            "10-device-plugin-config.yaml",
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": _meta("nvidia-device-plugin-config", s, "nvidia-device-plugin"),
+                    "data": {"config.yaml": config_text},
+                }
+            ],
+        )
+    )
+    out.append(("cluster", "11-device-plugin.yaml", [device_plugin_daemonset(s, checksum)]))
+    if s["mps"]:
+        out.append(("cluster", "12-mps-control-daemon.yaml", [mps_daemonset(s, checksum)]))
+    if s["gfd_enabled"]:
+        docs = gfd_rbac(s) if s["gfd_node_feature_api"] else []
+        out.append(("cluster", "20-gpu-feature-discovery.yaml", [*docs, gfd_daemonset(s, checksum)]))
+    if s["dcgm_exporter_enabled"]:
+        out.append(("cluster", "30-dcgm-exporter.yaml", dcgm_exporter_docs(s)))
+    seen = set()
+    for node in nodes:
+        if node["name"] in seen:
+            raise DevicePluginError(f"device_plugin_node_name: node {node['name']!r} is named by two hosts")
+        seen.add(node["name"])
+        if s["node_labels"]:
+            out.append(("nodes", f"node-{node['name']}.yaml", [node_labels_doc(node)]))
+    # Validation pods last: they need the plugin running and, without NFD/GFD, the labels in place.
+    if s["validate"]:
+        out.extend(("validation", f"validate-{n['name']}.yaml", [validation_pod(s, n["name"])]) for n in nodes)
+    return out
+
+
+def helm_values(settings, dump=dump_config):
+    """Values for NVIDIA's ``nvidia-device-plugin`` chart carrying the same settings as the manifests."""
+    s = normalize(settings)
+    values = {
+        "image": {
+            "repository": f"{s['image_registry']}/{s['image_repository']}",
+            "tag": s["image_tag"],
+            "pullPolicy": s["image_pull_policy"],
+        },
+        "config": {"map": {"default": dump(plugin_config(s))}, "default": "default"},
+        "nodeSelector": dict(s["node_selector"]),
+        "tolerations": copy.deepcopy(s["tolerations"]),
+        "priorityClassName": s["priority_class_name"],
+        "nvidiaDriverRoot": s["nvidia_driver_root"],
+        "gfd": {"enabled": bool(s["gfd_enabled"])},
+        "nfd": {"enabled": False},
+        "devicePlugin": {"enabled": True},
+    }
+    if s["runtime_class_name"]:
+        values["runtimeClassName"] = s["runtime_class_name"]
+    if s["image_pull_secrets"]:
+        values["imagePullSecrets"] = [{"name": n} for n in s["image_pull_secrets"]]
+    return values
+
+
+def runtime_problems(runtime, engine, strategies):
+    """Why the ``runtime`` role's facts (``gpufleet_runtime``) say this node cannot run the plugin;
+    ``[]`` when it can."""
+    if not runtime:
+        return [
+            "gpufleet_runtime is not set on this host: run the runtime stage first (site.yml --tags runtime) so "
+            f"{engine} has the nvidia runtime, or set device_plugin_check_runtime=false if it is managed elsewhere"
+        ]
+    facts = (runtime.get("engines") or {}).get(engine)
+    if not facts:
+        return [
+            f"gpufleet_runtime.engines has no {engine}: the runtime role did not find {engine} on this Kubernetes node"
+        ]
+    problems = []
+    if not facts.get("registered"):
+        problems.append(
+            f"{engine} does not have the nvidia runtime registered (gpufleet_runtime.engines.{engine}.registered "
+            f"is false{': ' + facts['message'] if facts.get('message') else ''}); run the runtime role for {engine} "
+            "first"
+        )
+    cdi = [x for x in strategies if x in CDI_STRATEGIES]
+    if cdi and not facts.get("cdi"):
+        problems.append(
+            f"device_plugin_device_list_strategy {', '.join(cdi)} needs CDI in {engine}, but "
+            f"gpufleet_runtime.engines.{engine}.cdi is false; enable CDI in the runtime role or choose envvar"
+        )
+    return problems

@@ -1,0 +1,162 @@
+"""Every option combination's documents pass kubernetes-validate in strict mode for each Kubernetes
+minor from 1.29 to the newest the pinned kubernetes-validate knows; the YAML files are the documents.
+
+Combinations: pairwise (all-pairs) coverage of the options below, built greedily and deterministically,
+so every value of every option meets every value of every other option at least once.
+"""
+
+import itertools
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from kubernetes_validate.utils import SchemaNotFoundError
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.device_plugin_manifests import FilterModule
+
+manifests = FilterModule().filters()["device_plugin_manifests"]
+NODES = [
+    {"name": "gpu-a", "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "8"}},
+    {"name": "gpu-b.rack2.example", "labels": {"nvidia.com/gpu.present": "true"}},
+]
+
+OPTIONS = {
+    "mig_strategy": ["none", "single", "mixed"],
+    "device_list_strategy": [["envvar"], ["volume-mounts"], ["cdi-annotations"], ["cdi-cri"], ["envvar", "cdi-cri"]],
+    "device_id_strategy": ["uuid", "index"],
+    "sharing": [
+        {},
+        {"time_slicing": {"replicas": 4}},
+        {"time_slicing": {"replicas": 2, "rename": "nvidia.com/gpu.shared", "fail_requests_greater_than_one": True}},
+        {"mps": {"replicas": 2}},
+    ],
+    "gfd": [{"gfd_enabled": False}, {"gfd_enabled": True}, {"gfd_node_feature_api": True}],
+    "dcgm": [
+        {},
+        {"dcgm_exporter_enabled": True},
+        {"dcgm_exporter_enabled": True, "dcgm_exporter_service_monitor": True},
+    ],
+    "pass_device_specs": [False, True],
+    "nvidia_driver_root": ["/", "/run/nvidia/driver"],
+    "runtime_class_name": ["nvidia", ""],
+    "image_registry": ["nvcr.io", "registry.local:5000"],
+}
+
+
+def allowed(combo):
+    mps = "mps" in combo.get("sharing", {})
+    return not (mps and (combo.get("mig_strategy", "none") != "none" or combo.get("device_id_strategy") == "index"))
+
+
+def pairwise():
+    """Greedy all-pairs: add the full combination covering most uncovered pairs until none is left."""
+    keys = list(OPTIONS)
+    uncovered = set()
+    for (i, a), (j, b) in itertools.combinations(enumerate(keys), 2):
+        for x, y in itertools.product(range(len(OPTIONS[a])), range(len(OPTIONS[b]))):
+            if allowed({a: OPTIONS[a][x], b: OPTIONS[b][y]}):
+                uncovered.add((i, x, j, y))
+    combos = []
+    while uncovered:
+        best, best_gain = None, -1
+        # Seeded by each uncovered pair in turn (deterministic), filled greedily option by option.
+        for i, x, j, y in sorted(uncovered)[:40]:
+            choice = {i: x, j: y}
+            for k in range(len(keys)):
+                if k in choice:
+                    continue
+                scores = []
+                for v in range(len(OPTIONS[keys[k]])):
+                    trial = {**choice, k: v}
+                    if not allowed({keys[m]: OPTIONS[keys[m]][w] for m, w in trial.items()}):
+                        continue
+                    gain = sum((min(k, m), trial[min(k, m)], max(k, m), trial[max(k, m)]) in uncovered for m in trial)
+                    scores.append((gain, -v, v))
+                choice[k] = max(scores)[2]
+            gain = sum(
+                (a, choice[a], b, choice[b]) in uncovered for a, b in itertools.combinations(range(len(keys)), 2)
+            )
+            if gain > best_gain:
+                best, best_gain = choice, gain
+        uncovered -= {(a, best[a], b, best[b]) for a, b in itertools.combinations(range(len(keys)), 2)}
+        combos.append({keys[k]: OPTIONS[keys[k]][v] for k, v in best.items()})
+    return combos
+
+
+def settings_of(combo):
+    settings = {k: v for k, v in combo.items() if k not in ("sharing", "gfd", "dcgm")}
+    for k in ("sharing", "gfd", "dcgm"):
+        settings.update(combo[k])
+    if settings["image_registry"] != "nvcr.io":
+        settings["dcgm_exporter_image_registry"] = settings["validate_image_registry"] = settings["image_registry"]
+    return settings
+
+
+COMBOS = pairwise()
+VERSIONS = [f"1.{minor}.0" for minor in range(29, int(kubernetes_validate.utils.latest_version().split(".")[1]) + 1)]
+
+
+def test_pairwise_covers_every_pair_with_few_combinations():
+    assert 15 <= len(COMBOS) <= 40, len(COMBOS)
+    for a, b in itertools.combinations(OPTIONS, 2):
+        for x, y in itertools.product(OPTIONS[a], OPTIONS[b]):
+            if allowed({a: x, b: y}):
+                assert any(c[a] == x and c[b] == y for c in COMBOS), (a, x, b, y)
+    assert all(allowed(c) for c in COMBOS)
+    assert VERSIONS[0] == "1.29.0" and len(VERSIONS) >= 9  # kubernetes-validate 1.37 knows up to 1.37
+
+
+_VALIDATED = set()
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=[f"combo{i}" for i in range(len(COMBOS))])
+def test_every_document_is_valid_in_strict_mode_for_each_version(combo):
+    rendered = manifests(settings_of(combo), NODES)
+    unique = {json.dumps(d, sort_keys=True): d for d in rendered["documents"]}
+    custom = []
+    for key, doc in unique.items():
+        for version in VERSIONS:
+            if (key, version) in _VALIDATED:  # the same document in an earlier combination
+                continue
+            _VALIDATED.add((key, version))
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except SchemaNotFoundError:
+                custom.append(doc["kind"])
+                break
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {version}: {exc.message}")
+    # Only the Prometheus operator's ServiceMonitor is a custom resource (no schema in kubernetes-validate).
+    assert set(custom) <= {"ServiceMonitor"}
+    for doc in unique.values():
+        if doc["kind"] == "ServiceMonitor":
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert doc["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_strict_mode_rejects_an_unknown_field():
+    """The validation above can fail: a field the schema does not know is an error in strict mode."""
+    ds = next(d for d in manifests({}, NODES)["documents"] if d["kind"] == "DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError, match="gpus"):
+        kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("combo", COMBOS[:5], ids=[f"combo{i}" for i in range(5)])
+def test_files_hold_exactly_the_documents_in_apply_order(combo):
+    rendered = manifests(settings_of(combo), NODES)
+    from_files = [doc for f in rendered["files"] for doc in yaml.safe_load_all(f["content"])]
+    assert from_files == rendered["documents"]
+    assert [f["group"] for f in rendered["files"]] == sorted(
+        (f["group"] for f in rendered["files"]), key=["cluster", "nodes", "validation"].index
+    )
+    config = yaml.safe_load(next(d for d in rendered["documents"] if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config == rendered["config"]
+    assert yaml.safe_load(rendered["helm_values"]["config"]["map"]["default"]) == rendered["config"]
+
+
+def test_bad_option_is_a_filter_error_naming_the_role():
+    with pytest.raises(AnsibleFilterError, match=r"device_plugin role: device_plugin_mig_strategy"):
+        manifests({"mig_strategy": "both"}, NODES)

@@ -1,0 +1,289 @@
+"""The device_plugin role on the controller, no cluster: render_only writes exactly what the filter
+builds; the apply and Helm paths, run against a stand-in kubernetes.core that records each call, send
+exactly those documents (and the same values); a second run changes nothing, check mode writes nothing,
+a node whose containerd lacks the nvidia runtime fails early, a failed validation pod fails its node."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.device_plugin_manifests import render
+
+pytestmark = pytest.mark.controller
+REPO = Path(__file__).resolve().parents[3]
+ROLE = REPO / "roles" / "device_plugin"
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-A100"}
+SETTINGS = {"mig_strategy": "single", "time_slicing": {"replicas": 4}, "dcgm_exporter_enabled": True}
+
+PLAY = """
+- hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.nvidia.device_plugin
+      device_plugin_mode: render_only
+      device_plugin_render_dir: "{render_dir}"
+      device_plugin_mig_strategy: single
+      device_plugin_time_slicing: {{replicas: 4}}
+      device_plugin_dcgm_exporter_enabled: true
+"""
+
+
+def inventory(tmp_path, runtime):
+    gpu = {"pci_gpu_count": 2, "labels": LABELS}
+    inv = {
+        "all": {
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+            "children": {
+                "kube_nodes": {
+                    "hosts": {
+                        "node-a": {
+                            "device_plugin_node_name": "gpu-a",
+                            "device_plugin_gpu_facts": gpu,
+                            "gpufleet_runtime": runtime,
+                        },
+                        "node-b": {
+                            "device_plugin_node_name": "gpu-b",
+                            "device_plugin_gpu_facts": gpu,
+                            "gpufleet_runtime": {"engines": {"containerd": {"registered": True, "cdi": True}}},
+                        },
+                        "cpu-in-cluster": {"device_plugin_gpu_facts": {"pci_gpu_count": 0, "labels": {}}},
+                    }
+                },
+                "standalone": {"hosts": {"gpu-docker-only": {"device_plugin_gpu_facts": gpu}}},
+            },
+        }
+    }
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def run_play(tmp_path, runtime, *args):
+    render_dir = tmp_path / "gitops"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(render_dir=render_dir))
+    # The facts each host publishes, read back from a JSON callback-free dump.
+    dump = tmp_path / "facts.yml"
+    play.write_text(
+        play.read_text()
+        + f"""
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Dump the published facts
+      ansible.builtin.copy:
+        content: >-
+          {{{{ dict(ansible_play_hosts | zip(ansible_play_hosts
+               | map('extract', hostvars, 'gpufleet_device_plugin'))) | to_json }}}}
+        dest: "{dump}"
+        mode: "0644"
+      run_once: true
+      delegate_to: localhost
+      check_mode: false
+"""
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="default",
+        ANSIBLE_NOCOLOR="1",
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inventory(tmp_path, runtime)), str(play), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    facts = json.loads(dump.read_text()) if dump.exists() else {}
+    return proc, render_dir, facts
+
+
+def recap(output):
+    return {line.split()[0]: line for line in output.splitlines() if " : ok=" in line}
+
+
+GOOD = {"engines": {"containerd": {"registered": True, "cdi": False}}}
+
+
+def test_render_only_writes_what_the_apply_path_sends_and_second_run_changes_nothing(tmp_path):
+    (tmp_path / "gitops" / "cluster").mkdir(parents=True)
+    stale = tmp_path / "gitops" / "cluster" / "99-old.yaml"
+    stale.write_text("kind: Old\n")
+    proc, render_dir, facts = run_play(tmp_path, GOOD)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nodes = [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}]
+    expected = render(SETTINGS, nodes)
+    written = sorted(str(p.relative_to(render_dir)) for p in render_dir.rglob("*.yaml"))
+    assert written == sorted(f["path"] for f in expected["files"])  # the stale file is gone
+    for f in expected["files"]:
+        assert (render_dir / f["path"]).read_text() == f["content"], f["path"]
+    # What apply.yml sends: each file's content parsed (from_yaml_all), in file order.
+    sent = [d for f in expected["files"] for d in yaml.safe_load_all((render_dir / f["path"]).read_text())]
+    assert sent == expected["documents"]
+    assert facts["node-a"]["mode"] == "render_only"
+    assert facts["node-a"]["node_name"] == "gpu-a"
+    assert facts["cpu-in-cluster"]["mode"] == "skipped" and "pci_gpu_count is 0" in facts["cpu-in-cluster"]["reason"]
+    assert facts["gpu-docker-only"]["mode"] == "skipped" and "kube_nodes" in facts["gpu-docker-only"]["reason"]
+
+    again = run_play(tmp_path, GOOD)[0]
+    assert again.returncode == 0, again.stdout
+    assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    proc, render_dir, _facts = run_play(tmp_path, GOOD, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(render_dir.rglob("*.yaml"))
+
+
+def test_node_without_the_nvidia_runtime_fails_early_and_is_left_out(tmp_path):
+    bad = {"engines": {"containerd": {"registered": False, "cdi": False, "message": "no config.toml"}}}
+    proc, render_dir, _facts = run_play(tmp_path, bad)
+    assert proc.returncode != 0
+    assert "containerd does not have the nvidia runtime registered" in proc.stdout
+    assert "no config.toml" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+    # The other node goes on: the render names gpu-b only.
+    assert (render_dir / "nodes" / "node-gpu-b.yaml").is_file()
+    assert not (render_dir / "nodes" / "node-gpu-a.yaml").exists()
+
+
+def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
+    """Every kubernetes.core.k8s task of the apply path takes its definition from the render's files."""
+    for name in ("apply.yml", "validate.yml"):
+        for task in yaml.safe_load((ROLE / "tasks" / name).read_text()):
+            module = task.get("kubernetes.core.k8s")
+            if module is None:
+                continue
+            assert module["definition"] == "{{ item.content | ansible.builtin.from_yaml_all | list }}", task["name"]
+            assert "__device_plugin_rendered.files" in task["loop"], task["name"]
+    helm = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())[0]["kubernetes.core.helm"]
+    assert helm["values"] == "{{ __device_plugin_rendered.helm_values }}"
+
+
+def test_defaults_and_argument_specs_agree_with_the_builder():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import DEFAULTS
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options)
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
+    for key, value in DEFAULTS.items():
+        assert defaults["device_plugin_" + key] == value, key
+    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__device_plugin_settings"]
+    assert set(settings) == set(DEFAULTS)
+
+
+# A stand-in kubernetes.core, found before the real one (ANSIBLE_COLLECTIONS_PATH order): each module
+# appends the arguments it got to $STUB_LOG and answers like the API server would for a pod that ended
+# in $STUB_PHASE. So the apply and Helm paths run for real up to the API call.
+STUB = """#!/usr/bin/python
+import json, os
+from ansible.module_utils.basic import AnsibleModule
+
+NAME = "{name}"
+ARGS = dict(kubeconfig=dict(type="raw"), context=dict(type="str"), definition=dict(type="raw"), apply=dict(type="bool"),
+            state=dict(type="str"), merge_type=dict(type="str"), wait=dict(type="bool"), kind=dict(type="str"),
+            namespace=dict(type="str"), name=dict(type="str"), binary_path=dict(type="str"),
+            chart_repo_url=dict(type="str"), chart_ref=dict(type="str"), chart_version=dict(type="str"),
+            release_name=dict(type="str"), release_namespace=dict(type="str"), create_namespace=dict(type="bool"),
+            values=dict(type="raw"))
+module = AnsibleModule(argument_spec=ARGS, supports_check_mode=True)
+params = {{k: v for k, v in module.params.items() if v is not None}}
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(json.dumps({{"module": NAME, "params": params}}) + "\\n")
+if NAME == "k8s_info":
+    module.exit_json(changed=False, resources=[{{"status": {{"phase": os.environ.get("STUB_PHASE", "Succeeded")}}}}])
+if NAME == "k8s_log":
+    module.exit_json(changed=False, log_lines=["[Vector addition of 50000 elements]", "Test PASSED"])
+module.exit_json(changed=True)
+"""
+
+
+def stub_kubernetes_core(tmp_path):
+    root = tmp_path / "stub" / "ansible_collections" / "kubernetes" / "core"
+    (root / "plugins" / "modules").mkdir(parents=True)
+    (root / "meta").mkdir()
+    (root / "meta" / "runtime.yml").write_text("requires_ansible: '>=2.15.0'\n")
+    for name in ("k8s", "k8s_info", "k8s_log", "helm"):
+        (root / "plugins" / "modules" / f"{name}.py").write_text(STUB.format(name=name))
+    return tmp_path / "stub"
+
+
+def run_apply(tmp_path, mode, phase):
+    log = tmp_path / "api.jsonl"
+    inv = inventory(tmp_path, GOOD)
+    play = tmp_path / "apply.yml"
+    play.write_text(
+        PLAY.format(render_dir="-")
+        .replace("device_plugin_mode: render_only", f"device_plugin_mode: {mode}")
+        .replace('device_plugin_render_dir: "-"', "device_plugin_kubeconfig: /nonexistent/kubeconfig")
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=f"{stub_kubernetes_core(tmp_path)}:{REPO / '.cache' / 'collections'}",
+        ANSIBLE_NOCOLOR="1",
+        STUB_LOG=str(log),
+        STUB_PHASE=phase,
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inv), str(play), "-e", "device_plugin_validate_timeout=5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, calls
+
+
+def test_apply_path_sends_exactly_the_rendered_documents(tmp_path):
+    proc, calls = run_apply(tmp_path, "apply", "Succeeded")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
+    sent = [
+        d
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] in ("present", "patched")
+        for d in c["params"]["definition"]
+    ]
+    assert sent == expected["documents"]
+    patched = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "patched"]
+    assert [c["params"]["definition"][0]["kind"] for c in patched] == ["Node", "Node"]
+    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls)
+    # Validation pods: removed before, started, waited for, logs read, removed after.
+    pods = {d["metadata"]["name"] for d in expected["documents"] if d["kind"] == "Pod"}
+    assert {c["params"]["name"] for c in calls if c["module"] == "k8s_info"} == pods
+    removed = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "absent"]
+    assert len(removed) == 2 * len(pods)
+    assert "helm" not in {c["module"] for c in calls}
+
+
+def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(tmp_path):
+    proc, calls = run_apply(tmp_path, "helm", "Failed")
+    expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
+    helm = [c["params"] for c in calls if c["module"] == "helm"]
+    assert len(helm) == 1
+    assert helm[0]["values"] == expected["helm_values"]
+    assert helm[0]["chart_version"] == "0.17.1"
+    # The chart carries the plugin, its config and GFD; the RuntimeClass and the DCGM exporter go as documents.
+    kinds = [
+        d["kind"]
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] == "present"
+        for d in c["params"]["definition"]
+    ]
+    assert "ConfigMap" not in kinds
+    assert kinds.count("RuntimeClass") == 1 and kinds.count("Service") == 1
+    assert proc.returncode != 0
+    assert "ended Failed" in proc.stdout and "Test PASSED" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
