@@ -93,6 +93,11 @@ changed_files:
   returned: always
   type: list
   elements: str
+digest:
+  description: SHA-256 of everything installed (paths and contents), short; changes exactly when the programs do.
+  returned: when state is present
+  type: str
+  sample: 3f2a9c01d4e5
 runtime:
   description: The real OCI runtime the shim execs.
   returned: when state is present
@@ -105,6 +110,7 @@ diff:
   elements: dict
 """
 
+import hashlib
 import os
 import pkgutil
 import shutil
@@ -228,6 +234,10 @@ def main():
         module.exit_json(**result)
 
     result["runtime"] = runtime
+    digest = hashlib.sha256()
+    for path, text, mode in files:
+        digest.update(("%s\0%o\0" % (path, mode)).encode() + text.encode("utf-8") + b"\0")
+    result["digest"] = digest.hexdigest()[:12]
     changes = []
     for path, text, mode in files:
         before, before_mode = _current(path)
