@@ -179,8 +179,8 @@ def refresh(options, force=False, dry_run=False):
     report = {"changed": False, "stamp": stamp, "installed": installed, "reason": reason, "path": p["path"]}
     if not wanted:
         return report
-    # A pinned list of GPUs from an older run may not match after a driver change: discovery decides.
-    version, _spec, spec_text, _index, index_text = generate(dict(p, gpus=None, driver_version=installed))
+    # GPUs come from the configuration when it pins them (the role does not: discovery decides at boot).
+    version, _spec, spec_text, _index, index_text = generate(dict(p, driver_version=installed))
     report["changed"] = True
     report["installed"] = version
     if not dry_run:

@@ -111,6 +111,7 @@ diff:
 """
 
 import hashlib
+import importlib
 import os
 import pkgutil
 import shutil
@@ -147,10 +148,14 @@ PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
 
 def read_source(module):
     """A module's source text, from wherever this module's code was loaded (an AnsiballZ payload or a checkout)."""
-    data = pkgutil.get_data(PACKAGE, module + ".py")
-    if data is None:
+    data = pkgutil.get_data(PACKAGE, module + ".py")  # a regular package (the AnsiballZ payload's)
+    if data is not None:
+        return data.decode("utf-8")
+    loaded = importlib.import_module(PACKAGE + "." + module)  # a namespace package (a collection checkout)
+    source = loaded.__loader__.get_source(loaded.__name__) if hasattr(loaded.__loader__, "get_source") else None
+    if source is None:
         raise OSError("cannot read %s.py from the module's payload" % module)
-    return data.decode("utf-8")
+    return source
 
 
 def default_runtime():
@@ -166,7 +171,7 @@ def _current(path):
         with open(path, "rb") as f:
             data = f.read()
         return data.decode("utf-8", "replace"), os.stat(path).st_mode & 0o7777
-    except (FileNotFoundError, IsADirectoryError):
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None, None
 
 

@@ -64,7 +64,11 @@ def _put_tomlkit(node):
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(os.path.dirname(tomlkit.__file__), arcname="tomlkit", filter=lambda t: None if "__pycache__" in t.name else t)
+        tar.add(
+            os.path.dirname(tomlkit.__file__),
+            arcname="tomlkit",
+            filter=lambda t: None if "__pycache__" in t.name else t,
+        )
     node.put("/tmp/gpufleet-tomlkit.tar", buf.getvalue())
     node.run(
         "mkdir -p /usr/local/lib/gpufleet-test && tar -C /usr/local/lib/gpufleet-test -xf /tmp/gpufleet-tomlkit.tar && "
@@ -131,7 +135,7 @@ def test_apply_publishes_the_facts_and_installs_everything(node_runs):
         assert node.run(["readlink", f"/dev/char/195:{minor}"]).stdout.strip() == (
             f"../nvidia{minor}" if minor != 255 else "../nvidiactl"
         )
-    assert "DEVPATH==\"/bus/pci/drivers/nvidia\"" in node.run(["cat", UDEV], check=True).stdout
+    assert 'DEVPATH=="/bus/pci/drivers/nvidia"' in node.run(["cat", UDEV], check=True).stdout
     assert node.run(["systemctl", "is-enabled", "gpufleet-cdi-refresh.service"]).stdout.strip() == "enabled"
 
 
