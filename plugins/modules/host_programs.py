@@ -121,7 +121,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # Every module the programs need is imported here, so that Ansible puts it into this module's payload;
 # the module reads their sources back from the payload (pkgutil), never from the controller or a copy.
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import (  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import (
     _cdi,
     _cdi_hook,
     _cdi_refresh,
@@ -144,6 +144,27 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import (  # noqa: 
 )
 
 PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
+# Held so that the imports above are used; a unit test checks this matches _host_programs.MODULES.
+PAYLOAD = (
+    _cdi,
+    _cdi_hook,
+    _cdi_refresh,
+    _dev_char,
+    _devices,
+    _discovery,
+    _driver_files,
+    _engines,
+    _labels,
+    _ldcache,
+    _nvidia_procfs,
+    _nvidia_smi,
+    _nvml,
+    _oci,
+    _pathsafe,
+    _pci,
+    _problems,
+    _shim,
+)
 
 
 def read_source(module):

@@ -27,6 +27,11 @@ def call(capsys, tmp_path):
     return run, tmp_path
 
 
+def test_payload_imports_every_module_the_programs_need():
+    names = sorted(m.__name__.rsplit(".", 1)[1] for m in host_programs.PAYLOAD)
+    assert names == sorted(_host_programs.MODULES)
+
+
 def test_check_mode_writes_nothing_and_reports_every_file(call):
     run, tmp = call
     code, result = run(check=True, diff=True)
