@@ -5,13 +5,14 @@ In order, on a fresh node: ``--check`` reports changes and writes nothing; the r
 toolkit, registers the ``nvidia`` runtime with docker and containerd, writes the CDI spec, the boot-time refresh
 unit, the /dev/char links and the udev rule; the engines list the runtime; a GPU container runs through docker with
 ``NVIDIA_VISIBLE_DEVICES=0`` and sees GPU 0 and ``libcuda.so.1``; a second run changes nothing; the refresh program
-regenerates a spec whose stamp is not the installed driver's.
+regenerates a spec whose stamp is not the installed driver's, by hand and at boot (the node restarted).
 """
 
 import io
 import json
 import os
 import re
+import subprocess
 import tarfile
 import time
 
@@ -175,3 +176,17 @@ def test_refresh_regenerates_a_stale_spec(node_runs):
     assert out["changed"] and out["stamp"] == "530.30.02" and out["installed"] == "535.261.03", out
     assert "530.30.02" not in node.run("cat /etc/cdi/nvidia.yaml", check=True).stdout
     assert not json.loads(node.run("gpufleet-cdi-refresh", check=True).stdout)["changed"]
+
+
+def test_boot_refreshes_a_stale_spec_and_the_links(node_runs):
+    """A reboot (the node container restarted: systemd boots again) with a spec stamped for another driver
+    and a /dev/char link gone: gpufleet-cdi-refresh.service puts both right before the engines start."""
+    node, _runs = node_runs
+    node.run("sed -i 's/535.261.03/530.30.02/' /etc/cdi/nvidia.yaml && rm /dev/char/195:0", check=True)
+    subprocess.run(["docker", "restart", node.container], check=True, capture_output=True, timeout=120)
+    state = node.wait_booted()  # degraded: nvidia-persistenced fails (no kernel driver)
+    res = node.run("systemctl show -p Result -p ExecMainStartTimestampMonotonic gpufleet-cdi-refresh")
+    unit = res.stdout
+    assert "Result=success" in unit and "ExecMainStartTimestampMonotonic=0" not in unit, (res, state)  # ran, this boot
+    assert "530.30.02" not in node.run("cat /etc/cdi/nvidia.yaml", check=True).stdout
+    assert node.run(["readlink", "/dev/char/195:0"]).stdout.strip() == "../nvidia0"
