@@ -19,9 +19,33 @@ PROGRAMS = {
     "gpufleet-container-runtime": ("_shim", "main"),
     "gpufleet-cdi-hook": ("_cdi_hook", "main"),
     "nvidia-container-runtime-hook": ("_shim", "legacy_hook_main"),
+    "gpufleet-cdi-refresh": ("_cdi_refresh", "main"),
+    "gpufleet-dev-char-links": ("_dev_char", "main"),
 }
-# Every module the programs import (directly or through each other).
-MODULES = ("_cdi_hook", "_devices", "_driver_files", "_ldcache", "_oci", "_pathsafe", "_shim")
+# The programs the toolkit's ``nvidia`` provider still needs from this collection (NVIDIA's packages bring
+# their own runtime and legacy hook; the CDI spec's hook, its boot refresh and the /dev/char links are ours).
+HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
+# Every module the programs import (directly or through each other); a unit test checks the list is closed.
+MODULES = (
+    "_cdi",
+    "_cdi_hook",
+    "_cdi_refresh",
+    "_dev_char",
+    "_devices",
+    "_discovery",
+    "_driver_files",
+    "_engines",
+    "_labels",
+    "_ldcache",
+    "_nvidia_procfs",
+    "_nvidia_smi",
+    "_nvml",
+    "_oci",
+    "_pathsafe",
+    "_pci",
+    "_problems",
+    "_shim",
+)
 
 
 _PYTHON_LAUNCHER = """#!{python} -IS
@@ -94,6 +118,28 @@ def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
     )
 
 
+def _read_source(source):
+    def read(module):
+        with open(os.path.join(source, module + ".py"), encoding="utf-8") as f:
+            return f.read()
+
+    return read
+
+
+def render_files(bindir, libdir, read, python=PYTHON, *, programs=None, runtime=DEFAULT_RUNTIME):
+    """``[(path, text, mode)]`` of everything an installation holds: the package, then the launchers.
+
+    ``read(module)`` gives a module's source text (from a checkout, or from inside an AnsiballZ payload).
+    """
+    package = os.path.join(libdir, PACKAGE)
+    files = [(os.path.join(package, "__init__.py"), "", 0o644)]
+    files += [(os.path.join(package, module + ".py"), read(module), 0o644) for module in MODULES]
+    files += [
+        (os.path.join(bindir, name), launcher(name, libdir, python, runtime), 0o755) for name in programs or PROGRAMS
+    ]
+    return files
+
+
 def _write(path, data, mode):
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "w", encoding="utf-8") as f:
@@ -105,22 +151,15 @@ def _write(path, data, mode):
 def install(bindir, libdir, python=PYTHON, *, source=None, programs=None, runtime=DEFAULT_RUNTIME):
     """Copy the modules into ``<libdir>/gpufleet_nvidia`` and write the launchers into ``bindir``.
 
-    Returns the paths written. ``source`` is the folder holding the ``_*.py`` files (this one).
+    Returns the paths written (the package's ``__init__.py`` aside). ``source`` is the folder holding the
+    ``_*.py`` files (this one).
     """
     source = source or os.path.dirname(os.path.abspath(__file__))
-    package = os.path.join(libdir, PACKAGE)
-    os.makedirs(package, 0o755, exist_ok=True)
-    os.makedirs(bindir, 0o755, exist_ok=True)
+    files = render_files(bindir, libdir, _read_source(source), python, programs=programs, runtime=runtime)
     written = []
-    _write(os.path.join(package, "__init__.py"), "", 0o644)
-    for module in MODULES:
-        with open(os.path.join(source, module + ".py"), encoding="utf-8") as f:
-            text = f.read()
-        path = os.path.join(package, module + ".py")
-        _write(path, text, 0o644)
-        written.append(path)
-    for name in programs or PROGRAMS:
-        path = os.path.join(bindir, name)
-        _write(path, launcher(name, libdir, python, runtime), 0o755)
-        written.append(path)
+    for path, text, mode in files:
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        _write(path, text, mode)
+        if not path.endswith("__init__.py"):
+            written.append(path)
     return written

@@ -1,0 +1,298 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+module: host_programs
+short_description: Install the collection's host programs (runtime shim, CDI hook, CDI refresh, /dev/char links)
+version_added: 0.1.0
+description:
+  - Installs the native container toolkit of this collection on the target, from the module's own payload, so the
+    programs on the host are exactly this collection's C(plugins/module_utils) code (one source, no copy in a role).
+  - The code goes to C(<libdir>/gpufleet_nvidia/) as a flat package; each program is a small launcher in
+    O(bindir) that starts the system Python isolated (C(-I -S)) and calls the program's C(main). The runtime shim's
+    launcher is a shell script that hands every call but C(create)/C(run) of a GPU container straight to the real
+    OCI runtime.
+  - "Programs: C(gpufleet-container-runtime) (the OCI runtime shim, registered as runtime C(nvidia)),
+    C(gpufleet-cdi-hook) (the createContainer hook the CDI spec calls), C(nvidia-container-runtime-hook) (the
+    legacy prestart hook entry point that C(docker run --gpus) calls), C(gpufleet-cdi-refresh) (regenerates the CDI
+    spec when the installed driver is not the one it was made for) and C(gpufleet-dev-char-links) (creates the
+    C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes)."
+  - A file is written (atomically, a temporary file renamed over it) only when its bytes or mode differ.
+author:
+  - gpufleet developers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+options:
+  state:
+    description: C(present) installs the programs; C(absent) removes the launchers of O(programs) and the package.
+    type: str
+    choices: [present, absent]
+    default: present
+  programs:
+    description:
+      - The programs to install; all of them by default. The package always holds every module.
+    type: list
+    elements: str
+    choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
+      gpufleet-dev-char-links]
+  bindir:
+    description: Where the launchers go.
+    type: path
+    default: /usr/local/bin
+  libdir:
+    description: Where the C(gpufleet_nvidia) package goes.
+    type: path
+    default: /usr/local/lib/gpufleet
+  python:
+    description: The target's Python 3 (3.8 or later) the programs run with.
+    type: path
+    default: /usr/bin/python3
+  runtime:
+    description:
+      - The real OCI runtime the shim execs (runc or crun). By default the first of C(/usr/bin/runc),
+        C(/usr/sbin/runc), C(/usr/local/bin/runc), C(/usr/local/sbin/runc), C(/usr/bin/crun) that exists, else
+        C(/usr/sbin/runc).
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Install every host program
+  gpufleet.nvidia.host_programs:
+  register: toolkit
+
+- name: Only the helpers NVIDIA's packages do not bring
+  gpufleet.nvidia.host_programs:
+    programs: [gpufleet-cdi-hook, gpufleet-cdi-refresh, gpufleet-dev-char-links]
+
+- name: Remove them
+  gpufleet.nvidia.host_programs:
+    state: absent
+"""
+
+RETURN = r"""
+programs:
+  description: Program name to the path of its launcher.
+  returned: always
+  type: dict
+  sample: {gpufleet-container-runtime: /usr/local/bin/gpufleet-container-runtime}
+files:
+  description: Every file the installation holds (launchers and package).
+  returned: always
+  type: list
+  elements: str
+changed_files:
+  description: The files written or removed (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+digest:
+  description: SHA-256 of everything installed (paths and contents), short; changes exactly when the programs do.
+  returned: when state is present
+  type: str
+  sample: 3f2a9c01d4e5
+runtime:
+  description: The real OCI runtime the shim execs.
+  returned: when state is present
+  type: str
+  sample: /usr/sbin/runc
+diff:
+  description: Before and after of every changed file (with C(--diff)).
+  returned: when something changed and diff mode is on
+  type: list
+  elements: dict
+"""
+
+import hashlib
+import importlib
+import os
+import pkgutil
+import shutil
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+# Every module the programs need is imported here, so that Ansible puts it into this module's payload;
+# the module reads their sources back from the payload (pkgutil), never from the controller or a copy.
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import (
+    _cdi,
+    _cdi_hook,
+    _cdi_refresh,
+    _dev_char,
+    _devices,
+    _discovery,
+    _driver_files,
+    _engines,
+    _host_programs,
+    _labels,
+    _ldcache,
+    _nvidia_procfs,
+    _nvidia_smi,
+    _nvml,
+    _oci,
+    _pathsafe,
+    _pci,
+    _problems,
+    _shim,
+)
+
+PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
+# Held so that the imports above are used; a unit test checks this matches _host_programs.MODULES.
+PAYLOAD = (
+    _cdi,
+    _cdi_hook,
+    _cdi_refresh,
+    _dev_char,
+    _devices,
+    _discovery,
+    _driver_files,
+    _engines,
+    _labels,
+    _ldcache,
+    _nvidia_procfs,
+    _nvidia_smi,
+    _nvml,
+    _oci,
+    _pathsafe,
+    _pci,
+    _problems,
+    _shim,
+)
+
+
+def read_source(module):
+    """A module's source text, from wherever this module's code was loaded (an AnsiballZ payload or a checkout)."""
+    data = pkgutil.get_data(PACKAGE, module + ".py")  # a regular package (the AnsiballZ payload's)
+    if data is not None:
+        return data.decode("utf-8")
+    loaded = importlib.import_module(PACKAGE + "." + module)  # a namespace package (a collection checkout)
+    source = loaded.__loader__.get_source(loaded.__name__) if hasattr(loaded.__loader__, "get_source") else None
+    if source is None:
+        raise OSError("cannot read %s.py from the module's payload" % module)
+    return source
+
+
+def default_runtime():
+    for candidate in _shim.RUNTIME_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return _host_programs.DEFAULT_RUNTIME
+
+
+def _current(path):
+    """``(text or None, mode or None)`` of a file; a non-regular file counts as absent (it is replaced)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return data.decode("utf-8", "replace"), os.stat(path).st_mode & 0o7777
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None, None
+
+
+def write_atomic(path, text, mode):
+    directory = os.path.dirname(path)
+    os.makedirs(directory, 0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "programs": {"type": "list", "elements": "str", "choices": list(_host_programs.PROGRAMS)},
+            "bindir": {"type": "path", "default": "/usr/local/bin"},
+            "libdir": {"type": "path", "default": "/usr/local/lib/gpufleet"},
+            "python": {"type": "path", "default": _host_programs.PYTHON},
+            "runtime": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    programs = p["programs"] or list(_host_programs.PROGRAMS)
+    runtime = p["runtime"] or default_runtime()
+    result = {
+        "changed": False,
+        "programs": {name: os.path.join(p["bindir"], name) for name in programs},
+        "changed_files": [],
+    }
+    try:
+        files = _host_programs.render_files(
+            p["bindir"], p["libdir"], read_source, p["python"], programs=programs, runtime=runtime
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        module.fail_json(msg="cannot render the host programs: %s" % exc, **result)
+    result["files"] = [path for path, _text, _mode in files]
+    diffs = []
+
+    if p["state"] == "absent":
+        package_dir = os.path.join(p["libdir"], _host_programs.PACKAGE)
+        gone = [path for path in result["programs"].values() if os.path.lexists(path)]
+        if os.path.isdir(package_dir):
+            gone.append(package_dir)
+        result.update(changed=bool(gone), changed_files=gone)
+        if module._diff:
+            diffs = [{"before_header": path, "before": "present\n", "after": "absent\n"} for path in gone]
+            result["diff"] = diffs
+        if not module.check_mode:
+            try:
+                for path in gone:
+                    shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            except OSError as exc:
+                module.fail_json(msg="cannot remove %s: %s" % (exc.filename, exc.strerror or exc), **result)
+        module.exit_json(**result)
+
+    result["runtime"] = runtime
+    digest = hashlib.sha256()
+    for path, text, mode in files:
+        digest.update(("%s\0%o\0" % (path, mode)).encode() + text.encode("utf-8") + b"\0")
+    result["digest"] = digest.hexdigest()[:12]
+    changes = []
+    for path, text, mode in files:
+        before, before_mode = _current(path)
+        if before != text or before_mode != mode:
+            changes.append((path, text, mode))
+            if module._diff:
+                diffs.append(
+                    {
+                        "before_header": path if before is not None else "/dev/null",
+                        "after_header": path,
+                        "before": before or "",
+                        "after": text if before != text else text + "(mode %o -> %o)\n" % (before_mode or 0, mode),
+                    }
+                )
+    result.update(changed=bool(changes), changed_files=[c[0] for c in changes])
+    if module._diff:
+        result["diff"] = diffs
+    if changes and not module.check_mode:
+        try:
+            for path, text, mode in changes:
+                write_atomic(path, text, mode)
+        except OSError as exc:
+            module.fail_json(
+                msg="cannot write %s: %s (is %s writable by the connecting user? use become)"
+                % (exc.filename or "?", exc.strerror or exc, os.path.dirname(exc.filename or p["bindir"])),
+                **result,
+            )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The toolkit and runtime roles on one simulated GPU node (bookworm: docker 20.10, containerd 1.6, podman 4.3,
+Debian's real 535 userspace), through ansible-playbook.
+
+In order, on a fresh node: ``--check`` reports changes and writes nothing; the real run installs the native
+toolkit, registers the ``nvidia`` runtime with docker and containerd, writes the CDI spec, the boot-time refresh
+unit, the /dev/char links and the udev rule; the engines list the runtime; a GPU container runs through docker with
+``NVIDIA_VISIBLE_DEVICES=0`` and sees GPU 0 and ``libcuda.so.1``; a second run changes nothing; the refresh program
+regenerates a spec whose stamp is not the installed driver's, by hand and at boot (the node restarted).
+"""
+
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLAYBOOK = os.path.join(HERE, "playbooks", "toolkit_runtime.yml")
+FLEET = {
+    "nodes": [
+        {
+            "name": "tk-bookworm",
+            "suite": "bookworm",
+            "driver_state": "loaded",
+            "driver_packages": True,
+            "engines": ["docker", "containerd", "podman"],
+            "gpus": 2,
+        }
+    ]
+}
+IMAGE = "gpufleet-sim/mini:latest"
+PROGRAMS = (
+    "gpufleet-container-runtime",
+    "gpufleet-cdi-hook",
+    "nvidia-container-runtime-hook",
+    "gpufleet-cdi-refresh",
+    "gpufleet-dev-char-links",
+)
+UNIT = "/etc/systemd/system/gpufleet-cdi-refresh.service"
+UDEV = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"
+
+
+def _recap(proc):
+    m = re.search(r"tk-bookworm\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", proc.stdout)
+    assert m, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return {"ok": int(m.group(1)), "changed": int(m.group(2)), "failed": int(m.group(4))}
+
+
+def _facts(proc):
+    m = re.search(r'"msg": "(\{\\"gpufleet_toolkit.*\})"', proc.stdout)
+    assert m, proc.stdout[-3000:]
+    return json.loads(json.loads('"%s"' % m.group(1)))
+
+
+def _put_tomlkit(node):
+    """tomlkit is not in the node images and no Debian mirror is reachable from them: the controller's copy
+    (pure Python) goes on the node's path, as python3-tomlkit would, so the role finds it installed."""
+    import tomlkit
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(
+            os.path.dirname(tomlkit.__file__),
+            arcname="tomlkit",
+            filter=lambda t: None if "__pycache__" in t.name else t,
+        )
+    node.put("/tmp/gpufleet-tomlkit.tar", buf.getvalue())
+    node.run(
+        "mkdir -p /usr/local/lib/gpufleet-test && tar -C /usr/local/lib/gpufleet-test -xf /tmp/gpufleet-tomlkit.tar && "
+        "echo /usr/local/lib/gpufleet-test > "
+        '"$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")/gpufleet-test.pth" && '
+        'python3 -c "import tomlkit"',
+        check=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def node_runs(sim_fleet_factory, ansible_playbook):
+    fleet = sim_fleet_factory(FLEET, name="i8tk")
+    node = fleet.node("tk-bookworm")
+    _put_tomlkit(node)
+    timings = {}
+    runs = {}
+    for label, args in (("check", ("--check", "--diff")), ("apply", ()), ("again", ())):
+        start = time.monotonic()
+        runs[label] = ansible_playbook(PLAYBOOK, *args, inventory=fleet.inventory)
+        timings[label] = round(time.monotonic() - start, 1)
+        if label == "check":
+            runs["after_check"] = {
+                p: node.run(["test", "-e", p]).rc == 0
+                for p in ["/usr/local/bin/" + n for n in PROGRAMS] + ["/etc/cdi/nvidia.yaml", UNIT, UDEV]
+            }
+            runs["after_check"]["docker runtimes"] = node.run("docker info --format '{{json .Runtimes}}'").stdout
+    print("toolkit/runtime role timings (s):", timings)
+    return node, runs
+
+
+def test_check_mode_on_a_fresh_node_reports_changes_and_writes_nothing(node_runs):
+    _node, runs = node_runs
+    recap = _recap(runs["check"])
+    assert recap["failed"] == 0, runs["check"].stdout[-4000:]
+    assert recap["changed"] > 0
+    assert not any(v is True for k, v in runs["after_check"].items() if k != "docker runtimes"), runs["after_check"]
+    assert "nvidia" not in runs["after_check"]["docker runtimes"]
+
+
+def test_apply_publishes_the_facts_and_installs_everything(node_runs):
+    node, runs = node_runs
+    recap = _recap(runs["apply"])
+    assert recap["failed"] == 0 and recap["changed"] > 0, runs["apply"].stdout[-4000:]
+    facts = _facts(runs["apply"])
+    toolkit, runtime = facts["gpufleet_toolkit"], facts["gpufleet_runtime"]
+    assert toolkit["provider"] == "native"
+    assert toolkit["runtime_path"] == "/usr/local/bin/gpufleet-container-runtime"
+    assert toolkit["hook_path"] == "/usr/local/bin/gpufleet-cdi-hook"
+    assert sorted(toolkit["programs"]) == sorted("/usr/local/bin/" + n for n in PROGRAMS)
+    assert re.fullmatch(r"gpufleet-[0-9a-f]{12}", toolkit["version"])
+    for name in PROGRAMS:
+        assert node.run(["test", "-x", "/usr/local/bin/" + name]).rc == 0, name
+    engines = runtime["engines"]
+    assert set(engines) == {"docker", "containerd", "podman"}, engines
+    assert engines["docker"]["registered"] and not engines["docker"]["cdi"]  # docker 20.10 has no CDI
+    assert engines["containerd"]["registered"] and not engines["containerd"]["cdi"]  # 1.6 neither
+    assert engines["podman"] == {**engines["podman"], "registered": False, "cdi": True}
+    assert runtime["cdi_spec"]["driver_version"] == "535.261.03"
+    assert {"0", "1", "all"} <= set(runtime["cdi_spec"]["devices"])
+    # 2 GPUs + nvidiactl + nvidia-modeset + uvm pair
+    assert runtime["dev_char_links"] == 6
+    for minor in (0, 1, 255):
+        assert node.run(["readlink", f"/dev/char/195:{minor}"]).stdout.strip() == (
+            f"../nvidia{minor}" if minor != 255 else "../nvidiactl"
+        )
+    assert 'DEVPATH=="/bus/pci/drivers/nvidia"' in node.run(["cat", UDEV], check=True).stdout
+    assert node.run(["systemctl", "is-enabled", "gpufleet-cdi-refresh.service"]).stdout.strip() == "enabled"
+
+
+def test_engines_list_the_nvidia_runtime(node_runs):
+    node, _runs = node_runs
+    runtimes = json.loads(node.run("docker info --format '{{json .Runtimes}}'", check=True).stdout)
+    assert runtimes["nvidia"]["path"] == "/usr/local/bin/gpufleet-container-runtime"
+    dump = node.run("containerd config dump", check=True).stdout
+    assert re.search(r"runtimes\.nvidia\]", dump) and 'BinaryName = "/usr/local/bin/gpufleet-container-runtime"' in dump
+
+
+def test_gpu_container_through_docker(node_runs):
+    node, _runs = node_runs
+    node.run(f"gpufleet-sim-mini-image {IMAGE}", check=True, timeout=300)
+    res = node.run(
+        "docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=0 "
+        f"{IMAGE} sh -c 'ls /dev; echo ---; ldconfig -p'",
+        timeout=180,
+    )
+    assert res.rc == 0, res.stderr
+    devs, cache = res.stdout.split("---\n")
+    assert {d for d in devs.split() if re.fullmatch(r"nvidia\d+", d)} == {"nvidia0"}, devs
+    assert "nvidiactl" in devs.split()
+    assert re.search(r"libcuda\.so\.1 \(libc6,x86-64\) => /usr/lib/x86_64-linux-gnu/libcuda\.so\.1", cache), cache
+
+
+def test_second_run_changes_nothing(node_runs):
+    _node, runs = node_runs
+    recap = _recap(runs["again"])
+    assert recap == {**recap, "changed": 0, "failed": 0}, runs["again"].stdout[-4000:]
+
+
+def test_refresh_regenerates_a_stale_spec(node_runs):
+    node, _runs = node_runs
+    node.run("sed -i 's/535.261.03/530.30.02/' /etc/cdi/nvidia.yaml", check=True)
+    out = json.loads(node.run("gpufleet-cdi-refresh", check=True).stdout)
+    assert out["changed"] and out["stamp"] == "530.30.02" and out["installed"] == "535.261.03", out
+    assert "530.30.02" not in node.run("cat /etc/cdi/nvidia.yaml", check=True).stdout
+    assert not json.loads(node.run("gpufleet-cdi-refresh", check=True).stdout)["changed"]
+
+
+def test_boot_refreshes_a_stale_spec_and_the_links(node_runs):
+    """A reboot (the node container restarted: systemd boots again) with a spec stamped for another driver
+    and a /dev/char link gone: gpufleet-cdi-refresh.service puts both right before the engines start."""
+    node, _runs = node_runs
+    node.run("sed -i 's/535.261.03/530.30.02/' /etc/cdi/nvidia.yaml && rm /dev/char/195:0", check=True)
+    subprocess.run(["docker", "restart", node.container], check=True, capture_output=True, timeout=120)
+    state = node.wait_booted()  # degraded: nvidia-persistenced fails (no kernel driver)
+    res = node.run("systemctl show -p Result -p ExecMainStartTimestampMonotonic gpufleet-cdi-refresh")
+    unit = res.stdout
+    assert "Result=success" in unit and "ExecMainStartTimestampMonotonic=0" not in unit, (res, state)  # ran, this boot
+    assert "530.30.02" not in node.run("cat /etc/cdi/nvidia.yaml", check=True).stdout
+    assert node.run(["readlink", "/dev/char/195:0"]).stdout.strip() == "../nvidia0"
