@@ -100,7 +100,11 @@ def validate_plan(
         elif engine == "containerd":
             ref = containerd_ref(image)
             ctr = ["ctr", "-n", containerd_namespace]
-            argv = wrap + ctr + ["run", "--rm", "--runc-binary", rt_path, "--env", "NVIDIA_VISIBLE_DEVICES=all"]
+            # --cpu-shares 0: ctr 2.x asks for 1024 shares by default, which runc cannot set (cpu.weight)
+            # where the cgroup v2 tree does not delegate the cpu controller (nested hosts, LXC); the check
+            # needs no CPU weight, and ctr 1.6 and 1.7 take the flag too.
+            argv = wrap + ctr + ["run", "--rm", "--cpu-shares", "0", "--runc-binary", rt_path]
+            argv += ["--env", "NVIDIA_VISIBLE_DEVICES=all"]
             argv += [ref, name, "sh", "-c", CHECK_SCRIPT]
             checks.append(
                 dict(

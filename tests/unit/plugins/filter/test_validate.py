@@ -85,6 +85,7 @@ def test_podman_cdi_containerd_ctr_runc_binary_crio_skipped():
     ctr = plan[3]
     assert ctr["argv"][3:8] == ["ctr", "-n", "default", "run", "--rm"]
     assert ctr["argv"][ctr["argv"].index("--runc-binary") + 1] == "/usr/bin/nvidia-container-runtime"
+    assert ctr["argv"][ctr["argv"].index("--cpu-shares") + 1] == "0"  # no cpu controller needed (sid nodes)
     assert ctr["image"] == "docker.io/library/busybox:glibc" and ctr["image"] in ctr["argv"]
     assert ctr["pull_argv"] == ["ctr", "-n", "default", "images", "pull", "docker.io/library/busybox:glibc"]
     assert ctr["present_rc0"] is False
