@@ -14,6 +14,7 @@ if ! docker info >/dev/null 2>&1; then
   if [ "${CI:-}" = "true" ]; then echo "molecule: no Docker engine answers, and CI must run the scenarios" >&2; exit 1; fi
   echo "==> molecule: skipped, no Docker engine answers (start dockerd to run: $scenarios)"; exit 0
 fi
+export NO_COLOR=1 ANSIBLE_FORCE_COLOR=0
 for s in $scenarios; do
   echo "==> molecule test -s $s"
   start=$SECONDS
