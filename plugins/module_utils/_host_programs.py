@@ -21,7 +21,7 @@ PROGRAMS = {
     "nvidia-container-runtime-hook": ("_shim", "legacy_hook_main"),
 }
 # Every module the programs import (directly or through each other).
-MODULES = ("_cdi_hook", "_devices", "_driver_files", "_ldcache", "_oci", "_pathsafe", "_shim")
+MODULES = ("_cdi_hook", "_devices", "_driver_files", "_jsonio", "_ldcache", "_oci", "_pathsafe", "_shim")
 
 
 _PYTHON_LAUNCHER = """#!{python} -IS

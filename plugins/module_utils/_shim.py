@@ -45,9 +45,9 @@ def _config():
             data = f.read()
     except FileNotFoundError:
         return {}
-    import json  # noqa: PLC0415  # only when a configuration exists
+    from ._jsonio import loads  # noqa: PLC0415  # only when a configuration exists
 
-    value = json.loads(data)
+    value = loads(data)
     if not isinstance(value, dict):
         raise ShimError("%s: not a JSON object" % path)
     return value
@@ -128,26 +128,24 @@ def prepare(bundle, index_path):
         raw = f.read()
     if not any(hint in raw for hint in _HINTS):
         return False
-    import json  # noqa: PLC0415
-
+    from ._jsonio import loads  # noqa: PLC0415
     from ._oci import RequestError  # noqa: PLC0415
 
     try:
-        return _prepare(config_file, json.loads(raw), index_path)
+        return _prepare(config_file, loads(raw), index_path)
     except RequestError as exc:
         raise ShimError(str(exc)) from None
 
 
 def _prepare(config_file, config, index_path):
-    import json  # noqa: PLC0415
-
+    from ._jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
     from ._oci import gpu_request, has_legacy_hook, inject  # noqa: PLC0415
 
     if gpu_request(config) is None and not has_legacy_hook(config):
         return False
     try:
         with open(index_path, "rb") as f:
-            index = json.loads(f.read())
+            index = loads(f.read())
     except FileNotFoundError:
         if gpu_request(config) is None:
             index = {}
@@ -162,7 +160,7 @@ def _prepare(config_file, config, index_path):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, st.st_mode & 0o7777)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(config, f, separators=(",", ":"))
+            f.write(dumps(config))
         os.replace(tmp, config_file)
     except BaseException:
         if os.path.exists(tmp):
@@ -207,12 +205,11 @@ def legacy_hook_main(argv=None):
     argv = sys.argv if argv is None else argv
     if len(argv) > 1 and argv[1] not in ("prestart", "createRuntime"):
         return 0  # poststart/poststop or an unknown phase: nothing to do
-    import json  # noqa: PLC0415
-
+    from ._jsonio import loads  # noqa: PLC0415
     from ._oci import INJECTED_ANNOTATION  # noqa: PLC0415
 
     try:
-        state = json.loads(sys.stdin.read(1 << 20) or "{}")
+        state = loads(sys.stdin.read(1 << 20) or "{}")
     except ValueError:
         state = {}
     if INJECTED_ANNOTATION in (state.get("annotations") or {}):
