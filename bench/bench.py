@@ -197,11 +197,29 @@ def docker_start_rows(fleet, node, label, rounds):
         "shim-gpu": [*base, "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
         "shim-nogpu": [*base, "--runtime=nvidia", IMAGE, "true"],
     }
+    # Where the time goes: runc given the very mounts and device nodes the shim injects for GPU 0 (by
+    # docker's -v/--device, no shim, no hook): what any injection costs, before the shim's own processes.
+    index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
+    same = []
+    for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
+        same += ["--device=%s" % d.get("hostPath", d["path"]) for d in edit.get("deviceNodes") or ()]
+        for m in edit.get("mounts") or ():
+            if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
+                same += ["-v", "%s:%s:ro" % (m["hostPath"], m["containerPath"])]
+    variants["runc-same-mounts"] = [*base, *same, IMAGE, "true"]
     t = container_start(fleet, node, "docker", variants, rounds)
     target = TARGETS["shim_ratio"]
     return [
         pair("%s: docker run --rm, shim + 1 GPU" % label, "s", t["shim-gpu"], "plain runc", t["runc"], target=target),
         pair("%s: docker run --rm, shim, no GPU" % label, "s", t["shim-nogpu"], "plain runc", t["runc"]),
+        pair(
+            "%s: docker run --rm, runc + the GPU's mounts/devices (no shim/hook)" % label,
+            "s",
+            t["runc-same-mounts"],
+            "plain runc",
+            t["runc"],
+            note="the injection itself: the rest of the shim's overhead is its own processes",
+        ),
     ]
 
 
