@@ -174,7 +174,7 @@ START = textwrap.dedent(
     times = {k: [] for k in variants}
     for argv in variants.values():
         subprocess.run(argv, check=True, capture_output=True)  # warm up
-    for _ in range(rounds):
+    for _round in range(rounds):
         for name, argv in variants.items():
             start = time.perf_counter()
             subprocess.run(argv, check=True, capture_output=True)
@@ -262,7 +262,7 @@ SHIM_RUSAGE = textwrap.dedent(
     out = {k: {"wall": [], "cpu": [], "rss": []} for k in variants}
     for argv in variants.values():
         measure(argv)
-    for _ in range(rounds):
+    for _round in range(rounds):
         for name, argv in variants.items():
             wall, cpu, rss = measure(argv)
             out[name]["wall"].append(wall); out[name]["cpu"].append(cpu); out[name]["rss"].append(rss)
@@ -299,7 +299,7 @@ def discovery_rows(fleet, node, rounds):
     times = {k: [] for k in variants}
     for argv in variants.values():
         run(argv, env=env, timeout=300)
-    for _ in range(max(3, rounds // 2)):
+    for _round in range(max(3, rounds // 2)):
         for name, argv in variants.items():
             start = time.perf_counter()
             run(argv, env=env, timeout=300)
@@ -307,6 +307,11 @@ def discovery_rows(fleet, node, rounds):
     return [
         pair("discovery: ansible -m gpu_facts (%s)" % node, "s", times["gpu_facts"], "ansible -m ping", times["ping"])
     ]
+
+
+def no_commands(argv):
+    """discover()'s run_command with no programs installed: the pure file scan (plus NVML)."""
+    return 127, "", "%s: not found" % argv[0]
 
 
 def scan_rows(rounds):
@@ -320,7 +325,6 @@ def scan_rows(rounds):
         stub = dt.compile_nvml_stub(os.path.join(work, "stub"))
         if stub is None:
             return [{"name": "discovery scan", "skipped": "no C compiler for the NVML stub"}]
-        no_commands = lambda argv: (127, "", "%s: not found" % argv[0])  # noqa: E731
         for count in (1, 8, 16):
             config = os.path.join(work, "gpus-%d.json" % count)
             dt.write_stub_config(config, count=count)
@@ -328,7 +332,7 @@ def scan_rows(rounds):
             tree = dt.gpu_host(os.path.join(work, "host-%d" % count), count, stub=stub)
             discover(tree.root, run_command=no_commands)  # warm: the first dlopen of this copy
             times = {"auto": [], "nonvml": []}
-            for _ in range(max(rounds, 15)):
+            for _round in range(max(rounds, 15)):
                 for name, sources in (("auto", ["auto"]), ("nonvml", ["procfs", "sysfs"])):
                     start = time.perf_counter()
                     facts = discover(tree.root, sources=sources, run_command=no_commands)
@@ -364,7 +368,7 @@ def cdi_rows(rounds):
             os.mknod(os.path.join(dev, name), 0o666 | 0o020000, os.makedev(major, minor))
         gpus = [{"index": 0, "minor": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000"}]
         times = {"full": [], "gather": []}
-        for _ in range(max(rounds, 15)):
+        for _round in range(max(rounds, 15)):
             start = time.perf_counter()
             gather(driver_root=root, dev_root=work, gpus=gpus)
             times["gather"].append(time.perf_counter() - start)
@@ -399,7 +403,7 @@ def fleet_rows(prefix, rounds):
         fleet = Fleet("%s-f%d" % (prefix, count), config).up()
         try:
             first, again = [], []
-            for _ in range(rounds):
+            for _round in range(rounds):
                 start = time.perf_counter()
                 out = run(["ansible-playbook", "-i", fleet.inventory, SITE], check=False, timeout=3600)
                 first.append(time.perf_counter() - start)

@@ -33,7 +33,7 @@ def main(src, dest):
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r["name"] + (" (MiB)" if r["unit"] == "bytes" else "") for r in reversed(rows)], fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("median (ms, or MiB), IQR bars; blue: measurement, gray: baseline from the same run")
+    ax.set_xlabel("median, ms (RSS: MiB); bars: IQR. blue: measured, gray: baseline (same run)")
     ax.set_title("gpufleet.nvidia make bench %s" % result["date"])
     fig.tight_layout()
     fig.savefig(dest, dpi=100)
