@@ -61,8 +61,13 @@ build-check: ## build the collection tarball, install it into an empty folder, l
 molecule: ## every molecule scenario, when a Docker engine answers
 	@tests/tools/molecule.sh
 
-bench: setup ## the timing measurements (shim vs runc); results in tests/output/*.json
-	@$(call run,python -m pytest -q -s -p no:cacheprovider -m bench tests/integration)
+bench: setup .venv-bench/.installed ## issue 10's timings on the simulated fleet (not in make test): bench/results/<date>.{json,md,png}
+	@$(call run,python bench/bench.py)
+
+.venv-bench/.installed: requirements/bench.txt
+	python3 -m venv .venv-bench
+	.venv-bench/bin/pip install -q --disable-pip-version-check -r requirements/bench.txt
+	touch $@
 
 demo: setup ## the main job: bring up the simulated fleet and run site.yml against it
 	@tests/tools/demo.sh

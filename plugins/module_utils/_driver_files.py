@@ -12,7 +12,6 @@ Standard library only (target Pythons 3.8+).
 """
 
 import os
-import re
 import stat
 from collections import namedtuple
 
@@ -107,7 +106,9 @@ PRIVATE_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu/nvidia/current",),
     "i386": ("/usr/lib/i386-linux-gnu/nvidia/current",),
 }
-_SONAME_RE = re.compile(r"^lib[\w.+-]*\.so\.\d+$")
+# Patterns for ``re`` (cached by it), imported where used: the shim imports this module for
+# parse_capabilities and must not pay for ``re`` on every GPU container start.
+_SONAME_RE = r"^lib[\w.+-]*\.so\.\d+$"
 
 CONTAINER_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"),
@@ -118,7 +119,7 @@ DriverFile = namedtuple("DriverFile", ["kind", "capability", "name", "path", "re
 """One file for a container. ``kind``: library, binary, config, firmware, ipc. ``path``: where it was
 found, ``resolved``: the real file behind every link; both absolute in the (driver) root's own terms."""
 
-_VERSION_SUFFIX = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_VERSION_SUFFIX = r"\.so\.(\d+\.\d+(?:\.\d+)?)$"
 
 
 class CapabilityError(ValueError):
@@ -155,7 +156,9 @@ def parse_capabilities(value):
 
 def version_of(filename):
     """The driver version a library file name carries (``libcuda.so.535.261.03`` -> ``535.261.03``)."""
-    match = _VERSION_SUFFIX.search(filename)
+    import re  # noqa: PLC0415  # see _SONAME_RE
+
+    match = re.search(_VERSION_SUFFIX, filename)
     return match.group(1) if match else None
 
 
@@ -200,6 +203,8 @@ def private_entries(driver_root, entries, resolve):
     Only ``lib*.so.<N>`` names (the soname links) are taken; what they point at is still resolved inside
     ``driver_root`` and filtered by version like every cache entry.
     """
+    import re  # noqa: PLC0415  # see _SONAME_RE
+
     known = {(e.soname, e.arch) for e in entries}
     extra = []
     for arch, dirs in sorted(PRIVATE_LIBDIRS.items()):
@@ -209,7 +214,7 @@ def private_entries(driver_root, entries, resolve):
             except OSError:
                 continue
             for name in names:
-                if _SONAME_RE.match(name) and (name, arch) not in known:
+                if re.match(_SONAME_RE, name) and (name, arch) not in known:
                     known.add((name, arch))
                     extra.append(LdCacheEntry(name, directory + "/" + name, None, arch, None))
     return extra

@@ -35,6 +35,7 @@ MODULES = (
     "_discovery",
     "_driver_files",
     "_engines",
+    "_jsonio",
     "_labels",
     "_ldcache",
     "_nvidia_procfs",

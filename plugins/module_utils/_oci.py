@@ -24,7 +24,6 @@ When a variable appears more than once in ``process.env`` the last one wins (doc
 """
 
 import os
-import re
 import stat
 
 from ._driver_files import CapabilityError, parse_capabilities
@@ -37,7 +36,8 @@ LEGACY_HOOK = "nvidia-container-runtime-hook"
 INJECTED_ANNOTATION = "gpufleet.nvidia/injected"
 
 _TRUE = ("1", "t", "true", "y", "yes", "on")
-_CONSTRAINT = re.compile(r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$")
+_CONSTRAINT = r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$"
+# ``re`` is imported only where a requirement is checked: the shim's start path stays free of it.
 
 
 class RequestError(ValueError):
@@ -85,6 +85,8 @@ def parse_visible_devices(value):
 
 
 def _version_tuple(text):
+    import re  # noqa: PLC0415  # see _CONSTRAINT
+
     parts = []
     for piece in re.split(r"[.-]", text):
         if not piece.isdigit():
@@ -133,11 +135,13 @@ def check_requirements(env, cuda_version, driver_version, facts=None):
 
 
 def _holds(alternative, known, name):
+    import re  # noqa: PLC0415  # see _CONSTRAINT
+
     for raw in alternative.split(","):
         constraint = raw.strip()
         if not constraint:
             continue
-        match = _CONSTRAINT.match(constraint)
+        match = re.match(_CONSTRAINT, constraint)
         if not match:
             raise RequestError("%s: cannot parse constraint %r" % (name, constraint))
         key, op, want = match.groups()

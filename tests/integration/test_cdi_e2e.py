@@ -14,8 +14,8 @@ On each node the host programs are installed from this working tree by ``tests/t
 (no kernel module: an error code from libcuda, never a load failure); the stub NVML, injected like the real
 one, counts the GPUs the container was given.
 
-The interleaved ``docker run --rm`` timing (shim with one GPU vs plain runc) runs inside the bookworm node
-and is written to ``tests/output/cdi-e2e-timing.json``.
+The interleaved ``docker run --rm`` timing (shim with one GPU vs plain runc) is ``make bench``'s
+(bench/bench.py, the same preparation on its own fleet).
 """
 
 import json
@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -236,42 +235,3 @@ def test_docker_26_through_the_shim(fleet):
     node = _node(fleet, "trixie")
     out = _container(node, "docker", "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "sh", "-c", SCRIPT)
     _check_gpu_container(node, out.stdout, [0])
-
-
-TIMING = textwrap.dedent(
-    """
-    import json, statistics, subprocess, sys, time
-    rounds = int(sys.argv[1])
-    base = ["docker", "run", "--rm", "--network", "none"]
-    variants = {
-        "runc": base + ["%(image)s", "true"],
-        "shim-gpu": base + ["--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", "%(image)s", "true"],
-    }
-    times = {k: [] for k in variants}
-    for args in variants.values():
-        subprocess.run(args, check=True, capture_output=True)  # warm up
-    for _ in range(rounds):
-        for name, args in variants.items():
-            start = time.perf_counter()
-            subprocess.run(args, check=True, capture_output=True)
-            times[name].append(time.perf_counter() - start)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(json.dumps({"rounds": rounds, "median_s": med, "times_s": times,
-                      "ratio_shim_gpu_vs_runc": med["shim-gpu"] / med["runc"]}))
-    """
-)
-
-
-@pytest.mark.bench
-def test_timing_docker_run_shim_one_gpu_vs_runc(fleet):
-    node = _node(fleet, "bookworm")
-    rounds = int(os.environ.get("GPUFLEET_TIMING_ROUNDS", "15"))
-    node.put("/tmp/timing.py", TIMING % {"image": IMAGE})
-    res = node.run(["python3", "/tmp/timing.py", str(rounds)], timeout=600, check=True)
-    result = json.loads(res.stdout)
-    result["node"] = "bookworm, docker " + node.run("dockerd --version").stdout.split()[2].rstrip(",")
-    os.makedirs(os.path.join(REPO, "tests", "output"), exist_ok=True)
-    with open(os.path.join(REPO, "tests", "output", "cdi-e2e-timing.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps({k: v for k, v in result.items() if k != "times_s"}, indent=2))
-    # A benchmark reports (make bench; issue 10's target is 1.10); it asserts no timing.

@@ -4,7 +4,6 @@ import ctypes
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -293,25 +292,15 @@ def test_nvml_unavailable():
 
 
 @pytest.mark.parametrize("count", [8, 16])
-def test_scan_time(tmp_path, nvml_stub, stub_gpus, count, capsys):
-    """The benchmark target is < 50 ms for 16 GPUs; asserted loosely (shared CI cores), printed exactly."""
+def test_scan_many_gpus(tmp_path, nvml_stub, stub_gpus, count):
+    """Every GPU of a big host, through NVML and without it. Its timing (issue 10's < 50 ms for 16 GPUs)
+    is measured by ``make bench`` (bench/bench.py), never asserted here."""
     stub_gpus(count=count)
     tree = gpu_host(tmp_path, count, stub=nvml_stub)
-    discover(tree.root, run_command=Commands())  # warm: first dlopen of this copy
-    timings = {}
     for sources in (["auto"], ["procfs", "sysfs"]):
-        best = None
-        for _attempt in range(5):
-            start = time.perf_counter()
-            facts = discover(tree.root, sources=sources, run_command=Commands())
-            elapsed = time.perf_counter() - start
-            best = elapsed if best is None else min(best, elapsed)
+        facts = discover(tree.root, sources=sources, run_command=Commands())
         assert facts["gpu_count"] == count
-        timings[",".join(sources)] = best
-    with capsys.disabled():
-        shown = ", ".join("%s %.1f ms" % (k, v * 1000) for k, v in timings.items())
-        print("\n  discover() %d GPUs: %s" % (count, shown))
-    assert max(timings.values()) < 0.5
+        assert sorted(g["minor"] for g in facts["gpus"]) == list(range(count))
 
 
 def debian_layout(tree, stub, version="535.261.03", flavour="current"):

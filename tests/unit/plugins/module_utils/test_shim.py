@@ -259,3 +259,96 @@ def test_shell_fast_path_starts_python_only_for_a_gpu_create(tmp_path, args, pyt
     subprocess.run([str(shim), *args], check=True, env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path / "GPU"))
     calls = (tmp_path / "calls").read_text()
     assert calls == ("python\n" if python else "runtime %s\n" % " ".join(args))
+
+
+# ---------------------------------------------------------------- the hook's file work done by the shim
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+STATIC_LDCONFIG = "/sbin/ldconfig"
+
+
+def _hook_config(
+    tmp_path, ldconfig=STATIC_LDCONFIG, link="libcuda.so.1::%s/libcuda.so" % LIBDIR, mount="libcuda.so.535.1"
+):
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs" / LIBDIR.lstrip("/")).mkdir(parents=True)
+    args = ["gpufleet-cdi-hook", "apply", "--ldconfig", ldconfig, "--folder", LIBDIR, "--link", link]
+    config = {
+        "root": {"path": "rootfs"},
+        "mounts": [{"destination": "%s/%s" % (LIBDIR, mount), "source": "/x", "options": ["ro", "bind"]}],
+        "hooks": {"createContainer": [{"path": "/usr/local/bin/gpufleet-cdi-hook", "args": args}]},
+    }
+    return bundle, config
+
+
+def _is_static(path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi_hook import is_static_elf
+
+    with open(path, "rb") as f:
+        return is_static_elf(f.fileno())
+
+
+needs_static_ldconfig = pytest.mark.skipif(
+    not (os.path.exists(STATIC_LDCONFIG) and _is_static(STATIC_LDCONFIG)), reason="no static /sbin/ldconfig"
+)
+
+
+@needs_static_ldconfig
+def test_inline_hook_writes_conf_and_link_and_leaves_runc_only_ldconfig(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+
+    bundle, config = _hook_config(tmp_path)
+    assert inline_hook(config, str(bundle)) is True
+    root = str(bundle / "rootfs")
+    hook = config["hooks"]["createContainer"][0]
+    assert hook == {
+        "path": STATIC_LDCONFIG,
+        "args": ["ldconfig", "-r", root, LIBDIR],
+        "env": ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+    }
+    assert (bundle / "rootfs/etc/ld.so.conf.d/00-gpufleet-nvidia.conf").read_text().endswith(LIBDIR + "\n")
+    assert os.readlink(str(bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so")) == "libcuda.so.1"
+
+
+@needs_static_ldconfig
+def test_inline_hook_stays_inside_a_root_with_planted_links(tmp_path):
+    """CVE-2024-0132 class: /etc and the library folder are links out of the root; nothing lands outside."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    bundle, config = _hook_config(tmp_path)
+    rootfs = bundle / "rootfs"
+    os.symlink(str(outside), str(rootfs / "etc"))
+    (rootfs / "usr/lib/x86_64-linux-gnu").rmdir()
+    os.symlink(str(outside), str(rootfs / "usr/lib/x86_64-linux-gnu"))
+    assert inline_hook(config, str(bundle)) is True
+    assert os.listdir(str(outside)) == []  # resolved inside the root instead
+    assert (rootfs / str(outside).lstrip("/") / "ld.so.conf.d" / "00-gpufleet-nvidia.conf").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["no-root", "dynamic-ldconfig", "unpredictable-link", "image-file-wins"],
+)
+def test_inline_hook_falls_back_or_keeps_image_files(tmp_path, change):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+
+    kwargs = {}
+    if change == "dynamic-ldconfig":
+        kwargs["ldconfig"] = sys.executable  # dynamically linked: the hook keeps its own handling
+    if change == "unpredictable-link":
+        kwargs["mount"] = "libnvidia-ml.so.535.1"  # nothing will make libcuda.so.1 there
+    bundle, config = _hook_config(tmp_path, **kwargs)
+    before = json.loads(json.dumps(config))
+    if change == "no-root":
+        config["root"]["path"] = "missing"
+    if change == "image-file-wins":
+        if not (os.path.exists(STATIC_LDCONFIG) and _is_static(STATIC_LDCONFIG)):
+            pytest.skip("no static /sbin/ldconfig")
+        (bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so").write_text("the image's own")
+        assert inline_hook(config, str(bundle)) is True
+        assert (bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so").read_text() == "the image's own"
+        return
+    assert inline_hook(config, str(bundle)) is False
+    assert config["hooks"] == before["hooks"]

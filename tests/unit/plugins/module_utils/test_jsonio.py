@@ -1,0 +1,67 @@
+"""_jsonio: the host programs' json without ``import json`` (the start-path cost of issue 10)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host_programs, _jsonio
+
+SAMPLES = [
+    '{"ociVersion":"1.0.2","process":{"env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=0"],"args":["true"]}}',
+    ' \n[1, -2, 3.5, 1e5, true, false, null, "\\u00e9\\n\\"", {"": []}] \n',
+    '"plain"',
+    "0",
+    '{"nested": {"deep": [[[]]], "uni": "caf\\u00e9 \\ud83d\\ude00"}}',
+]
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_loads_and_dumps_match_json(text):
+    assert _jsonio.loads(text) == json.loads(text)
+    assert _jsonio.loads(text.encode()) == json.loads(text)
+    value = json.loads(text)
+    assert _jsonio.dumps(value) == json.dumps(value, separators=(",", ":"))
+
+
+def test_utf8_bytes_and_bom():
+    assert _jsonio.loads('{"a": "é"}'.encode()) == {"a": "é"}
+    assert _jsonio.loads(b"\xef\xbb\xbf[1]") == [1]
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "{", '{"a":}', "[1] x", "[1,]", "nul"])
+def test_invalid_json_is_a_value_error(bad):
+    with pytest.raises(ValueError):
+        _jsonio.loads(bad)
+
+
+def test_unserializable_is_a_type_error():
+    with pytest.raises(TypeError, match="set"):
+        _jsonio.dumps({"a": {1}})
+
+
+def test_shim_and_hook_start_path_import_neither_json_nor_re(tmp_path):
+    """The installed programs' GPU start path (parse config.json, inject, write it back; the hook's
+    imports and state parsing) loads no ``json``/``re``: each costs every GPU container start."""
+    _host_programs.install(str(tmp_path / "bin"), str(tmp_path / "lib"), python=sys.executable)
+    index = {"driverVersion": "535.1", "cudaVersion": "12.2", "capabilities": ["utility", "compute"]}
+    index["devices"] = {"0": {"deviceNodes": [{"path": "/dev/null", "hostPath": "/dev/null"}]}}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": {"path": "rootfs"}}
+    (bundle / "config.json").write_text(json.dumps(config))
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from gpufleet_nvidia import _shim, _cdi_hook\n"
+        "assert _shim.prepare(%r, %r)\n"
+        "assert _cdi_hook.container_root({'bundle': %r}).endswith('rootfs')\n"
+        "print(sorted(m for m in ('json', 're', 'enum', 'contextlib') if m in sys.modules))\n"
+    ) % (str(tmp_path / "lib"), str(bundle), str(tmp_path / "index.json"), str(bundle))
+    out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    written = json.loads((bundle / "config.json").read_text())
+    assert written["linux"]["devices"][0]["path"] == "/dev/null"
+    assert os.path.exists(str(tmp_path / "lib" / "gpufleet_nvidia" / "_jsonio.py"))
