@@ -119,9 +119,12 @@ def get_item(table: Any, key: str) -> Any:
     """The tomlkit item (with its comment and layout) of ``key``."""
     if hasattr(table, "item"):
         return table.item(key)
+    container = getattr(table, "value", None)  # tomlkit < 0.12: a Table has no item(), its Container has
+    if container is not None and hasattr(container, "item") and key in container:
+        return container.item(key)
     for part in getattr(table, "_tables", []):  # tomlkit's proxy for a table split over the file
         if key in part:
-            return part.item(key)
+            return get_item(part, key)
     raise KeyError(key)
 
 
