@@ -8,7 +8,6 @@ import yaml
 
 from .model import SUITE_ENGINES
 
-
 SIM_VALIDATE_IMAGE = "gpufleet-sim/mini:latest"
 
 
