@@ -115,7 +115,6 @@ import importlib
 import os
 import pkgutil
 import shutil
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -198,23 +197,6 @@ def _current(path):
         return None, None
 
 
-def write_atomic(path, text, mode):
-    directory = os.path.dirname(path)
-    os.makedirs(directory, 0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -286,7 +268,7 @@ def main():
     if changes and not module.check_mode:
         try:
             for path, text, mode in changes:
-                write_atomic(path, text, mode)
+                _cdi_refresh.write_text(path, text, mode)  # the one atomic writer of the host programs
         except OSError as exc:
             module.fail_json(
                 msg="cannot write %s: %s (is %s writable by the connecting user? use become)"
