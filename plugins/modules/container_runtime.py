@@ -90,7 +90,10 @@ options:
     default: present
     choices: [present, absent]
   backup:
-    description: Leave a timestamped copy of every file before it is changed.
+    description:
+      - Leave a timestamped copy of the engine's main configuration file before it is changed.
+      - Drop-in files in a C(.d) folder are this module's own and are not copied (an engine could read the copy
+        as more configuration).
     type: bool
     default: false
   validate:
@@ -524,7 +527,10 @@ class Runner:
     # ---- writing --------------------------------------------------------------------------------------
     def write_all(self):
         for path, (_old, existed, new) in self.planned.items():
-            if self.p["backup"] and existed:
+            # A copy inside a drop-in folder (conf.d, crio.conf.d) could be read by the engine as more
+            # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
+            # file is backed up.
+            if self.p["backup"] and existed and not os.path.dirname(path).endswith(".d"):
                 self.result["backup_files"].append(self.module.backup_local(path))
             self.write(path, new)
 

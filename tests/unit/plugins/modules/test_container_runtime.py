@@ -118,6 +118,17 @@ def test_crio_drop_in_and_cdi_note(tmp_path, result):
     assert r["changed"] and not drop.exists()
 
 
+def test_backup_never_leaves_a_copy_in_a_drop_in_folder(tmp_path, result):
+    """CRI-O reads every file in crio.conf.d: a backup copy there would be configuration too."""
+    main = tmp_path / "crio.conf"
+    main.write_text('[crio.runtime]\ndefault_runtime = "runc"\n')
+    drop = tmp_path / "crio.conf.d" / "99-gpufleet-nvidia.conf"
+    assert result(engine="crio", config_path=str(main), drop_in=str(drop), backup=True)["changed"]
+    r = result(engine="crio", config_path=str(main), drop_in=str(drop), backup=True, set_as_default=True)
+    assert r["changed"] and r["backup_files"] == []
+    assert sorted(p.name for p in drop.parent.iterdir()) == ["99-gpufleet-nvidia.conf"]
+
+
 @pytest.mark.parametrize(
     "engine, version, warns",
     [
