@@ -5,10 +5,14 @@
 Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 
 * ``validate_plan(nvidia, runtime=None, toolkit=None, **options)`` -> list of checks, one per engine and mode;
-* ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact.
+* ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact;
+* ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
+  decision to turn CDI on; the rule itself is ``_runtime_common.reads_cdi``).
 """
 
 import re
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import reads_cdi
 
 BEGIN = "GPUFLEET-VALIDATE-BEGIN"
 END = "GPUFLEET-VALIDATE-END"
@@ -29,11 +33,6 @@ CHECK_SCRIPT = (
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
 _SEE_HELP = re.compile(r"^See '.*--help'\.?$")
 _LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
-
-
-def _version_tuple(text):
-    m = re.match(r"(\d+)(?:\.(\d+))?", str(text or ""))
-    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
 def containerd_ref(image):
@@ -88,9 +87,9 @@ def validate_plan(
             common = dict(base, present_argv=present, present_rc0=True, load_argv=[engine, "load", "-i"])
             if engine == "docker":
                 cdi = reg.get("cdi") if "cdi" in reg else fact.get("cdi_enabled")
-                version = _version_tuple(reg.get("version") or fact.get("version"))
+                version = reg.get("version") or fact.get("version")
                 modes = [("runtime", ["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"])]
-                if cdi and version and version >= (25, 0):
+                if cdi and reads_cdi("docker", version):
                     modes.append(("cdi", ["--device", "nvidia.com/gpu=all"]))
             else:
                 modes = [("cdi", ["--device", "nvidia.com/gpu=all"])]
@@ -290,4 +289,5 @@ class FilterModule:
             "validate_plan": validate_plan,
             "validate_result": validate_result,
             "validate_device_nodes": required_device_nodes,
+            "engine_reads_cdi": reads_cdi,
         }

@@ -68,6 +68,21 @@ def older_than(engine_version: Optional[Tuple[int, int, int]], minimum: Tuple[in
     return None
 
 
+# The first version of each engine that reads CDI specs (podman always does). The one home of this rule:
+# the editors' warnings, the runtime role (through the engine_reads_cdi filter) and the validate filter.
+CDI_MIN_VERSIONS = {"docker": (25, 0, 0), "containerd": (1, 7, 0), "crio": (1, 23, 0)}
+
+
+def reads_cdi(engine: str, version: Optional[str]) -> bool:
+    """Whether ``engine`` at ``version`` (as the engine or gpu_facts prints it, a package epoch allowed)
+    reads CDI specs; an unknown version counts as no."""
+    if engine == "podman":
+        return True
+    minimum = CDI_MIN_VERSIONS.get(engine)
+    parsed = parse_version(re.sub(r"^\d+:", "", str(version or "").strip()))
+    return bool(minimum and parsed and parsed >= minimum)
+
+
 def line_of(text: str, needle: str, start: int = 0) -> Optional[int]:
     """1-based line of the first ``needle`` in ``text`` (``None`` when absent)."""
     pos = text.find(needle, start)

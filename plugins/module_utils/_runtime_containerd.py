@@ -38,6 +38,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _runtime_toml as t
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     MANAGED_MARKER,
     Edit,
@@ -56,7 +57,7 @@ def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
     return 3 if engine_version and engine_version[0] >= 2 else 2
 
 
-CDI_MIN_VERSION = (1, 7, 0)
+CDI_MIN_VERSION = CDI_MIN_VERSIONS["containerd"]
 
 
 def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:

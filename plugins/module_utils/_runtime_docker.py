@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import Any, List, Optional, Tuple, Union
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     Edit,
     RuntimeConfigError,
@@ -26,7 +27,7 @@ DEFAULT_PATH = "/etc/docker/daemon.json"
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
 RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
-CDI_MIN_VERSION = (25, 0, 0)
+CDI_MIN_VERSION = CDI_MIN_VERSIONS["docker"]
 
 
 def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:

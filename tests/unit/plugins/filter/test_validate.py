@@ -43,7 +43,11 @@ ALL = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia-uvm"]
 
 
 def test_filters_registered():
-    assert set(FilterModule().filters()) == {"validate_plan", "validate_result", "validate_device_nodes"}
+    filters = FilterModule().filters()
+    assert set(filters) == {"validate_plan", "validate_result", "validate_device_nodes", "engine_reads_cdi"}
+    # the runtime role's CDI decision is the module_utils rule itself, not a copy
+    assert filters["engine_reads_cdi"]("containerd", "1.7.24~ds1") is True
+    assert filters["engine_reads_cdi"]("containerd", "1.6.20~ds1") is False
 
 
 def test_docker_20_runtime_only_docker_26_with_cdi_also():
