@@ -1,0 +1,48 @@
+"""playbooks/tasks/stage.yml on localhost: a stage that fails is recorded as gpufleet_failed, said in the
+output, and the later stages skip the host. The failing stage is the toolkit role refused by its own
+argument spec, so nothing on this machine is touched."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.controller
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+
+PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: A stage that fails
+      ansible.builtin.include_tasks: {stage}
+      vars: {{gpufleet_stage: toolkit, gpufleet_stage_when: true, toolkit_provider: bogus}}
+    - name: A later stage on the same host
+      ansible.builtin.include_tasks: {stage}
+      vars: {{gpufleet_stage: runtime, gpufleet_stage_when: true}}
+    - name: Keep the fact
+      ansible.builtin.copy:
+        content: "{{{{ gpufleet_failed | to_json }}}}"
+        dest: {dump}
+        mode: "0644"
+"""
+
+
+def test_a_failed_stage_is_recorded_said_and_skips_the_later_stages(tmp_path):
+    dump = tmp_path / "failed.json"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(stage=REPO / "playbooks" / "tasks" / "stage.yml", dump=dump))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(PLAYBOOK_BIN), str(play)], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    failed = json.loads(dump.read_text())
+    assert failed["stage"] == "toolkit"
+    assert "toolkit_provider must be one of" in failed["msg"]
+    assert "localhost: stage toolkit failed at" in proc.stdout and "Validating arguments" in proc.stdout
+    assert "the later stages skip this host" in proc.stdout
+    assert "gpufleet.nvidia.runtime" not in proc.stdout  # the runtime stage never ran
