@@ -14,7 +14,8 @@ Where things go in the container:
 
 * libraries: ``/usr/lib/x86_64-linux-gnu/<real file name>`` (``/usr/lib/i386-linux-gnu`` for compat32),
   the Debian-like layout; the hook adds that folder to the container's ld.so.conf.d and runs
-  ldconfig, so a ``/usr/lib64`` image finds them as well and the soname links appear;
+  hook adds their soname links and entries to the container's ``ld.so.cache`` (written by our own code,
+  no ldconfig runs) and that folder to its ld.so.conf.d, so a ``/usr/lib64`` image finds them as well;
 * binaries: ``/usr/bin/<name>``; loader config files, GSP firmware, IPC sockets: their own paths.
 
 Version rules (CDI ``specs-go/version.go``): device names starting with a digit and ``hostPath`` on
@@ -45,8 +46,10 @@ DRIVER_VERSION_ANNOTATION = "gpufleet.nvidia/driver-version"
 CUDA_VERSION_ANNOTATION = "gpufleet.nvidia/cuda-version"
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 HOOK_PATH = "/usr/local/bin/gpufleet-cdi-hook"
-LDCONFIG_PATH = "/sbin/ldconfig"
 HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
+# Seconds the engine gives the hook (OCI ``hooks[].timeout``, CDI ``hooks[].timeout``). Its work takes
+# milliseconds and reads nothing that can block; the limit is the backstop the design notes ask for.
+HOOK_TIMEOUT = 10
 INDEX_FORMAT = 1
 DEFAULT_INDEX_PATH = "/etc/gpufleet/cdi-nvidia.json"
 NAME_STRATEGIES = ("index", "uuid")
@@ -147,7 +150,6 @@ def build_spec(
     device_name_strategy=NAME_STRATEGIES,
     capabilities=CAPABILITIES,
     hook_path=HOOK_PATH,
-    ldconfig_path=LDCONFIG_PATH,
     cuda_version=None,
     mig_minors=None,
     extra_mounts=(),
@@ -197,7 +199,7 @@ def build_spec(
         if not _DEVICE_NAME.match(device["name"]):
             raise ValueError("GPU name %r is not a valid CDI device name" % device["name"])
 
-    mounts, mount_caps, folders, sonames = [], {}, [], set()
+    mounts, mount_caps, folders, sonames, libraries = [], {}, [], set(), []
     wanted = set(capabilities)
 
     def add_mount(host, container, caps):
@@ -217,7 +219,10 @@ def build_spec(
                 folders.append(folder)
             caps = [item.capability] + (["compat32"] if item.arch == "i386" else [])
             sonames.add((item.arch, item.name))
-            add_mount(host_path(driver_root, item.resolved), folder + "/" + os.path.basename(item.resolved), caps)
+            container = folder + "/" + os.path.basename(item.resolved)
+            if container not in mount_caps:
+                libraries.append("%s::%s::%s" % (item.arch, item.name, container))
+            add_mount(host_path(driver_root, item.resolved), container, caps)
         elif item.kind == "binary":
             add_mount(host_path(driver_root, item.resolved), "/usr/bin/" + item.name, [item.capability])
         elif item.kind == "firmware":
@@ -231,9 +236,11 @@ def build_spec(
         if capability in wanted:
             add_mount(host, container, [capability])
 
-    args = [os.path.basename(hook_path), "apply", "--ldconfig", ldconfig_path]
+    args = [os.path.basename(hook_path), "apply"]
     for folder in folders:
         args += ["--folder", folder]
+    for library in libraries:
+        args += ["--library", library]
     for capability in CAPABILITIES:
         if capability not in wanted:
             continue
@@ -241,7 +248,13 @@ def build_spec(
             for arch, soname in sorted(sonames):
                 if soname == target:
                     args += ["--link", "%s::%s/%s" % (target, container_libdir(arch), name)]
-    hook = {"hookName": "createContainer", "path": hook_path, "args": args, "env": list(HOOK_ENV)}
+    hook = {
+        "hookName": "createContainer",
+        "path": hook_path,
+        "args": args,
+        "env": list(HOOK_ENV),
+        "timeout": HOOK_TIMEOUT,
+    }
 
     common = {}
     if control:

@@ -2,45 +2,57 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """``gpufleet-cdi-hook``: the createContainer hook the CDI spec calls.
 
-``gpufleet-cdi-hook apply --ldconfig /sbin/ldconfig --folder /usr/lib/x86_64-linux-gnu
+``gpufleet-cdi-hook apply --folder /usr/lib/x86_64-linux-gnu
+--library x86_64::libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01 ...
 --link libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so ...`` with the OCI state on stdin:
 
-1. writes ``/etc/ld.so.conf.d/00-gpufleet-nvidia.conf`` (the folders) in the container root;
-2. rebuilds the container's ld cache (which also creates the soname links, ``libcuda.so.1``...);
+1. writes ``/etc/ld.so.conf.d/00-gpufleet-nvidia.conf`` (the folders) in the container root, so an
+   ``ldconfig`` run later inside the container keeps the driver's folder;
+2. for each ``--library`` mounted into this container, makes its soname link (``libcuda.so.1 ->
+   libcuda.so.535.309.01``) and adds it to the container's ``/etc/ld.so.cache`` (``_ldcache.add_entries``:
+   the image's entries are kept, the driver's are spliced in where glibc's ldconfig would put them);
 3. creates each ``--link`` (``libcuda.so -> libcuda.so.1``) when its target exists and the name is free.
 
-It runs as root on the host, in the container's mount namespace before ``pivot_root``, on a root file
-system the image's author controls. So (CVE-2024-0132, CVE-2025-23266, CVE-2025-23267):
+The runtime shim does the same work itself before ``runc create`` (``_shim``); this hook is what
+engines that read the CDI spec themselves (docker 25+, podman, containerd, CRI-O) run.
 
+It runs as root on the host, in the container's mount namespace before ``pivot_root``, with the
+container's ``/proc`` already mounted, on a root file system the image's author controls. So
+(CVE-2024-0132, CVE-2025-23266, CVE-2025-23267):
+
+* No program runs. Earlier versions ran the host's ``ldconfig -r <root>``: its chroot is no boundary
+  for a root process that can reach ``<root>/proc/1/root`` (the host's ``/``), and it reads the image's
+  ``ld.so.conf``, follows its links and blocks on its FIFOs. The cache is now written here, from the
+  spec's list of libraries; the image's ``ld.so.conf`` is never read.
 * It decides nothing from the container: the container root comes from the bundle's ``config.json``
   (``root.path``), named by the runtime's state on stdin; ``process.env`` is never read. Its own
-  environment is replaced by a fixed minimal one before anything runs (the launcher also starts
-  Python with ``-I -S``, so ``PYTHON*`` variables are ignored).
+  environment is replaced by a fixed minimal one first (the launcher also starts Python with ``-I -S``,
+  so ``PYTHON*`` variables are ignored).
 * Every container path is resolved inside the root (``_pathsafe.resolve_in_root``: absolute link
-  targets restart at the root, ``..`` stops there), then opened one component at a time with
-  ``O_NOFOLLOW`` from a descriptor of the root; meeting a link on that walk means the tree changed under
-  us, and the hook refuses. Files are created with ``O_EXCL | O_NOFOLLOW`` under a temporary name and
-  renamed within the same directory descriptor; links are created with ``symlinkat``. Nothing is ever
-  written through a path string that crosses the container root.
-* No code from the image runs: ``ldconfig`` is the host's. A static ldconfig (Debian's, Fedora's) is
-  opened *before* we ``chroot`` into the container root in a child, then executed through its descriptor
-  (``fexecve``), so every path it touches is confined by the kernel and no loader from the image is
-  involved. A dynamically linked ldconfig is instead run as ``ldconfig -r <root>``: its loader and
-  libraries come from the host before glibc's ldconfig ``chroot``s itself. Either way, only ELF headers
-  from the image are read, never executed or loaded.
+  targets restart at the root, ``..`` stops there, so ``/proc/1/root`` leads back into the root), then
+  opened one component at a time with ``O_NOFOLLOW`` from a descriptor of the root; meeting a link on
+  that walk means the tree changed under us, and the hook refuses. Files are created with
+  ``O_EXCL | O_NOFOLLOW`` under a temporary name and renamed within the same directory descriptor;
+  links are created with ``symlinkat``. Nothing is written through a path string that crosses the root.
+* The only file of the image it reads is ``/etc/ld.so.cache``, and only when it is a regular file
+  (never a FIFO, device or socket: it is checked without being opened, then opened ``O_NONBLOCK``) of at
+  most ``_ldcache.MAX_CACHE_BYTES``; its parsing is linear in its size.
 """
 
 import errno
 import os
-import struct
+import stat
 import sys
 
 from ._jsonio import loads
+from ._ldcache import FLAGS_BY_ARCH, MAX_CACHE_BYTES, LdCacheError, add_entries
 from ._pathsafe import resolve_in_root
 
 NAME = "gpufleet-cdi-hook"
 CONF_NAME = "00-gpufleet-nvidia.conf"
+CACHE_NAME = "ld.so.cache"
 SAFE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+MAX_STATE_BYTES = 1 << 20  # the OCI state runc writes is a few hundred bytes
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -55,20 +67,34 @@ def sanitize_environment():
 
 
 def parse_args(argv):
+    """The hook's options: ``folders``, ``libraries`` (``(arch, soname, container path)``), ``links``
+    (``(target name, container path)``) and ``legacy`` (an older spec that still names ``--ldconfig``)."""
     args = list(argv[1:])
     if args and args[0] == "apply":
         args = args[1:]
-    options = {"ldconfig": "/sbin/ldconfig", "folders": [], "links": []}
+    options = {"folders": [], "libraries": [], "links": [], "legacy": False}
     i = 0
     while i < len(args):
         flag = args[i]
         if i + 1 >= len(args):
             raise HookError("%s needs a value" % flag)
         value = args[i + 1]
+        if "\0" in value or "\n" in value:
+            raise HookError("%s %r: a newline or NUL in a value" % (flag, value))
         if flag == "--ldconfig":
-            options["ldconfig"] = value
+            options["legacy"] = True  # written by an older gpufleet: no program is run any more
         elif flag == "--folder":
+            if not value.startswith("/"):
+                raise HookError("--folder %r: not an absolute path" % value)
             options["folders"].append(value)
+        elif flag == "--library":
+            arch, sep1, rest = value.partition("::")
+            soname, sep2, path = rest.partition("::")
+            if not (sep1 and sep2) or arch not in FLAGS_BY_ARCH or not soname or "/" in soname:
+                raise HookError("--library %r: expected <arch>::<soname>::<absolute container path>" % value)
+            if not path.startswith("/") or path.endswith("/"):
+                raise HookError("--library %r: expected <arch>::<soname>::<absolute container path>" % value)
+            options["libraries"].append((arch, soname, path))
         elif flag == "--link":
             target, sep, link = value.partition("::")
             if not sep or "/" in target or not link.startswith("/"):
@@ -77,25 +103,35 @@ def parse_args(argv):
         else:
             raise HookError("unknown option %r" % flag)
         i += 2
-    for folder in options["folders"]:
-        if not folder.startswith("/") or "\n" in folder:
-            raise HookError("--folder %r: not an absolute path" % folder)
-    if not os.path.isabs(options["ldconfig"]):
-        raise HookError("--ldconfig %r: not an absolute path" % options["ldconfig"])
+    if options["legacy"] and options["folders"] and not options["libraries"]:
+        raise HookError(
+            "this CDI spec was written by an older gpufleet.nvidia (it asks for ldconfig, which is no longer run): "
+            "regenerate it with gpufleet.nvidia.cdi_spec or gpufleet-cdi-refresh"
+        )
     return options
 
 
-def container_root(state):
-    """The container's root file system on this machine, from the bundle's config.json."""
-    bundle = state.get("bundle")
-    if not bundle or not os.path.isabs(bundle):
+def read_state(stream):
+    """The OCI state runc writes on the hook's stdin: a JSON object naming an absolute ``bundle``."""
+    state = loads(stream.read(MAX_STATE_BYTES + 1) or "{}", MAX_STATE_BYTES, "the OCI state on stdin")
+    bundle = state.get("bundle") if isinstance(state, dict) else None
+    if not isinstance(bundle, str) or not os.path.isabs(bundle):
         raise HookError("the OCI state names no absolute bundle")
-    with open(os.path.join(bundle, "config.json"), "rb") as f:
-        config = loads(f.read())
-    root = (config.get("root") or {}).get("path")
-    if not root:
-        raise HookError("config.json has no root.path")
-    return os.path.normpath(os.path.join(bundle, root))
+    return bundle
+
+
+def container_root(bundle):
+    """``(root, mount destinations)`` of the container from the bundle's ``config.json``."""
+    from ._oci import read_config  # noqa: PLC0415  # the one reader of config.json (size and type checked)
+
+    config = read_config(os.path.join(bundle, "config.json"))
+    root = config["root"]["path"]
+    return os.path.normpath(os.path.join(bundle, root)), mount_destinations(config)
+
+
+def mount_destinations(config):
+    """The normalized destinations of the bind mounts in an OCI ``config`` (already type-checked)."""
+    return {os.path.normpath(m["destination"]) for m in config.get("mounts") or () if m.get("destination")}
 
 
 def open_dir(root_fd, root, path, create=False):
@@ -173,49 +209,77 @@ def create_link(root_fd, root, target, link):
         os.close(dir_fd)
 
 
-def is_static_elf(fd):
-    """True when the ELF file open at ``fd`` has no program interpreter (PT_INTERP), i.e. needs no loader."""
-    header = os.pread(fd, 64, 0)
-    if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:  # 64-bit little-endian only
-        return False
-    (phoff,) = struct.unpack_from("<Q", header, 32)
-    phentsize, phnum = struct.unpack_from("<HH", header, 54)
-    table = os.pread(fd, phentsize * phnum, phoff)
-    return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))  # 3 = PT_INTERP
-
-
-def run_ldconfig(ldconfig, root, folders):
-    """Rebuild the container's ld cache with the host's ``ldconfig``, confined to ``root``."""
-    fd = os.open(ldconfig, os.O_RDONLY | os.O_CLOEXEC)
+def _ensure_soname_link(dir_fd, name, target):
+    """``name -> target`` in ``dir_fd``; True when it is that link now. An image's link of the same name is
+    replaced (as ldconfig would); any other file there is the image's own and is left alone (False)."""
     try:
-        static = is_static_elf(fd)
-        if not static:
-            argv = [ldconfig, "-r", root, *folders]
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - child
-                try:
-                    os.execve(fd, argv, SAFE_ENV)  # noqa: S606  # the host's ldconfig, by descriptor
-                finally:
-                    os._exit(127)
-        else:
-            argv = ["ldconfig", *folders]
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - child
-                try:
-                    os.chroot(root)
-                    os.chdir("/")
-                    os.execve(fd, argv, SAFE_ENV)  # noqa: S606  # fexecve: the host's binary, opened before chroot
-                finally:
-                    os._exit(127)
-        status = os.waitpid(pid, 0)[1]
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        try:
+            os.symlink(target, name, dir_fd=dir_fd)
+            return True
+        except FileExistsError:  # appeared meanwhile: look again below
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISLNK(st.st_mode):
+        return False
+    if os.readlink(name, dir_fd=dir_fd) == target:
+        return True
+    tmp = ".%s.gpufleet-%d" % (name, os.getpid())
+    os.symlink(target, tmp, dir_fd=dir_fd)
+    try:
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    return True
+
+
+def read_image_cache(etc_fd):
+    """The image's ``ld.so.cache`` bytes, or ``b""`` when it has none that is a regular file. A link, FIFO,
+    device or socket there is never opened (it is replaced by the new cache); an oversized file is refused."""
+    try:
+        st = os.stat(CACHE_NAME, dir_fd=etc_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return b""
+    if not stat.S_ISREG(st.st_mode):
+        return b""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(CACHE_NAME, flags, dir_fd=etc_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT):  # replaced meanwhile
+            return b""
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        if st.st_size > MAX_CACHE_BYTES:
+            raise HookError("the image's /etc/ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
+        chunks, size = [], 0
+        while size <= MAX_CACHE_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CACHE_BYTES:
+            raise HookError("the image's /etc/ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
+        return b"".join(chunks)
     finally:
         os.close(fd)
-    code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
-    if code != 0:
-        raise HookError("%s exited with %d updating the ld cache in %s" % (ldconfig, code, root))
 
 
-def apply(options, root):
+def mounted(libraries, destinations):
+    """The ``--library`` entries whose file this container gets (a mount lands on its path)."""
+    if destinations is None:
+        return list(libraries)
+    return [lib for lib in libraries if os.path.normpath(lib[2]) in destinations]
+
+
+def apply(options, root, destinations=None):
+    """Do the hook's work in the container ``root`` (a path on this machine). ``destinations``: the mount
+    destinations of the container (only libraries mounted there are made known); None for all."""
     root_fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
         if options["folders"]:
@@ -225,7 +289,26 @@ def apply(options, root):
                 write_file(conf_fd, CONF_NAME, text.encode())
             finally:
                 os.close(conf_fd)
-        run_ldconfig(options["ldconfig"], root, options["folders"])
+        entries = []
+        for arch, soname, path in mounted(options["libraries"], destinations):
+            directory, base = os.path.split(path)
+            dir_fd = open_dir(root_fd, root, directory, create=True)
+            try:
+                linked = soname != base and _ensure_soname_link(dir_fd, soname, base)
+            finally:
+                os.close(dir_fd)
+            entries.append((soname, directory + "/" + soname if linked else path, arch))
+        if entries:
+            etc_fd = open_dir(root_fd, root, "/etc", create=True)
+            try:
+                image_cache = read_image_cache(etc_fd)
+                try:
+                    data = add_entries(image_cache, entries)
+                except LdCacheError:  # the image's cache is unreadable: the driver's entries alone
+                    data = add_entries(b"", entries)
+                write_file(etc_fd, CACHE_NAME, data)
+            finally:
+                os.close(etc_fd)
         for target, link in options["links"]:
             create_link(root_fd, root, target, link)
     finally:
@@ -237,9 +320,12 @@ def main(argv=None):
     sanitize_environment()
     try:
         options = parse_args(argv)
-        state = loads(sys.stdin.read(1 << 20) or "{}")
-        apply(options, container_root(state))
+        root, destinations = container_root(read_state(sys.stdin))
+        apply(options, root, destinations)
     except (HookError, OSError, ValueError) as exc:
         sys.stderr.write("%s: %s\n" % (NAME, exc))
+        return 1
+    except Exception as exc:  # never a traceback in the engine's log: one line, the start fails
+        sys.stderr.write("%s: internal error (%s: %s)\n" % (NAME, type(exc).__name__, exc))
         return 1
     return 0

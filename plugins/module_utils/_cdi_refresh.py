@@ -26,7 +26,6 @@ from ._cdi import (
     DEFAULT_INDEX_PATH,
     DRIVER_VERSION_ANNOTATION,
     HOOK_PATH,
-    LDCONFIG_PATH,
     build_spec,
     gather,
     render,
@@ -48,7 +47,6 @@ DEFAULTS = {
     "device_name_strategy": ["index", "uuid"],
     "capabilities": ["all"],
     "hook_path": HOOK_PATH,
-    "ldconfig_path": LDCONFIG_PATH,
     "gpus": None,
     "driver_version": None,
     "cuda_version": None,
@@ -134,7 +132,6 @@ def generate(options):
     spec, index = build_spec(
         device_name_strategy=p["device_name_strategy"],
         hook_path=p["hook_path"],
-        ldconfig_path=p["ldconfig_path"],
         cuda_version=p["cuda_version"],
         **inputs,
     )

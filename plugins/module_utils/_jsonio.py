@@ -35,21 +35,42 @@ class _Context:
 _scan = _json.make_scanner(_Context) if _json else None
 
 
-def loads(data):
-    """``json.loads`` of ``data`` (bytes in UTF-8, or str)."""
+def loads(data, limit=None, what="JSON"):
+    """``json.loads`` of ``data`` (bytes in UTF-8, or str); every malformed input is a ``ValueError``.
+
+    ``limit``: the most bytes (or characters) accepted, larger input is refused before it is parsed.
+    ``what`` names the input in the messages. CPython's scanner can fail in ways ``json.loads`` hides:
+    ``StopIteration`` at the end of the input, ``SystemError`` for an unterminated string on Python
+    3.11 and older (its error path imports ``json.decoder``, which the start path never loaded),
+    ``RecursionError`` for deep nesting; each becomes a ``ValueError`` with one line.
+    """
+    if limit is not None and len(data) > limit:
+        raise ValueError("%s is larger than %d bytes (%d)" % (what, limit, len(data)))
     if isinstance(data, (bytes, bytearray)):
-        data = data.decode("utf-8-sig" if data[:3] == b"\xef\xbb\xbf" else "utf-8")
+        try:
+            data = data.decode("utf-8-sig" if data[:3] == b"\xef\xbb\xbf" else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError("%s is not UTF-8 (byte %d)" % (what, exc.start)) from None
     if _scan is None:  # pragma: no cover
         import json  # noqa: PLC0415
 
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise ValueError("%s is nested too deeply" % what) from None
     start = len(data) - len(data.lstrip(_WHITESPACE))
     try:
         value, end = _scan(data, start)
     except StopIteration as exc:
-        raise ValueError("invalid JSON at character %d" % exc.value) from None
+        raise ValueError("%s: invalid JSON at character %d" % (what, exc.value)) from None
+    except RecursionError:
+        raise ValueError("%s is nested too deeply" % what) from None
+    except SystemError:  # Python <= 3.11: an unterminated string (see above)
+        raise ValueError("%s: invalid JSON (an unterminated string?)" % what) from None
+    except ValueError as exc:  # json.JSONDecodeError, where its import works
+        raise ValueError("%s: invalid JSON (%s)" % (what, str(exc).split(":")[0])) from None
     if data[end:].strip(_WHITESPACE):
-        raise ValueError("extra data after the JSON value at character %d" % end)
+        raise ValueError("%s: extra data after the JSON value at character %d" % (what, end))
     return value
 
 

@@ -140,3 +140,216 @@ def read_ld_so_cache(path):
     """Read and parse the cache file at ``path`` (a path on this machine, already root-prefixed)."""
     with open(path, "rb") as f:
         return parse_ld_so_cache(f.read())
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing: the container's cache with the driver libraries added, without running ldconfig.
+#
+# The loader binary-searches the new-format table, so entries must stay in ldconfig's order
+# (glibc elf/cache.c ``compare``): library names descending by ``_dl_cache_libcmp`` (digit runs compare
+# as numbers, other bytes as signed chars), then flags descending, then glibc-hwcaps entries first, then
+# the most specific hwcap, then osversion descending. New entries (hwcap 0, osversion 0, no hwcaps
+# subdirectory) go where ldconfig's ``add_to_cache`` would insert them: before the first entry that
+# sorts after them. The image's own entries, its string table and its extension directory (generator,
+# glibc-hwcaps subdirectories) are kept byte for byte; only their offsets move by the size the entry
+# table grew. Checked against glibc's own ``ldconfig -p`` and loader in the tests.
+
+EXTENSION_MAGIC = 0xEAA42174
+HWCAP_EXTENSION = 1 << 62
+ENDIAN_LITTLE = _ENDIAN_LITTLE
+MAX_CACHE_BYTES = 8 << 20  # the biggest real caches are a few hundred KiB
+FLAGS_BY_ARCH = {arch: FLAG_ELF_LIBC6 | required for required, arch in _ARCH_BY_REQUIRED.items()}
+_EXT_HEADER = struct.Struct("<II")
+_EXT_SECTION = struct.Struct("<IIII")
+
+
+def _signed(byte):
+    return byte - 256 if byte > 127 else byte
+
+
+def libcmp(p1, p2):
+    """glibc's ``_dl_cache_libcmp`` on two byte strings: <0, 0 or >0."""
+    i = j = 0
+    n1, n2 = len(p1), len(p2)
+    while i < n1:
+        c1 = p1[i]
+        c2 = p2[j] if j < n2 else 0
+        if 48 <= c1 <= 57:
+            if not 48 <= c2 <= 57:
+                return 1
+            v1 = v2 = 0
+            while i < n1 and 48 <= p1[i] <= 57:
+                v1 = v1 * 10 + p1[i] - 48
+                i += 1
+            while j < n2 and 48 <= p2[j] <= 57:
+                v2 = v2 * 10 + p2[j] - 48
+                j += 1
+            if v1 != v2:
+                return -1 if v1 < v2 else 1
+        elif 48 <= c2 <= 57:
+            return -1
+        elif c1 != c2:
+            return _signed(c1) - _signed(c2)
+        else:
+            i += 1
+            j += 1
+    return -_signed(p2[j]) if j < n2 else 0
+
+
+def _new_part(data):
+    """``(bytes of a new-format cache, keep_extension)`` for whatever the image holds (may be empty)."""
+    if not data:
+        return _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, 0, 0, _ENDIAN_LITTLE, 0), False
+    if data.startswith(NEW_MAGIC):
+        return data, True
+    if not data.startswith(OLD_MAGIC) or len(data) < 16:
+        raise LdCacheError("not an ld.so.cache (magic %r)" % data[:20])
+    nlibs = struct.unpack_from("<I", data, 12)[0]
+    strings = 16 + nlibs * _OLD_ENTRY.size
+    if strings > len(data):
+        raise LdCacheError("old-format cache claims %d entries, more than the file holds" % nlibs)
+    new_at = data.find(NEW_MAGIC, strings - (strings % 8))
+    if new_at >= 0:
+        # Combined layout (glibc < 2.32, or ldconfig -c compat): the new part is self-contained, except that
+        # an extension directory counts from the file's start; drop it rather than guess (only -c compat
+        # writes one there), with the entries that point into it.
+        return data[new_at:], False
+    # Old layout only: the same entries in the new layout (string offsets re-based on the new header).
+    table = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
+    records = bytearray()
+    for i in range(nlibs):
+        flags, key, value = _OLD_ENTRY.unpack_from(data, 16 + i * _OLD_ENTRY.size)
+        records += _NEW_ENTRY.pack(flags, key + table, value + table, 0, 0)
+    head = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, nlibs, len(data) - strings, _ENDIAN_LITTLE, 0)
+    return head + bytes(records) + data[strings:], False
+
+
+def add_entries(data, libraries):
+    """The bytes of an ld.so.cache: the cache ``data`` (the image's; ``b""`` for none) with ``libraries``
+    added, each ``(soname, path, arch)`` (text). An entry of the image with the same soname and arch is
+    replaced (the container asked for the host's driver). Raises ``LdCacheError`` for a cache that cannot
+    be read; linear in the size of ``data``."""
+    if len(data) > MAX_CACHE_BYTES:
+        raise LdCacheError("ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
+    part, keep_extension = _new_part(bytes(data))
+    if len(part) < _NEW_HEADER.size:
+        raise LdCacheError("truncated new-format header")
+    magic, version, nlibs, len_strings, endian, ext_offset = _NEW_HEADER.unpack_from(part, 0)
+    if magic != NEW_MAGIC or version != NEW_VERSION:
+        raise LdCacheError("unknown new-format magic %r%r" % (magic, version))
+    if endian in (_ENDIAN_INVALID, _ENDIAN_BIG):
+        raise LdCacheError("ld.so.cache is not a little-endian cache")
+    table_end = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
+    if table_end > len(part):
+        raise LdCacheError("cache claims %d entries but has room for %d" % (nlibs, (len(part) - 48) // 24))
+    table = part[_NEW_HEADER.size : table_end]
+    tail = bytearray(part[table_end:])
+    sections = []
+    if keep_extension and ext_offset:
+        sections = _extension_sections(part, ext_offset)
+    else:
+        ext_offset = 0
+
+    def name_at(index):
+        offset = struct.unpack_from("<I", table, index * _NEW_ENTRY.size + 4)[0]
+        end = part.find(b"\0", offset)
+        if offset >= len(part) or end < 0:
+            raise LdCacheError("entry %d: string offset %d outside the cache" % (index, offset))
+        return part[offset:end]
+
+    def flags_at(index):
+        return struct.unpack_from("<i", table, index * _NEW_ENTRY.size)[0]
+
+    def before(new_name, new_flags, index):
+        """glibc's ``compare(entry, new) > 0``: the new entry goes before ``entry``."""
+        order = libcmp(new_name, name_at(index))
+        return order > 0 or (order == 0 and flags_at(index) < new_flags)
+
+    dropped = set()
+    if not sections:  # entries that point into an extension directory that is not kept
+        dropped.update(i for i in range(nlibs) if struct.unpack_from("<Q", table, i * 24 + 16)[0] & HWCAP_EXTENSION)
+    additions = []
+    for soname, path, arch in libraries:
+        name, flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
+        if flags is None or b"\0" in name or "\0" in path:
+            raise LdCacheError("cannot add %r (%s) to ld.so.cache" % (soname, arch))
+        lo, hi = 0, nlibs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if before(name, flags, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        probe = lo - 1  # the same name sorts just before the insertion point
+        while probe >= 0 and name_at(probe) == name:
+            if flags_at(probe) == flags:
+                dropped.add(probe)
+            probe -= 1
+        additions.append((lo, name, flags, path.encode("utf-8", "surrogateescape")))
+
+    # Our entries among themselves: the order ldconfig gives equal-hwcap entries.
+    additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
+    count = nlibs - len(dropped) + len(additions)
+    shift = (count - nlibs) * _NEW_ENTRY.size
+    new_strings = bytearray()
+    strings_at = table_end + shift + len(tail)
+    out_table = bytearray()
+    cursor = 0
+    for position, name, flags, path in [*additions, (nlibs, None, None, None)]:
+        for index in range(cursor, position):
+            if index in dropped:
+                continue
+            flags_i, key, value, osversion, hwcap = _NEW_ENTRY.unpack_from(table, index * _NEW_ENTRY.size)
+            out_table += _NEW_ENTRY.pack(flags_i, key + shift, value + shift, osversion, hwcap)
+        cursor = max(cursor, position)
+        if name is None:
+            break
+        key = strings_at + len(new_strings)
+        new_strings += name + b"\0"
+        value = strings_at + len(new_strings)
+        new_strings += path + b"\0"
+        out_table += _NEW_ENTRY.pack(flags, key, value, 0, 0)
+    for tag, _flags, offset, size in sections:
+        if tag == 1:  # glibc-hwcaps: an array of string offsets, rebased
+            for at in range(offset - table_end, offset - table_end + size, 4):
+                struct.pack_into("<I", tail, at, struct.unpack_from("<I", tail, at)[0] + shift)
+    if sections:
+        at = ext_offset - table_end
+        struct.pack_into("<II", tail, at, EXTENSION_MAGIC, len(sections))
+        for i, (tag, flags, offset, size) in enumerate(sections):
+            _EXT_SECTION.pack_into(tail, at + 8 + i * 16, tag, flags, offset + shift, size)
+        ext_offset += shift
+    header = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, count, len_strings + len(new_strings), _ENDIAN_LITTLE, ext_offset)
+    return header + bytes(out_table) + bytes(tail) + bytes(new_strings)
+
+
+def _extension_sections(part, offset):
+    """The image's extension directory as ``[(tag, flags, offset, size)]``; every section must lie in the file."""
+    if offset % 4 or offset + _EXT_HEADER.size > len(part):
+        raise LdCacheError("extension directory at %d outside the cache" % offset)
+    magic, count = _EXT_HEADER.unpack_from(part, offset)
+    if magic != EXTENSION_MAGIC or count > 64 or offset + 8 + count * 16 > len(part):
+        raise LdCacheError("malformed extension directory at %d" % offset)
+    sections = [_EXT_SECTION.unpack_from(part, offset + 8 + i * 16) for i in range(count)]
+    table_end = _NEW_HEADER.size + struct.unpack_from("<I", part, 20)[0] * _NEW_ENTRY.size
+    for tag, _flags, start, size in sections:
+        if start < table_end or start + size > len(part) or (tag == 1 and (start % 4 or size % 4)):
+            raise LdCacheError("extension section %d at %d+%d outside the cache" % (tag, start, size))
+    return sections
+
+
+class _DescendingName:
+    """Sort key: library names in the cache's order (descending ``libcmp``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __lt__(self, other):
+        return libcmp(self.name, other.name) > 0
+
+    def __eq__(self, other):
+        return libcmp(self.name, other.name) == 0
+
+    __hash__ = None

@@ -21,6 +21,18 @@ The request rules (design notes, section 2):
 
 When a variable appears more than once in ``process.env`` the last one wins (docker appends the
 ``--gpus`` values after the image's own).
+
+Who may ask (design notes, "Security"): CDI annotations are the orchestrator's allocation and always
+count. Where a scheduler hands out GPUs (Kubernetes), ``NVIDIA_VISIBLE_DEVICES`` from the image or the
+pod is not an allocation: with ``accept_envvar_unprivileged`` off it counts only for a privileged
+container (``CAP_SYS_ADMIN`` in ``process.capabilities.bounding``, NVIDIA's own test), and the device
+plugin passes devices as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<device>``
+(``accept_volume_mounts``; NVIDIA's ``deviceListStrategy: volume-mounts``). Rules from NVIDIA
+nvidia-container-toolkit ``internal/config/image/cuda_image.go`` (``VisibleDevices``,
+``requestsFromMounts``) and ``privileged.go``, main branch as of 2026-08-21.
+
+Everything here runs on input the image or a pod controls, so it is linear in the input's size, every
+size has a limit (``MAX_*``), and every malformed or mistyped value is a ``RequestError`` with one line.
 """
 
 import os
@@ -36,6 +48,11 @@ LEGACY_HOOK = "nvidia-container-runtime-hook"
 INJECTED_ANNOTATION = "gpufleet.nvidia/injected"
 
 _TRUE = ("1", "t", "true", "y", "yes", "on")
+MAX_CONFIG_BYTES = 16 << 20  # config.json: a few KiB usually; Kubernetes annotations can make it larger
+MAX_REQUEST_BYTES = 64 << 10  # one NVIDIA_VISIBLE_DEVICES value, or one CDI annotation value
+MAX_REQUEST_DEVICES = 1024  # distinct device names in one request
+VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+PRIVILEGED_CAPABILITY = "CAP_SYS_ADMIN"
 _CONSTRAINT = r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$"
 # ``re`` is imported only where a requirement is checked: the shim's start path stays free of it.
 
@@ -60,17 +77,30 @@ def is_true(value):
     return str(value).strip().lower() in _TRUE
 
 
+def _check_size(value, what):
+    if len(value) > MAX_REQUEST_BYTES:
+        raise RequestError("%s is longer than %d bytes (%d)" % (what, MAX_REQUEST_BYTES, len(value)))
+
+
+def _add_name(names, name, what):
+    if name not in names:
+        if len(names) >= MAX_REQUEST_DEVICES:
+            raise RequestError("%s names more than %d devices" % (what, MAX_REQUEST_DEVICES))
+        names[name] = None
+
+
 def parse_visible_devices(value):
     """``NVIDIA_VISIBLE_DEVICES`` -> None (not a GPU container), ``[]`` (``none``: driver only),
     ``["all"]`` or the list of requested device names, in the order given, without duplicates."""
     if value is None:
         return None
+    _check_size(value, "NVIDIA_VISIBLE_DEVICES")
     value = value.strip()
     if value in ("", "void"):
         return None
     if value == "none":
         return []
-    names = []
+    names = {}  # insertion-ordered: linear de-duplication
     for raw in value.split(","):
         part = raw.strip()
         if not part:
@@ -79,9 +109,8 @@ def parse_visible_devices(value):
             return ["all"]
         if part in ("none", "void"):
             raise RequestError("NVIDIA_VISIBLE_DEVICES: %r cannot be combined with device names" % part)
-        if part not in names:
-            names.append(part)
-    return names or None
+        _add_name(names, part, "NVIDIA_VISIBLE_DEVICES")
+    return list(names) or None
 
 
 def _version_tuple(text):
@@ -123,6 +152,7 @@ def check_requirements(env, cuda_version, driver_version, facts=None):
     known = {"cuda": cuda_version, "driver": driver_version}
     known.update(facts or {})
     for name in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
+        _check_size(env[name], name)
         expression = env[name].strip()
         if not expression:
             continue
@@ -163,11 +193,13 @@ def cdi_annotation_devices(annotations, kind=KIND):
 
     Names of other kinds are not ours and are skipped; a malformed name of our kind is an error.
     """
-    names = []
+    names = {}
     for key in sorted(annotations or {}):
         if not key.startswith(CDI_ANNOTATION_PREFIXES):
             continue
-        for raw in str(annotations[key]).split(","):
+        value = annotations[key]
+        _check_size(value, "CDI annotation %s" % key)
+        for raw in value.split(","):
             qualified = raw.strip()
             if not qualified:
                 continue
@@ -176,9 +208,31 @@ def cdi_annotation_devices(annotations, kind=KIND):
                 continue
             if not sep or not device:
                 raise RequestError("CDI annotation %s: malformed device name %r" % (key, qualified))
-            if device not in names:
-                names.append(device)
-    return names
+            _add_name(names, device, "the CDI annotations")
+    return list(names)
+
+
+def volume_mount_devices(mounts):
+    """Device names requested as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<name>``
+    (the device plugin's ``volume-mounts`` strategy), in order, without duplicates."""
+    names = {}
+    prefix = VOLUME_MOUNT_ROOT + "/"
+    for mount in mounts or ():
+        if os.path.normpath(mount.get("source") or "") != "/dev/null":
+            continue
+        destination = os.path.normpath(mount.get("destination") or "")
+        if not destination.startswith(prefix):
+            continue
+        name = destination[len(prefix) :]
+        if name and "/" not in name:
+            _add_name(names, name, "the device mounts")
+    return list(names)
+
+
+def is_privileged(config):
+    """NVIDIA's test for a privileged container: ``CAP_SYS_ADMIN`` in the bounding set."""
+    caps = (config.get("process") or {}).get("capabilities") or {}
+    return PRIVILEGED_CAPABILITY in (caps.get("bounding") or ())
 
 
 def _is_legacy_hook(hook):
@@ -219,17 +273,22 @@ class Request:
         return "Request(%r, %r, source=%r)" % (self.devices, self.capabilities, self.source)
 
 
-def gpu_request(config):
-    """The GPU request of an OCI ``config``, or None when it is not a GPU container.
+def gpu_request(config, accept_envvar_unprivileged=True, accept_volume_mounts=False):
+    """The GPU request of an OCI ``config`` (already through ``check_config``), or None when it is not a
+    GPU container.
 
-    CDI annotations win over ``NVIDIA_VISIBLE_DEVICES`` (they are the orchestrator's allocation);
-    an unknown capability raises ``RequestError``.
+    CDI annotations win (they are the orchestrator's allocation), then, when accepted, device mounts;
+    ``NVIDIA_VISIBLE_DEVICES`` counts only when ``accept_envvar_unprivileged`` or the container is
+    privileged. An unknown capability raises ``RequestError``.
     """
     env = env_dict((config.get("process") or {}).get("env"))
-    annotated = cdi_annotation_devices(config.get("annotations"))
-    if annotated:
-        devices, source = annotated, "CDI annotations"
-    else:
+    devices = cdi_annotation_devices(config.get("annotations"))
+    source = "CDI annotations"
+    if not devices and accept_volume_mounts:
+        devices, source = volume_mount_devices(config.get("mounts")), "device mounts"
+    if not devices:
+        if not (accept_envvar_unprivileged or is_privileged(config)):
+            return None  # the variable is the image's or the pod's wish, not an allocation: no GPU
         devices = parse_visible_devices(env.get("NVIDIA_VISIBLE_DEVICES"))
         source = "NVIDIA_VISIBLE_DEVICES"
         if devices is None:
@@ -239,6 +298,94 @@ def gpu_request(config):
     except CapabilityError as exc:
         raise RequestError("NVIDIA_DRIVER_CAPABILITIES: %s" % exc) from None
     return Request(devices, capabilities, env, source)
+
+
+# --------------------------------------------------------------------------------------------------
+# config.json: read it within limits, and check the type of every part this module touches, so a
+# mistyped file is one line, never a traceback.
+
+_CONFIG_SHAPE = (
+    # (path, type, element type or None)
+    (("process",), dict, None),
+    (("process", "env"), list, str),
+    (("process", "capabilities"), dict, None),
+    (("process", "capabilities", "bounding"), list, str),
+    (("root",), dict, None),
+    (("root", "path"), str, None),
+    (("mounts",), list, dict),
+    (("hooks",), dict, None),
+    (("linux",), dict, None),
+    (("linux", "devices"), list, dict),
+    (("linux", "resources"), dict, None),
+    (("linux", "resources", "devices"), list, dict),
+    (("annotations",), dict, None),
+)
+_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
+
+
+def check_config(config, what="config.json"):
+    """Raise ``RequestError`` unless ``config`` has the types the shim and hook rely on."""
+    if not isinstance(config, dict):
+        raise RequestError("%s is not a JSON object" % what)
+    for path, kind, element in _CONFIG_SHAPE:
+        value = config
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        name = ".".join(path)
+        if not isinstance(value, kind):
+            raise RequestError("%s: %s is not %s" % (what, name, _TYPE_NAMES[kind]))
+        if element is not None and not all(isinstance(item, element) for item in value):
+            raise RequestError("%s: %s holds an element that is not %s" % (what, name, _TYPE_NAMES[element]))
+    for key, value in (config.get("annotations") or {}).items():
+        if not isinstance(value, str):
+            raise RequestError("%s: annotation %s is not a string" % (what, key))
+    for mount in config.get("mounts") or ():
+        for key in ("source", "destination"):
+            if not isinstance(mount.get(key, ""), str):
+                raise RequestError("%s: a mount's %s is not a string" % (what, key))
+    for phase, hooks in (config.get("hooks") or {}).items():
+        if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
+            raise RequestError("%s: hooks.%s is not an array of objects" % (what, phase))
+        for hook in hooks:
+            if not isinstance(hook.get("path", ""), str) or not isinstance(hook.get("args", []), list):
+                raise RequestError("%s: a hook in hooks.%s has a path or args of the wrong type" % (what, phase))
+    return config
+
+
+def read_limited(path, limit, what=None):
+    """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RequestError("%s is not a regular file" % (what or path))
+        data = os.read(fd, limit + 1)
+        while data and len(data) <= limit:
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise RequestError("%s is larger than %d bytes" % (what or path, limit))
+    return data
+
+
+def read_config(path):
+    """The bundle's ``config.json``: read within ``MAX_CONFIG_BYTES``, parsed, type-checked."""
+    from ._jsonio import loads  # noqa: PLC0415
+
+    try:
+        config = loads(read_limited(path, MAX_CONFIG_BYTES), None, path)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    check_config(config, path)
+    if not (config.get("root") or {}).get("path"):
+        raise RequestError("%s has no root.path" % path)
+    return config
 
 
 # --------------------------------------------------------------------------------------------------
@@ -343,7 +490,7 @@ def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=
     return config
 
 
-def inject(config, index, stat_node=_stat_node):
+def inject(config, index, stat_node=_stat_node, accept_envvar_unprivileged=True, accept_volume_mounts=False):
     """The shim's whole job on ``create``: find the request, check it, apply the edits.
 
     Returns True when ``config`` was changed (it is changed in place), False for a container that does
@@ -351,7 +498,7 @@ def inject(config, index, stat_node=_stat_node):
     Raises ``RequestError`` with the one-line reason the start must fail with.
     """
     legacy = remove_legacy_hook(config)
-    request = gpu_request(config)
+    request = gpu_request(config, accept_envvar_unprivileged, accept_volume_mounts)
     if request is None:
         return legacy
     names = request.devices

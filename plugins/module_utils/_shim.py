@@ -16,9 +16,16 @@ The installed launcher (``_host_programs``) is a shell script that execs the run
 command but ``create``/``run``, and passes the runtime it was installed with in ``GPUFLEET_RUNTIME``.
 
 Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; both
-variables come from the engine's own environment, never from a container's):
-``{"runtime": "/usr/sbin/runc", "index": "/etc/gpufleet/cdi-nvidia.json"}``; both optional,
-``GPUFLEET_RUNTIME`` wins over ``runtime``.
+variables come from the engine's own environment, never from a container's), a JSON object with the
+optional keys ``runtime`` (runc or crun, absolute; ``GPUFLEET_RUNTIME`` wins), ``index`` (the CDI index,
+``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true) and
+``accept_volume_mounts`` (default false): see ``_oci.gpu_request``. The toolkit role writes it.
+
+What it trusts (the design notes' "Security"): the configuration, the index and the runtime decide what
+runs as root, so each is used only when owned by root (or by the shim's own user, for a rootless engine)
+and not writable by group or others, checked on the open file. Everything from the bundle and the image
+is bounded (``_oci.MAX_*``, ``_ldcache.MAX_CACHE_BYTES``), type-checked, and parsed in linear time; every
+failure is one line and exit status 1, never a traceback.
 """
 
 import os
@@ -28,6 +35,9 @@ CONFIG_PATH = "/etc/gpufleet/runtime.json"
 DEFAULT_INDEX = "/etc/gpufleet/cdi-nvidia.json"
 RUNTIME_CANDIDATES = ("/usr/bin/runc", "/usr/sbin/runc", "/usr/local/bin/runc", "/usr/local/sbin/runc", "/usr/bin/crun")
 NAME = "gpufleet-container-runtime"
+MAX_SMALL_FILE = 64 << 10  # runtime.json
+MAX_INDEX_BYTES = 16 << 20  # the index of a node with 16 GPUs in MIG mode is well under 1 MiB
+CONFIG_KEYS = {"runtime": str, "index": str, "accept_envvar_unprivileged": bool, "accept_volume_mounts": bool}
 # runc's global flags that take a value (``--flag value``); everything else starting with - is boolean.
 _VALUE_FLAGS = frozenset(("--root", "--log", "--log-format", "--criu", "--rootless"))
 # Cheap byte-level hints that a config.json may ask for GPUs; a match is then parsed properly.
@@ -38,18 +48,63 @@ class ShimError(Exception):
     """The container start must fail; the message is the reason."""
 
 
+def check_trusted(st, path, what):
+    """Refuse a file that decides what runs as root unless root (or this process's user) owns it and
+    neither group nor others may write it."""
+    if st.st_uid not in (0, os.geteuid()):
+        raise ShimError(
+            "%s %s is owned by uid %d, not root: refusing it (chown root:root %s)" % (what, path, st.st_uid, path)
+        )
+    if st.st_mode & 0o022:
+        raise ShimError(
+            "%s %s is writable by group or others (mode %o): refusing it (chmod go-w %s)"
+            % (what, path, st.st_mode & 0o7777, path)
+        )
+
+
+def read_trusted(path, limit, what):
+    """The bytes of a trusted file (``check_trusted``) of at most ``limit`` bytes; None when it is missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        check_trusted(st, path, what)
+        if (st.st_mode & 0o170000) != 0o100000:
+            raise ShimError("%s %s is not a regular file" % (what, path))
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit:
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ShimError("%s %s is larger than %d bytes" % (what, path, limit))
+    return data
+
+
 def _config():
     path = os.environ.get("GPUFLEET_RUNTIME_CONFIG", CONFIG_PATH)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+    data = read_trusted(path, MAX_SMALL_FILE, "the configuration")
+    if data is None:
         return {}
     from ._jsonio import loads  # noqa: PLC0415  # only when a configuration exists
 
-    value = loads(data)
+    try:
+        value = loads(data, None, path)
+    except ValueError as exc:
+        raise ShimError(str(exc)) from None
     if not isinstance(value, dict):
         raise ShimError("%s: not a JSON object" % path)
+    for key, item in value.items():
+        kind = CONFIG_KEYS.get(key)
+        if kind is None:
+            raise ShimError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(CONFIG_KEYS))))
+        if not isinstance(item, kind):
+            raise ShimError("%s: %s must be a %s" % (path, key, "boolean" if kind is bool else "string"))
     return value
 
 
@@ -58,13 +113,18 @@ def _runtime(config):
     if runtime:
         if not os.path.isabs(runtime):
             raise ShimError("runtime %r in the configuration is not an absolute path" % runtime)
-        return runtime
-    for candidate in RUNTIME_CANDIDATES:
-        if os.access(candidate, os.X_OK):
-            return candidate
-    raise ShimError(
-        'no low-level runtime found (tried %s); set "runtime" in %s' % (", ".join(RUNTIME_CANDIDATES), CONFIG_PATH)
-    )
+    else:
+        runtime = next((c for c in RUNTIME_CANDIDATES if os.access(c, os.X_OK)), None)
+        if runtime is None:
+            raise ShimError(
+                'no low-level runtime found (tried %s); set "runtime" in %s'
+                % (", ".join(RUNTIME_CANDIDATES), CONFIG_PATH)
+            )
+    try:
+        check_trusted(os.stat(runtime), runtime, "the runtime")
+    except OSError as exc:
+        raise ShimError("the runtime %s cannot be used: %s" % (runtime, exc.strerror or exc)) from None
+    return runtime
 
 
 def parse_args(args):
@@ -100,65 +160,94 @@ def bundle_of(args):
 
 
 def _log_error(flags, message):
-    sys.stderr.write("%s: %s\n" % (NAME, message))
+    """One line on stderr, and in runc's ``--log`` file in its ``--log-format`` (where containerd and
+    CRI-O look for the reason a start failed)."""
+    text = "%s: %s" % (NAME, message)
+    sys.stderr.write(text + "\n")
     sys.stderr.flush()
     log = flags.get("--log")
-    if isinstance(log, str) and log:
-        import json  # noqa: PLC0415
-        import time  # noqa: PLC0415
+    if not isinstance(log, str) or not log:
+        return
+    import time  # noqa: PLC0415  # failure path only
 
-        line = {
-            "level": "error",
-            "msg": "%s: %s" % (NAME, message),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        if flags.get("--log-format") != "json":
-            line = None
-        try:
-            with open(log, "a", encoding="utf-8") as f:
-                f.write((json.dumps(line) if line else "%s: %s" % (NAME, message)) + "\n")
-        except OSError:
-            pass
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if flags.get("--log-format") == "json":
+        from ._jsonio import dumps  # noqa: PLC0415
 
-
-def prepare(bundle, index_path):
-    """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten."""
-    config_file = os.path.join(bundle, "config.json")
-    with open(config_file, "rb") as f:
-        raw = f.read()
-    if not any(hint in raw for hint in _HINTS):
-        return False
-    from ._jsonio import loads  # noqa: PLC0415
-    from ._oci import RequestError  # noqa: PLC0415
-
+        line = dumps({"level": "error", "msg": text, "time": stamp})
+    else:  # logrus's text format, as runc writes it
+        line = 'time="%s" level=error msg="%s"' % (stamp, text.replace("\\", "\\\\").replace('"', '\\"'))
     try:
-        return _prepare(config_file, loads(raw), index_path)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def prepare(bundle, config):
+    """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten. ``config``:
+    the shim's configuration (``_config``)."""
+    from ._oci import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
+
+    config_file = os.path.join(bundle, "config.json")
+    try:
+        raw = read_limited(config_file, MAX_CONFIG_BYTES)
+        if not any(hint in raw for hint in _HINTS):
+            return False
+        return _prepare(config_file, raw, config)
     except RequestError as exc:
         raise ShimError(str(exc)) from None
 
 
-def _prepare(config_file, config, index_path):
-    from ._jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
-    from ._oci import gpu_request, has_legacy_hook, inject  # noqa: PLC0415
+def _read_index(path, required):
+    from ._jsonio import loads  # noqa: PLC0415
 
-    if gpu_request(config) is None and not has_legacy_hook(config):
-        return False
+    data = read_trusted(path, MAX_INDEX_BYTES, "the CDI index")
+    if data is None:
+        if required:
+            raise ShimError("GPUs requested but %s is missing: run gpufleet.nvidia.cdi_spec on this host" % path)
+        return {}
     try:
-        with open(index_path, "rb") as f:
-            index = loads(f.read())
-    except FileNotFoundError:
-        if gpu_request(config) is None:
-            index = {}
-        else:
-            raise ShimError(
-                "GPUs requested but %s is missing: run gpufleet.nvidia.cdi_spec on this host" % index_path
-            ) from None
-    if not inject(config, index):
+        index = loads(data, None, path)
+    except ValueError as exc:
+        raise ShimError("%s; regenerate it with gpufleet.nvidia.cdi_spec" % exc) from None
+    if not isinstance(index, dict) or not isinstance(index.get("devices", {}), dict):
+        raise ShimError("%s is not a gpufleet CDI index; regenerate it with gpufleet.nvidia.cdi_spec" % path)
+    return index
+
+
+def _prepare(config_file, raw, shim_config):
+    from ._jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
+    from ._oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
+
+    try:
+        config = check_config(loads(raw, None, config_file), config_file)
+    except ValueError as exc:  # RequestError is one too
+        raise ShimError(str(exc)) from None
+    policy = {
+        "accept_envvar_unprivileged": shim_config.get("accept_envvar_unprivileged", True),
+        "accept_volume_mounts": shim_config.get("accept_volume_mounts", False),
+    }
+    request = gpu_request(config, **policy)
+    if request is None and not has_legacy_hook(config):
         return False
+    index_path = shim_config.get("index") or DEFAULT_INDEX
+    index = _read_index(index_path, request is not None)
+    try:
+        if not inject(config, index, **policy):
+            return False
+    except (TypeError, KeyError, AttributeError) as exc:  # config.json is checked: the index is malformed
+        raise ShimError(
+            "%s is malformed (%s: %s); regenerate it with gpufleet.nvidia.cdi_spec"
+            % (index_path, type(exc).__name__, exc)
+        ) from None
     inline_hook(config, os.path.dirname(config_file))
     st = os.stat(config_file)
     tmp = "%s.gpufleet-%d" % (config_file, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, st.st_mode & 0o7777)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, st.st_mode & 0o7777)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(dumps(config))
@@ -173,31 +262,16 @@ def _prepare(config_file, config, index_path):
 HOOK_NAME = "gpufleet-cdi-hook"
 
 
-def _predicted(target, directory, mounts):
-    """True when ``ldconfig`` will make ``target`` (a soname like ``libcuda.so.1``) in ``directory``: a
-    library mounted there carries that stem (``libcuda.so.<version>``)."""
-    stem = target.rsplit(".so.", 1)[0] + ".so."
-    if ".so." not in target:
-        return False
-    return any(
-        m.get("destination", "").startswith(directory + "/" + stem)
-        and "/" not in m["destination"][len(directory) + 1 :]
-        for m in mounts
-    )
-
-
 def inline_hook(config, bundle):
-    """Do ``gpufleet-cdi-hook``'s file work here and let runc run only the host's ldconfig (one Python
-    start less per GPU container, about 20 ms of a ~60 ms overhead on the 2-core bench machine).
+    """Do ``gpufleet-cdi-hook``'s whole work here, before ``runc create``, and drop its hook entry: no
+    process is started for it, and runc runs no hook at all for the GPU (a Python start and an
+    ``ldconfig`` less per GPU container than the hook path).
 
-    The createContainer hook ``gpufleet-cdi-hook apply --ldconfig L --folder F... --link T::P...`` becomes
-    ``L -r <root> F...`` (glibc's ldconfig ``chroot``s into ``-r`` itself: what the hook did, with the same
-    host binary and the spec's fixed environment), after this process wrote the ``ld.so.conf.d`` file and
-    the ``--link`` names with the hook's own confined code (``_cdi_hook.open_dir``: resolved inside the
-    root, walked with ``O_NOFOLLOW``). Only when everything is predictable: the root is already mounted
-    (docker/containerd, podman, CRI-O mount it before ``create``), ``L`` is a static ELF (no loader from
-    anywhere), and each link's target is a soname that ldconfig will create from a library mounted into
-    that folder. Otherwise the hook entry stays as it was. True when the hook was replaced.
+    ``_cdi_hook.apply`` is the hook's own code on the same root (docker, containerd, podman and CRI-O
+    mount the root before ``create``), with the libraries the container gets after capability filtering
+    (the mounts ``inject`` applied). The work cannot depend on the bind mounts being in place: the soname
+    links may dangle until runc mounts the files, and the cache only names paths. True when the hook
+    entry was replaced; any failure fails the start (one line), as the hook would.
     """
     hooks = (config.get("hooks") or {}).get("createContainer") or []
     ours = [h for h in hooks if os.path.basename(str(h.get("path", ""))) == HOOK_NAME]
@@ -205,55 +279,17 @@ def inline_hook(config, bundle):
         return False
     from . import _cdi_hook  # noqa: PLC0415
 
-    hook = ours[0]
     try:
-        options = _cdi_hook.parse_args(list(hook.get("args") or [HOOK_NAME]))
-    except _cdi_hook.HookError:
-        return False
-    root_path = (config.get("root") or {}).get("path")
-    if not root_path:
-        return False
-    root = os.path.normpath(os.path.join(bundle, root_path))
-    mounts = config.get("mounts") or []
-    links = options["links"]
-    if not all(_predicted(t, os.path.dirname(link), mounts) for t, link in links):
-        return False
-    try:
-        with open(options["ldconfig"], "rb") as f:
-            if not _cdi_hook.is_static_elf(f.fileno()):
-                return False
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        if options["folders"]:
-            conf_fd = _cdi_hook.open_dir(root_fd, root, "/etc/ld.so.conf.d", create=True)
-            try:
-                text = "# gpufleet-cdi-hook: NVIDIA driver libraries\n" + "".join(f + "\n" for f in options["folders"])
-                _cdi_hook.write_file(conf_fd, _cdi_hook.CONF_NAME, text.encode())
-            finally:
-                os.close(conf_fd)
-        for target, link in links:
-            directory, name = os.path.split(link)
-            dir_fd = _cdi_hook.open_dir(root_fd, root, directory)
-            if dir_fd is None:
-                continue
-            try:
-                os.symlink(target, name, dir_fd=dir_fd)
-            except FileExistsError:
-                pass  # the image's own file (or an earlier link) wins, as in the hook
-            finally:
-                os.close(dir_fd)
-    except _cdi_hook.HookError as exc:
-        raise ShimError(str(exc)) from None
-    finally:
-        os.close(root_fd)
-    env = ["%s=%s" % kv for kv in sorted(_cdi_hook.SAFE_ENV.items())]
-    hooks[hooks.index(hook)] = {
-        "path": options["ldconfig"],
-        "args": ["ldconfig", "-r", root, *options["folders"]],
-        "env": env,
-    }
+        options = _cdi_hook.parse_args([HOOK_NAME, *[str(a) for a in (ours[0].get("args") or [])[1:]]])
+        root = os.path.normpath(os.path.join(bundle, config["root"]["path"]))
+        _cdi_hook.apply(options, root, _cdi_hook.mount_destinations(config))
+    except (_cdi_hook.HookError, OSError) as exc:
+        raise ShimError("cannot prepare the container's driver libraries: %s" % exc) from None
+    hooks.remove(ours[0])
+    if not hooks:
+        config["hooks"].pop("createContainer", None)
+        if not config["hooks"]:
+            del config["hooks"]
     return True
 
 
@@ -266,11 +302,14 @@ def main(argv=None):
         runtime = _runtime(config)
         if command in ("create", "run"):
             try:
-                prepare(bundle_of(args[at + 1 :]), config.get("index") or DEFAULT_INDEX)
+                prepare(bundle_of(args[at + 1 :]), config)
             except (OSError, ValueError) as exc:
                 raise ShimError("cannot prepare the bundle: %s" % exc) from None
     except ShimError as exc:
         _log_error(flags, str(exc))
+        return 1
+    except Exception as exc:  # never a traceback instead of the reason: one line, no start
+        _log_error(flags, "internal error (%s: %s)" % (type(exc).__name__, exc))
         return 1
     os.execv(runtime, [runtime, *args])  # noqa: S606  # the runtime the admin configured, by absolute path
     return 127  # not reached
@@ -300,7 +339,8 @@ def legacy_hook_main(argv=None):
         state = loads(sys.stdin.read(1 << 20) or "{}")
     except ValueError:
         state = {}
-    if INJECTED_ANNOTATION in (state.get("annotations") or {}):
+    annotations = state.get("annotations") if isinstance(state, dict) else None
+    if isinstance(annotations, dict) and INJECTED_ANNOTATION in annotations:
         return 0
     sys.stderr.write(LEGACY_MESSAGE + "\n")
     return 1

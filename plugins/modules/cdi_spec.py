@@ -83,10 +83,6 @@ options:
     description: The createContainer hook the spec calls (installed by the C(toolkit) role).
     type: path
     default: /usr/local/bin/gpufleet-cdi-hook
-  ldconfig_path:
-    description: The host's C(ldconfig) the hook runs (chrooted into the container with C(-r)); must be a static binary.
-    type: path
-    default: /sbin/ldconfig
   gpus:
     description:
       - The GPUs, as in C(ansible_facts.nvidia.gpus) (C(index), C(minor), C(uuid), C(mig_mode), C(mig_devices)).
@@ -161,7 +157,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import (
     DEFAULT_INDEX_PATH,
     HOOK_PATH,
-    LDCONFIG_PATH,
 )
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi_refresh import NoGpuError, generate, write_text
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_files import CapabilityError
@@ -194,7 +189,6 @@ def main():
             },
             "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
             "hook_path": {"type": "path", "default": HOOK_PATH},
-            "ldconfig_path": {"type": "path", "default": LDCONFIG_PATH},
             "gpus": {"type": "list", "elements": "dict"},
             "driver_version": {"type": "str"},
             "cuda_version": {"type": "str"},

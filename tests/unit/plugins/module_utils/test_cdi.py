@@ -114,9 +114,14 @@ def test_spec_from_the_debian_tree(debian):
     assert hook["hookName"] == "createContainer"
     assert hook["path"] == "/usr/local/bin/gpufleet-cdi-hook"
     assert hook["env"] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+    assert hook["timeout"] == 10  # every hook entry carries a timeout (issue 17)
     args = hook["args"]
-    assert args[:4] == ["gpufleet-cdi-hook", "apply", "--ldconfig", "/sbin/ldconfig"]
-    assert args[args.index("--folder") + 1] == LIB
+    assert args[:4] == ["gpufleet-cdi-hook", "apply", "--folder", LIB] and "--ldconfig" not in args
+    libraries = [args[i + 1] for i, a in enumerate(args) if a == "--library"]
+    assert f"x86_64::libcuda.so.1::{LIB}/libcuda.so.{version}" in libraries
+    assert f"x86_64::libnvidia-ml.so.1::{LIB}/libnvidia-ml.so.{version}" in libraries
+    # one per library mount, each naming the file the spec mounts there
+    assert sorted(lib.split("::")[2] for lib in libraries) == sorted(m for m in mounts if m.startswith(LIB + "/"))
     links = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
     assert "libcuda.so.1::%s/libcuda.so" % LIB in links
     assert "libGLX_nvidia.so.0::%s/libGLX_indirect.so.0" % LIB in links

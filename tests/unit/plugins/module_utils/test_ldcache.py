@@ -119,3 +119,139 @@ def test_rejects_string_offset_out_of_range():
     struct.pack_into("<I", data, 48 + 8, 10_000)  # value offset of entry 0
     with pytest.raises(LdCacheError, match="past the end"):
         parse_ld_so_cache(bytes(data))
+
+
+# ---------------------------------------------------------------- writing (issue 17: no ldconfig on the host)
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import (  # noqa: E402
+    add_entries,
+    libcmp,
+)
+
+LDCONFIG = "/sbin/ldconfig"
+needs_ldconfig = pytest.mark.skipif(
+    not (shutil.which("gcc") and os.path.exists(LDCONFIG) and os.geteuid() == 0), reason="needs root, gcc, ldconfig"
+)
+# Names that exercise _dl_cache_libcmp: numeric runs (9 < 10), prefixes, digits against letters, case.
+FIRST = ["libfoo.so.9", "libfoo2.so.1", "libA.so.1", "libz.so.1", "libfoo-1.so.3"]
+SECOND = ["libfoo.so.10", "libfoo.so.1", "libfoo.so.1.2", "libfoo10.so.1", "liba.so.1", "libcuda.so.1", "libB.so.0"]
+
+
+def _read_host_cache():
+    with open("/etc/ld.so.cache", "rb") as f:
+        return f.read()
+
+
+def _make_libs(folder, sonames, src):
+    for soname in sonames:
+        out = folder / (soname + ".0.0")
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(out), str(src)], check=True)
+
+
+def _ldconfig_cache(root):
+    subprocess.run([LDCONFIG, "-r", str(root)], check=True)
+    return (root / "etc" / "ld.so.cache").read_bytes()
+
+
+@needs_ldconfig
+def test_added_entries_land_where_glibc_ldconfig_puts_them(tmp_path):
+    """Cache A from ldconfig over FIRST; ldconfig over FIRST + SECOND gives B; add_entries(A, SECOND) == B."""
+    src = tmp_path / "x.c"
+    src.write_text("int x(void) { return 0; }\n")
+    root = tmp_path / "root"
+    lib = root / "opt" / "lib"
+    lib.mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "ld.so.conf").write_text("/opt/lib\n")
+    _make_libs(lib, FIRST, src)
+    before = _ldconfig_cache(root)
+    _make_libs(lib, SECOND, src)
+    reference = _ldconfig_cache(root)
+    ours = add_entries(before, [(name, f"/opt/lib/{name}", "x86_64") for name in SECOND])
+
+    def listing(data):
+        return [(e.soname, e.path, e.flags, e.hwcap) for e in parse_ld_so_cache(data)]
+
+    assert listing(ours) == listing(reference)
+    path = tmp_path / "ours.cache"
+    path.write_bytes(ours)
+    glibc = subprocess.run([LDCONFIG, "-p", "-C", str(path)], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "ref.cache").write_bytes(reference)
+    ref = subprocess.run(
+        [LDCONFIG, "-p", "-C", str(tmp_path / "ref.cache")], capture_output=True, text=True, check=True
+    )
+    ref = ref.stdout
+    assert [line for line in glibc.splitlines() if "=>" in line] == [line for line in ref.splitlines() if "=>" in line]
+
+
+@needs_ldconfig
+def test_the_loader_finds_a_library_only_the_written_cache_names(tmp_path):
+    """The real dynamic loader, in a private mount namespace with the written cache as /etc/ld.so.cache:
+    a library in a folder no default search path covers is found through the cache alone."""
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare")
+    src = tmp_path / "x.c"
+    src.write_text("int gpufleet_probe(void) { return 42; }\n")
+    folder = tmp_path / "hidden"
+    folder.mkdir()
+    _make_libs(folder, ["libgpufleetprobe.so.1"], src)
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(add_entries(_read_host_cache(), [
+        ("libgpufleetprobe.so.1", f"{folder}/libgpufleetprobe.so.1.0.0", "x86_64")]))  # fmt: skip
+    code = "import ctypes; print(ctypes.CDLL('libgpufleetprobe.so.1').gpufleet_probe(), ctypes.CDLL('libz.so.1'))"
+    script = f'mount --bind "{cache}" /etc/ld.so.cache && exec python3 -c "{code}"'
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], capture_output=True,
+                         text=True, check=False, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("42 "), out.stderr  # and the host's own libz still resolves
+
+
+def test_readding_real_entries_keeps_the_order():
+    """Every entry of this machine's cache (written by glibc's ldconfig) re-added with a new path replaces
+    itself in place: our insertion point is glibc's for every real library name."""
+    data = _read_host_cache()
+    real = parse_ld_so_cache(data)
+    again = parse_ld_so_cache(add_entries(data, [(e.soname, "/new" + e.path, e.arch) for e in real if e.hwcap == 0]))
+    assert [(e.soname, e.flags) for e in again] == [(e.soname, e.flags) for e in real]
+    assert all(e.path.startswith("/new") for e in again if e.hwcap == 0)
+
+
+def test_adds_to_nothing_and_to_old_layouts():
+    one = add_entries(b"", [("libcuda.so.1", "/x/libcuda.so.1", "x86_64"), ("libcuda.so.1", "/y/libcuda.so.1", "i386")])
+    assert [(e.soname, e.arch) for e in parse_ld_so_cache(one)] == [
+        ("libcuda.so.1", "x86_64"),
+        ("libcuda.so.1", "i386"),
+    ]
+    with pytest.raises(LdCacheError):
+        add_entries(b"junk" * 10, [("libcuda.so.1", "/x", "x86_64")])
+    with pytest.raises(LdCacheError):
+        add_entries(b"\0" * ((8 << 20) + 1), [])
+    with pytest.raises(LdCacheError, match="cannot add"):
+        add_entries(b"", [("libcuda.so.1", "/x", "mips")])
+
+
+@pytest.mark.parametrize(("a", "b"), [("libfoo.so.9", "libfoo.so.10"), ("libA.so", "liba.so"), ("lib.so", "lib.so.1"),
+                                      ("libx", "libx\xe9"), ("lib1a", "libb")])  # fmt: skip
+def test_libcmp_is_glibcs(a, b):
+    x, y = a.encode("latin-1"), b.encode("latin-1")
+    assert libcmp(x, x) == 0
+    assert (libcmp(x, y) < 0) == (libcmp(y, x) > 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048), st.integers(0, 4096), st.binary(max_size=64))
+def test_any_bytes_are_a_cache_or_an_ldcache_error(junk, at, patch):
+    """Fuzz: a real cache with bytes overwritten, or random bytes: a cache or LdCacheError, nothing else."""
+    real = bytearray(_read_host_cache()[:8192])
+    real[at : at + len(patch)] = patch
+    for data in (bytes(real), junk, b"glibc-ld.so.cache1.1" + junk):
+        try:
+            out = add_entries(data, [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "x86_64")])
+        except LdCacheError:
+            continue
+        assert any(e.soname == "libcuda.so.1" for e in parse_ld_so_cache(out))

@@ -391,3 +391,41 @@ def test_explicit_major_minor_in_the_edit_is_used():
     doc = config()
     apply_edits(doc, [{"deviceNodes": [{"path": "/dev/x", "major": 1, "minor": 2}]}], ())
     assert _allowed(doc) == [("c", 1, 2)]
+
+
+# ---------------------------------------------------------------- hostile config.json (issue 17): fuzzed
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _oci  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+_keys = st.sampled_from(["process", "env", "capabilities", "bounding", "mounts", "hooks", "linux", "devices",
+                         "resources", "annotations", "root", "path", "source", "destination", "prestart",
+                         "createContainer", "args", "cdi.k8s.io/x"])  # fmt: skip
+_shaped = st.recursive(
+    _json_values,
+    lambda children: st.dictionaries(_keys, children, max_size=5) | st.lists(children, max_size=3),
+    max_leaves=30,
+)
+_INDEX = {"devices": {"0": {"deviceNodes": [{"path": "/dev/null", "major": 1, "minor": 3}]}}, "capabilities": []}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_shaped, st.booleans(), st.booleans())
+def test_any_config_is_checked_or_a_request_error(config, envvar, mounts):
+    """Whatever JSON config.json holds: ``check_config`` refuses it with one line, or the whole inject path
+    runs on it without any other exception."""
+    process = config.get("process") if isinstance(config, dict) else None
+    if isinstance(process, dict) and isinstance(process.get("env"), list):
+        process["env"].append("NVIDIA_VISIBLE_DEVICES=0")  # make it a GPU request where the shape allows
+    try:
+        _oci.check_config(config)
+        _oci.inject(config, _INDEX, accept_envvar_unprivileged=envvar, accept_volume_mounts=mounts)
+    except _oci.RequestError as exc:
+        assert "\n" not in str(exc)

@@ -61,7 +61,18 @@ def toolkit(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
 
-    def run(args, env=(), prestart=None, annotations=None, *, program="gpufleet-container-runtime", stdin=None):
+    def run(
+        args,
+        env=(),
+        prestart=None,
+        annotations=None,
+        *,
+        program="gpufleet-container-runtime",
+        stdin=None,
+        raw=None,
+        extra=None,
+        timeout=60,
+    ):
         config = {
             "ociVersion": "1.0.2-dev",
             "process": {"env": ["PATH=/bin", *env], "args": ["sh"]},
@@ -72,7 +83,8 @@ def toolkit(tmp_path):
             config["hooks"] = {"prestart": prestart}
         if annotations:
             config["annotations"] = annotations
-        (bundle / "config.json").write_text(json.dumps(config))
+        config.update(extra or {})
+        (bundle / "config.json").write_text(json.dumps(config) if raw is None else raw)
         os.chmod(str(bundle / "config.json"), 0o600)
         args_file = tmp_path / "runc-args"
         if args_file.exists():
@@ -90,12 +102,21 @@ def toolkit(tmp_path):
             text=True,
             cwd=str(bundle),
             check=False,
+            timeout=timeout,
         )
         ran = args_file.read_text().split("\n")[:-1] if args_file.exists() else None
-        return proc, ran, json.loads((bundle / "config.json").read_text())
+        written = (bundle / "config.json").read_text()
+        return proc, ran, (json.loads(written) if raw is None else written)
+
+    def configure(**values):
+        (tmp_path / "runtime.json").write_text(
+            json.dumps({"runtime": str(runtime), "index": str(tmp_path / "index.json"), **values})
+        )
 
     run.bundle = bundle
     run.tmp = tmp_path
+    run.configure = configure
+    (bundle / "rootfs").mkdir()
     return run
 
 
@@ -151,10 +172,10 @@ def test_create_injects_then_execs(toolkit):
         "devices"
     ]
     assert config["mounts"][0]["destination"] == "/usr/lib/x86_64-linux-gnu/libcuda.so.535"
-    assert config["hooks"]["createContainer"][0]["args"] == ["gpufleet-cdi-hook", "apply"]
+    assert "hooks" not in config  # the CDI hook's work was done by the shim itself
     assert config["annotations"]["gpufleet.nvidia/injected"] == "1"
     assert os.stat(str(toolkit.bundle / "config.json")).st_mode & 0o777 == 0o600  # mode kept
-    assert not [n for n in os.listdir(str(toolkit.bundle)) if n != "config.json"]  # no temp file left
+    assert sorted(os.listdir(str(toolkit.bundle))) == ["config.json", "rootfs"]  # no temp file left
 
 
 def test_create_uses_cwd_when_no_bundle_flag(toolkit):
@@ -167,7 +188,7 @@ def test_docker_gpus_legacy_hook_is_replaced(toolkit):
     hook = {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]}
     proc, _ran, config = toolkit(["create", "id"], env=["NVIDIA_VISIBLE_DEVICES=all"], prestart=[hook])
     assert proc.returncode == 0, proc.stderr
-    assert "prestart" not in config["hooks"]
+    assert "prestart" not in config.get("hooks", {})
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]
 
 
@@ -261,56 +282,42 @@ def test_shell_fast_path_starts_python_only_for_a_gpu_create(tmp_path, args, pyt
     assert calls == ("python\n" if python else "runtime %s\n" % " ".join(args))
 
 
-# ---------------------------------------------------------------- the hook's file work done by the shim
+# ---------------------------------------------------------------- the hook's work done by the shim
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-STATIC_LDCONFIG = "/sbin/ldconfig"
 
 
-def _hook_config(
-    tmp_path, ldconfig=STATIC_LDCONFIG, link="libcuda.so.1::%s/libcuda.so" % LIBDIR, mount="libcuda.so.535.1"
-):
+def _hook_config(tmp_path, mounted=("libcuda.so.535.1",)):
     bundle = tmp_path / "bundle"
-    (bundle / "rootfs" / LIBDIR.lstrip("/")).mkdir(parents=True)
-    args = ["gpufleet-cdi-hook", "apply", "--ldconfig", ldconfig, "--folder", LIBDIR, "--link", link]
+    (bundle / "rootfs" / LIBDIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    args = ["gpufleet-cdi-hook", "apply", "--folder", LIBDIR]
+    args += ["--library", f"x86_64::libcuda.so.1::{LIBDIR}/libcuda.so.535.1"]
+    args += ["--library", f"x86_64::libnvidia-ml.so.1::{LIBDIR}/libnvidia-ml.so.535.1"]
+    args += ["--link", f"libcuda.so.1::{LIBDIR}/libcuda.so"]
     config = {
         "root": {"path": "rootfs"},
-        "mounts": [{"destination": "%s/%s" % (LIBDIR, mount), "source": "/x", "options": ["ro", "bind"]}],
-        "hooks": {"createContainer": [{"path": "/usr/local/bin/gpufleet-cdi-hook", "args": args}]},
+        "mounts": [{"destination": f"{LIBDIR}/{m}", "source": "/x", "options": ["ro", "bind"]} for m in mounted],
+        "hooks": {"createContainer": [{"path": "/usr/local/bin/gpufleet-cdi-hook", "args": args, "timeout": 10}]},
     }
     return bundle, config
 
 
-def _is_static(path):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi_hook import is_static_elf
-
-    with open(path, "rb") as f:
-        return is_static_elf(f.fileno())
-
-
-needs_static_ldconfig = pytest.mark.skipif(
-    not (os.path.exists(STATIC_LDCONFIG) and _is_static(STATIC_LDCONFIG)), reason="no static /sbin/ldconfig"
-)
-
-
-@needs_static_ldconfig
-def test_inline_hook_writes_conf_and_link_and_leaves_runc_only_ldconfig(tmp_path):
+def test_inline_hook_does_the_work_and_drops_the_hook(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._ldcache import read_ld_so_cache
     from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
 
     bundle, config = _hook_config(tmp_path)
     assert inline_hook(config, str(bundle)) is True
-    root = str(bundle / "rootfs")
-    hook = config["hooks"]["createContainer"][0]
-    assert hook == {
-        "path": STATIC_LDCONFIG,
-        "args": ["ldconfig", "-r", root, LIBDIR],
-        "env": ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
-    }
+    assert "hooks" not in config  # runc runs no hook for the GPU
+    lib = bundle / "rootfs" / LIBDIR.lstrip("/")
     assert (bundle / "rootfs/etc/ld.so.conf.d/00-gpufleet-nvidia.conf").read_text().endswith(LIBDIR + "\n")
-    assert os.readlink(str(bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so")) == "libcuda.so.1"
+    assert os.readlink(str(lib / "libcuda.so.1")) == "libcuda.so.535.1"  # dangling until runc mounts the file
+    assert os.readlink(str(lib / "libcuda.so")) == "libcuda.so.1"
+    assert not os.path.lexists(str(lib / "libnvidia-ml.so.1"))  # not mounted into this container
+    entries = read_ld_so_cache(str(bundle / "rootfs/etc/ld.so.cache"))
+    assert [(e.soname, e.path) for e in entries] == [("libcuda.so.1", f"{LIBDIR}/libcuda.so.1")]
 
 
-@needs_static_ldconfig
 def test_inline_hook_stays_inside_a_root_with_planted_links(tmp_path):
     """CVE-2024-0132 class: /etc and the library folder are links out of the root; nothing lands outside."""
     from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
@@ -324,31 +331,169 @@ def test_inline_hook_stays_inside_a_root_with_planted_links(tmp_path):
     os.symlink(str(outside), str(rootfs / "usr/lib/x86_64-linux-gnu"))
     assert inline_hook(config, str(bundle)) is True
     assert os.listdir(str(outside)) == []  # resolved inside the root instead
-    assert (rootfs / str(outside).lstrip("/") / "ld.so.conf.d" / "00-gpufleet-nvidia.conf").exists()
+    inside = rootfs / str(outside).lstrip("/")
+    assert (inside / "ld.so.conf.d" / "00-gpufleet-nvidia.conf").exists() and (inside / "ld.so.cache").exists()
+
+
+def test_inline_hook_leaves_other_hooks_and_a_foreign_hook_alone(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+
+    bundle, config = _hook_config(tmp_path)
+    other = {"path": "/usr/bin/other-hook", "args": ["other-hook"]}
+    config["hooks"]["createContainer"].append(other)
+    assert inline_hook(config, str(bundle)) is True
+    assert config["hooks"] == {"createContainer": [other]}
+    assert inline_hook({"hooks": {"createContainer": [other]}}, str(bundle)) is False
+
+
+def test_gpu_start_through_the_shim_leaves_runc_no_hook(toolkit):
+    """The installed shim on a GPU create: devices and mounts injected, the hook's work done, no hook left."""
+    proc, ran, config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    assert proc.returncode == 0, proc.stderr
+    assert ran == ["create", "c1"]
+    assert "hooks" not in config and config["annotations"]["gpufleet.nvidia/injected"] == "0"
+
+
+# ---------------------------------------------------------------- hostile or broken input: one line, exit 1
+
+
+def _one_line(proc):
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr
 
 
 @pytest.mark.parametrize(
-    "change",
-    ["no-root", "dynamic-ldconfig", "unpredictable-link", "image-file-wins"],
-)
-def test_inline_hook_falls_back_or_keeps_image_files(tmp_path, change):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+    ("raw", "reason"),
+    [
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]', "invalid JSON"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"], "x": "unterminated', "invalid JSON"),
+        ('["NVIDIA_VISIBLE_DEVICES"]', "not a JSON object"),
+        ('"NVIDIA_VISIBLE_DEVICES"', "not a JSON object"),
+        ('{"NVIDIA_VISIBLE_DEVICES": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+        ('{"process": ["NVIDIA_VISIBLE_DEVICES=0"]}', "process is not an object"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0", 5]}}', "process.env holds an element"),
+        ('{"process": {"env": "NVIDIA_VISIBLE_DEVICES=0"}}', "process.env is not an array"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "mounts": {}}', "mounts is not an array"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "mounts": [1]}', "mounts holds an element"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "hooks": []}', "hooks is not an object"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "hooks": {"prestart": {}}}', "hooks.prestart"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "linux": "x"}', "linux is not an object"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "linux": {"devices": {}}}', "linux.devices"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": []}', "root is not an object"),
+        ('{"annotations": {"cdi.k8s.io/x": 5}}', "annotation cdi.k8s.io/x is not a string"),
+        ('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"], "capabilities": {"bounding": "CAP_SYS_ADMIN"}}}',
+         "capabilities.bounding"),
+    ],
+)  # fmt: skip
+def test_malformed_config_json_is_one_line_also_in_runc_log(toolkit, raw, reason):
+    log = toolkit.tmp / "runc.log"
+    proc, ran, _ = toolkit(["--log", str(log), "--log-format", "json", "create", "c1"], raw=raw)
+    assert reason in _one_line(proc) and ran is None
+    line = json.loads(log.read_text())
+    assert line["level"] == "error" and reason in line["msg"]
 
-    kwargs = {}
-    if change == "dynamic-ldconfig":
-        kwargs["ldconfig"] = sys.executable  # dynamically linked: the hook keeps its own handling
-    if change == "unpredictable-link":
-        kwargs["mount"] = "libnvidia-ml.so.535.1"  # nothing will make libcuda.so.1 there
-    bundle, config = _hook_config(tmp_path, **kwargs)
-    before = json.loads(json.dumps(config))
-    if change == "no-root":
-        config["root"]["path"] = "missing"
-    if change == "image-file-wins":
-        if not (os.path.exists(STATIC_LDCONFIG) and _is_static(STATIC_LDCONFIG)):
-            pytest.skip("no static /sbin/ldconfig")
-        (bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so").write_text("the image's own")
-        assert inline_hook(config, str(bundle)) is True
-        assert (bundle / "rootfs" / LIBDIR.lstrip("/") / "libcuda.so").read_text() == "the image's own"
-        return
-    assert inline_hook(config, str(bundle)) is False
-    assert config["hooks"] == before["hooks"]
+
+def test_runc_log_in_text_format(toolkit):
+    log = toolkit.tmp / "runc.log"
+    proc, _, _ = toolkit(["--log", str(log), "create", "c1"], raw='{"NVIDIA_VISIBLE_DEVICES": ')
+    _one_line(proc)
+    assert log.read_text().startswith('time="') and ' level=error msg="gpufleet-container-runtime: ' in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=" + ",".join(f"GPU-{i:08d}" for i in range(40000))], "longer than 65536 bytes"),
+        (["NVIDIA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(5000))], "more than 1024 devices"),
+        (["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=" + "cuda>=1 " * 20000], "NVIDIA_REQUIRE_CUDA is longer"),
+    ],
+)
+def test_oversized_requests_are_refused_quickly(toolkit, env, reason):
+    proc, ran, _ = toolkit(["create", "c1"], env=env, timeout=20)  # quadratic parsing took minutes here
+    assert reason in _one_line(proc) and ran is None
+
+
+def test_oversized_annotation_is_refused(toolkit):
+    names = ",".join(f"nvidia.com/gpu=GPU-{i:08d}" for i in range(40000))
+    proc, ran, _ = toolkit(["create", "c1"], annotations={"cdi.k8s.io/x": names}, timeout=20)
+    assert "CDI annotation cdi.k8s.io/x is longer" in _one_line(proc) and ran is None
+
+
+def test_large_image_env_is_fine(toolkit):
+    env = [f"VAR{i}={'x' * 200}" for i in range(1300)] + ["NVIDIA_VISIBLE_DEVICES=0"]  # ~256 KiB
+    proc, ran, config = toolkit(["create", "c1"], env=env, timeout=20)
+    assert proc.returncode == 0, proc.stderr
+    assert ran == ["create", "c1"] and len(config["process"]["env"]) > 1300
+
+
+def test_oversized_config_json_is_refused(toolkit):
+    raw = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "pad": "x" * (17 << 20)})
+    proc, ran, _ = toolkit(["create", "c1"], raw=raw, timeout=30)
+    assert "larger than" in _one_line(proc) and ran is None
+
+
+@pytest.mark.parametrize("target", ["runtime.json", "index.json", "fake-runc"])
+@pytest.mark.parametrize("change", ["group-writable", "world-writable", "other-owner"])
+def test_untrusted_files_are_refused(toolkit, target, change):
+    path = toolkit.tmp / target
+    if change == "other-owner":
+        os.chown(str(path), 1234, 1234)
+    else:
+        os.chmod(str(path), os.stat(str(path)).st_mode | (0o020 if change == "group-writable" else 0o002))
+    proc, ran, _ = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    err = _one_line(proc)
+    assert str(path) in err and ("chown root:root" in err or "chmod go-w" in err) and ran is None
+
+
+def test_configuration_keys_are_checked(toolkit):
+    gpu = ["NVIDIA_VISIBLE_DEVICES=0"]  # the launcher starts Python only for a GPU create
+    toolkit.configure(accept_envvar=False)
+    assert "unknown key 'accept_envvar'" in _one_line(toolkit(["create", "c1"], env=gpu)[0])
+    toolkit.configure(accept_volume_mounts="yes")
+    assert "accept_volume_mounts must be a boolean" in _one_line(toolkit(["create", "c1"], env=gpu)[0])
+
+
+# ---------------------------------------------------------------- who may ask for GPUs (Kubernetes nodes)
+
+SYS_ADMIN = {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}
+
+
+def test_env_request_of_an_unprivileged_container_is_ignored_where_configured(toolkit):
+    toolkit.configure(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    proc, ran, config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+    assert proc.returncode == 0 and ran == ["create", "c1"]
+    assert not config["linux"].get("devices") and "gpufleet.nvidia/injected" not in config.get("annotations", {})
+
+
+def test_privileged_container_keeps_the_env_request(toolkit):
+    toolkit.configure(accept_envvar_unprivileged=False)
+    extra = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"], "capabilities": SYS_ADMIN}}
+    proc, _, config = toolkit(["create", "c1"], extra=extra)
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+
+
+def test_device_plugin_volume_mounts_are_the_allocation(toolkit):
+    toolkit.configure(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    mounts = [
+        {"destination": "/var/run/nvidia-container-devices/1", "source": "/dev/null", "options": ["bind"]},
+        {"destination": "/var/run/nvidia-container-devices/0", "source": "/tmp/not-dev-null", "options": ["bind"]},
+    ]
+    env = ["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]
+    proc, _, config = toolkit(["create", "c1"], env=env, extra={"mounts": mounts})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+
+
+def test_cdi_annotations_always_count(toolkit):
+    toolkit.configure(accept_envvar_unprivileged=False)
+    proc, _, config = toolkit(["create", "c1"], annotations={"cdi.k8s.io/dp": "nvidia.com/gpu=0"})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
+
+
+@pytest.mark.parametrize("stdin", ['{"annotations": ', "[1, 2]", '{"annotations": []}', "\x00\x01"])
+def test_legacy_hook_on_a_broken_state_fails_with_its_advice(toolkit, stdin):
+    proc, _, _ = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
+    assert "register gpufleet-container-runtime" in _one_line(proc)
