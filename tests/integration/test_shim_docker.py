@@ -264,3 +264,15 @@ def test_unsatisfiable_requests_fail_the_start(engine):
     env = ["-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NVIDIA_REQUIRE_CUDA=cuda>=12.5"]
     proc = _run(engine, "--runtime=nvidia", *env, IMAGE, "true", check=False)
     assert proc.returncode != 0 and "unsatisfied requirement NVIDIA_REQUIRE_CUDA" in proc.stderr
+
+
+def test_loader_finds_the_driver_through_the_written_cache(engine):
+    """No ldconfig runs any more: the shim writes the container's ld.so.cache. The container's own loader
+    must find libcuda.so.1 there (glibc prints the cache lookup), not by searching default folders."""
+    cmd = "LD_DEBUG=libs probe 2>&1"
+    out = _run(engine, "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "sh", "-c", cmd).stdout
+    lookup = out[out.index("find library=libcuda.so.1") :]
+    lookup = lookup[: lookup.index("calling init")] if "calling init" in lookup else lookup
+    assert "search cache=/etc/ld.so.cache" in lookup, out
+    assert "trying file=/usr/lib/x86_64-linux-gnu/libcuda.so.1" in lookup and "search path=" not in lookup, out
+    assert "cuInit=" in out
