@@ -68,7 +68,7 @@ def loads(data, limit=None, what="JSON"):
     except SystemError:  # Python <= 3.11: an unterminated string (see above)
         raise ValueError("%s: invalid JSON (an unterminated string?)" % what) from None
     except ValueError as exc:  # json.JSONDecodeError, where its import works
-        raise ValueError("%s: invalid JSON (%s)" % (what, str(exc).split(":")[0])) from None
+        raise ValueError("%s: invalid JSON (%s)" % (what, str(exc).split(":", maxsplit=1)[0])) from None
     if data[end:].strip(_WHITESPACE):
         raise ValueError("%s: extra data after the JSON value at character %d" % (what, end))
     return value

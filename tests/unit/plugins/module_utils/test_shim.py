@@ -388,7 +388,7 @@ def _one_line(proc):
 )  # fmt: skip
 def test_malformed_config_json_is_one_line_also_in_runc_log(toolkit, raw, reason):
     log = toolkit.tmp / "runc.log"
-    proc, ran, _ = toolkit(["--log", str(log), "--log-format", "json", "create", "c1"], raw=raw)
+    proc, ran, _config = toolkit(["--log", str(log), "--log-format", "json", "create", "c1"], raw=raw)
     assert reason in _one_line(proc) and ran is None
     line = json.loads(log.read_text())
     assert line["level"] == "error" and reason in line["msg"]
@@ -396,7 +396,7 @@ def test_malformed_config_json_is_one_line_also_in_runc_log(toolkit, raw, reason
 
 def test_runc_log_in_text_format(toolkit):
     log = toolkit.tmp / "runc.log"
-    proc, _, _ = toolkit(["--log", str(log), "create", "c1"], raw='{"NVIDIA_VISIBLE_DEVICES": ')
+    proc, _ran, _config = toolkit(["--log", str(log), "create", "c1"], raw='{"NVIDIA_VISIBLE_DEVICES": ')
     _one_line(proc)
     assert log.read_text().startswith('time="') and ' level=error msg="gpufleet-container-runtime: ' in log.read_text()
 
@@ -410,13 +410,13 @@ def test_runc_log_in_text_format(toolkit):
     ],
 )
 def test_oversized_requests_are_refused_quickly(toolkit, env, reason):
-    proc, ran, _ = toolkit(["create", "c1"], env=env, timeout=20)  # quadratic parsing took minutes here
+    proc, ran, _config = toolkit(["create", "c1"], env=env, timeout=20)  # quadratic parsing took minutes here
     assert reason in _one_line(proc) and ran is None
 
 
 def test_oversized_annotation_is_refused(toolkit):
     names = ",".join(f"nvidia.com/gpu=GPU-{i:08d}" for i in range(40000))
-    proc, ran, _ = toolkit(["create", "c1"], annotations={"cdi.k8s.io/x": names}, timeout=20)
+    proc, ran, _config = toolkit(["create", "c1"], annotations={"cdi.k8s.io/x": names}, timeout=20)
     assert "CDI annotation cdi.k8s.io/x is longer" in _one_line(proc) and ran is None
 
 
@@ -429,7 +429,7 @@ def test_large_image_env_is_fine(toolkit):
 
 def test_oversized_config_json_is_refused(toolkit):
     raw = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "pad": "x" * (17 << 20)})
-    proc, ran, _ = toolkit(["create", "c1"], raw=raw, timeout=30)
+    proc, ran, _config = toolkit(["create", "c1"], raw=raw, timeout=30)
     assert "larger than" in _one_line(proc) and ran is None
 
 
@@ -441,7 +441,7 @@ def test_untrusted_files_are_refused(toolkit, target, change):
         os.chown(str(path), 1234, 1234)
     else:
         os.chmod(str(path), os.stat(str(path)).st_mode | (0o020 if change == "group-writable" else 0o002))
-    proc, ran, _ = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    proc, ran, _config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
     err = _one_line(proc)
     assert str(path) in err and ("chown root:root" in err or "chmod go-w" in err) and ran is None
 
@@ -469,7 +469,7 @@ def test_env_request_of_an_unprivileged_container_is_ignored_where_configured(to
 def test_privileged_container_keeps_the_env_request(toolkit):
     toolkit.configure(accept_envvar_unprivileged=False)
     extra = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"], "capabilities": SYS_ADMIN}}
-    proc, _, config = toolkit(["create", "c1"], extra=extra)
+    proc, _ran, config = toolkit(["create", "c1"], extra=extra)
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
 
@@ -481,19 +481,19 @@ def test_device_plugin_volume_mounts_are_the_allocation(toolkit):
         {"destination": "/var/run/nvidia-container-devices/0", "source": "/tmp/not-dev-null", "options": ["bind"]},
     ]
     env = ["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]
-    proc, _, config = toolkit(["create", "c1"], env=env, extra={"mounts": mounts})
+    proc, _ran, config = toolkit(["create", "c1"], env=env, extra={"mounts": mounts})
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
 
 
 def test_cdi_annotations_always_count(toolkit):
     toolkit.configure(accept_envvar_unprivileged=False)
-    proc, _, config = toolkit(["create", "c1"], annotations={"cdi.k8s.io/dp": "nvidia.com/gpu=0"})
+    proc, _ran, config = toolkit(["create", "c1"], annotations={"cdi.k8s.io/dp": "nvidia.com/gpu=0"})
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
 
 
 @pytest.mark.parametrize("stdin", ['{"annotations": ', "[1, 2]", '{"annotations": []}', "\x00\x01"])
 def test_legacy_hook_on_a_broken_state_fails_with_its_advice(toolkit, stdin):
-    proc, _, _ = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
+    proc, _ran, _config = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
     assert "register gpufleet-container-runtime" in _one_line(proc)
