@@ -279,9 +279,11 @@ def inline_hook(config, bundle):
         return False
     from . import _cdi_hook  # noqa: PLC0415
 
+    root = os.path.normpath(os.path.join(bundle, str((config.get("root") or {}).get("path") or "")))
+    if not os.path.isdir(root):
+        return False  # not prepared yet: the hook entry stays (runc reports a missing root itself)
     try:
         options = _cdi_hook.parse_args([HOOK_NAME, *[str(a) for a in (ours[0].get("args") or [])[1:]]])
-        root = os.path.normpath(os.path.join(bundle, config["root"]["path"]))
         _cdi_hook.apply(options, root, _cdi_hook.mount_destinations(config))
     except (_cdi_hook.HookError, OSError) as exc:
         raise ShimError("cannot prepare the container's driver libraries: %s" % exc) from None

@@ -346,6 +346,16 @@ def test_inline_hook_leaves_other_hooks_and_a_foreign_hook_alone(tmp_path):
     assert inline_hook({"hooks": {"createContainer": [other]}}, str(bundle)) is False
 
 
+def test_inline_hook_keeps_the_hook_when_the_root_is_not_there(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._shim import inline_hook
+
+    bundle, config = _hook_config(tmp_path)
+    config["root"]["path"] = "missing"
+    before = json.loads(json.dumps(config["hooks"]))
+    assert inline_hook(config, str(bundle)) is False
+    assert config["hooks"] == before
+
+
 def test_gpu_start_through_the_shim_leaves_runc_no_hook(toolkit):
     """The installed shim on a GPU create: devices and mounts injected, the hook's work done, no hook left."""
     proc, ran, config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
