@@ -19,7 +19,7 @@ description:
     spec when the installed driver is not the one it was made for) and C(gpufleet-dev-char-links) (creates the
     C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
-    keys): whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
+    keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
     (O(accept_envvar_unprivileged)) and whether it reads the device plugin's volume mounts as a device request
     (O(accept_volume_mounts)). The shim trusts the file only when it is owned by root and not writable by group or
     others, so it is written with mode C(0644) by the connecting user (use become), in a directory created C(0755).
@@ -85,15 +85,17 @@ options:
     description:
       - Whether the runtime shim reads mounts of C(/dev/null) on C(/var/run/nvidia-container-devices/<device>) as a
         request for those devices (NVIDIA's C(accept-nvidia-visible-devices-as-volume-mounts)); this is what
-        NVIDIA's device plugin passes with C(deviceListStrategy: volume-mounts). An unprivileged container cannot
+        NVIDIA's device plugin passes with C(deviceListStrategy=volume-mounts). An unprivileged container cannot
         make such a mount itself.
       - Written to O(config_path) only when the runtime shim is among O(programs).
     type: bool
     default: false
   config_path:
     description:
-      - The runtime shim's configuration file (the path the shim reads). Its directory must be owned by root and
-        not writable by group or others (the module fails otherwise, as the shim would refuse the file).
+      - The runtime shim's configuration file. The shim reads C(/etc/gpufleet/runtime.json); another path is only
+        for a shim told to read its configuration there (tests).
+      - Its directory must be owned by root and not writable by group or others (the module fails otherwise, as the
+        shim would refuse the file).
     type: path
     default: /etc/gpufleet/runtime.json
 """
