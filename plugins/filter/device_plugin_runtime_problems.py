@@ -13,6 +13,9 @@ description:
   - Reads the C(gpufleet_runtime) fact the C(runtime) role publishes and says, in sentences naming the fact and what
     to do, why the node's engine (containerd or CRI-O) lacks the C(nvidia) runtime, or CDI when a CDI device list
     strategy is chosen. An empty list means the node is ready.
+  - With O(toolkit) (the C(gpufleet_toolkit) fact of the C(toolkit) role), also says when the device requests the
+    node's runtime honours do not fit the strategies - C(volume-mounts) while C(accept_volume_mounts) is false, or
+    C(envvar) alone while C(accept_envvar_unprivileged) is false (pods would get no GPU).
 options:
   _input:
     description: C(gpufleet_runtime) (C(engines.<engine>.registered), C(engines.<engine>.cdi), C(message)); null when
@@ -27,15 +30,22 @@ options:
     description: The device list strategies (C(envvar), C(volume-mounts), C(cdi-annotations), C(cdi-cri)).
     type: list
     elements: str
-    default: [envvar]
+    default: [volume-mounts]
+  toolkit:
+    description: C(gpufleet_toolkit) (C(provider), C(accept_envvar_unprivileged), C(accept_volume_mounts)); null (the
+      toolkit stage did not run here) checks nothing of it.
+    type: dict
 """
 
 EXAMPLES = r"""
-- name: Stop early when containerd lacks the nvidia runtime
+- name: Stop early when containerd lacks the nvidia runtime, or the runtime would not honour the plugin's devices
   ansible.builtin.fail:
     msg: "{{ problems | join('; ') }}"
   vars:
-    problems: "{{ gpufleet_runtime | default(None) | gpufleet.nvidia.device_plugin_runtime_problems('containerd') }}"
+    problems: >-
+      {{ gpufleet_runtime | default(None)
+         | gpufleet.nvidia.device_plugin_runtime_problems('containerd', ['volume-mounts'],
+                                                          toolkit=gpufleet_toolkit | default(None)) }}
   when: problems | length > 0
 """
 
@@ -48,14 +58,20 @@ _value:
 
 import json
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import runtime_problems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import (
+    DEFAULTS,
+    runtime_problems,
+    toolkit_problems,
+)
 
 
-def device_plugin_runtime_problems(runtime, engine="containerd", strategies=None):
+def device_plugin_runtime_problems(runtime, engine="containerd", strategies=None, toolkit=None):
     runtime = json.loads(json.dumps(runtime)) if runtime else None
+    toolkit = json.loads(json.dumps(toolkit)) if toolkit else None
     if isinstance(strategies, str):
         strategies = [s.strip() for s in strategies.split(",") if s.strip()]
-    return runtime_problems(runtime, engine, list(strategies or ["envvar"]))
+    strategies = list(strategies or DEFAULTS["device_list_strategy"])
+    return runtime_problems(runtime, engine, strategies) + toolkit_problems(toolkit, strategies)
 
 
 class FilterModule:

@@ -31,6 +31,9 @@ CHECK_SCRIPT = (
     "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
 )
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
+# The device plugin's volume-mounts request (k8s-device-plugin v0.17.1, internal/plugin/server.go): /dev/null on
+# <root>/<device>, and NVIDIA_VISIBLE_DEVICES=<root>.
+VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 _SEE_HELP = re.compile(r"^See '.*--help'\.?$")
 _LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
 
@@ -46,6 +49,27 @@ def containerd_ref(image):
     if "@" not in ref and ":" not in ref.rsplit("/", 1)[-1]:
         ref += ":latest"
     return ref
+
+
+def runtime_request(toolkit):
+    """``(docker args, ctr args)`` asking the ``nvidia`` runtime for every GPU the way this host's runtime trusts an
+    unprivileged container (``gpufleet_toolkit``): ``NVIDIA_VISIBLE_DEVICES=all`` where that variable is honoured
+    (NVIDIA's behaviour, docker hosts); on a Kubernetes node, where it is not, the device plugin's volume mounts (the
+    path pods take); where neither is, the variable from a container with CAP_SYS_ADMIN (privileged to the runtime)."""
+    toolkit = toolkit or {}
+    if toolkit.get("accept_envvar_unprivileged") is not False:
+        return ["-e", "NVIDIA_VISIBLE_DEVICES=all"], ["--env", "NVIDIA_VISIBLE_DEVICES=all"]
+    if toolkit.get("accept_volume_mounts"):
+        env = "NVIDIA_VISIBLE_DEVICES=" + VOLUME_MOUNTS_ROOT
+        target = VOLUME_MOUNTS_ROOT + "/all"
+        return (
+            ["-e", env, "-v", "/dev/null:%s:ro" % target],
+            ["--env", env, "--mount", "type=bind,src=/dev/null,dst=%s,options=rbind:ro" % target],
+        )
+    return (
+        ["--cap-add", "SYS_ADMIN", "-e", "NVIDIA_VISIBLE_DEVICES=all"],
+        ["--cap-add", "CAP_SYS_ADMIN", "--env", "NVIDIA_VISIBLE_DEVICES=all"],
+    )
 
 
 def validate_plan(
@@ -74,6 +98,7 @@ def validate_plan(
     if engines:
         names = [e for e in names if e in engines]
     rt_path = (toolkit or {}).get("runtime_path") or runtime_path
+    docker_request, ctr_request = runtime_request(toolkit)
     wrap = ["timeout", "--kill-after=10", str(int(timeout))]
     checks = []
     for engine in names:
@@ -88,7 +113,7 @@ def validate_plan(
             if engine == "docker":
                 cdi = reg.get("cdi") if "cdi" in reg else fact.get("cdi_enabled")
                 version = reg.get("version") or fact.get("version")
-                modes = [("runtime", ["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"])]
+                modes = [("runtime", ["--runtime", "nvidia", *docker_request])]
                 if cdi and reads_cdi("docker", version):
                     modes.append(("cdi", ["--device", "nvidia.com/gpu=all"]))
             else:
@@ -103,7 +128,7 @@ def validate_plan(
             # where the cgroup v2 tree does not delegate the cpu controller (nested hosts, LXC); the check
             # needs no CPU weight, and ctr 1.6 and 1.7 take the flag too.
             argv = wrap + ctr + ["run", "--rm", "--cpu-shares", "0", "--runc-binary", rt_path]
-            argv += ["--env", "NVIDIA_VISIBLE_DEVICES=all"]
+            argv += ctr_request
             argv += [ref, name, "sh", "-c", CHECK_SCRIPT]
             checks.append(
                 dict(

@@ -34,6 +34,25 @@ HELM_CHART_VERSION = "0.17.1"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
+# volume-mounts (k8s-device-plugin v0.17.1, internal/plugin/server.go, updateResponseForDeviceMounts): for each
+# allocated device the container gets a mount of /dev/null on /var/run/nvidia-container-devices/<id> (<id> as
+# deviceIDStrategy says), plus NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, which replaces the list
+# envvar would set (Allocate runs envvar first, then volume-mounts). The runtime honours the mounts only with
+# NVIDIA's accept-nvidia-visible-devices-as-volume-mounts (the shim's "accept_volume_mounts"), and then the
+# variable from an unprivileged container can be ignored: the default, which the toolkit role pairs with
+# accept_envvar_unprivileged=false on Kubernetes nodes, so a pod gets only what the plugin allocated.
+VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
+# Where the runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers, a container that reaches GPUs
+# through the variable with no nvidia.com/gpu allocation (the plugin itself: NVML over every GPU) needs
+# CAP_SYS_ADMIN in its bounding set, which is how NVIDIA's runtime and this collection's shim tell a privileged
+# container (nvidia-container-toolkit v1.17.8, internal/config/image/privileged.go, IsPrivileged). NVIDIA's chart
+# adds it for the same reason (k8s-device-plugin v0.17.1, deployments/helm/nvidia-device-plugin/templates/
+# _helpers.tpl, "nvidia-device-plugin.requiresCapSysAdmin": volume-mounts among the strategies, or MIG; CHANGELOG
+# v0.16.2 "Add CAP_SYS_ADMIN if volume-mounts list strategy is included", issue #856). Every other capability
+# stays dropped; containerd and CRI-O apply "drop: [ALL]" first, then "add" (to the bounding set too).
+PLUGIN_SECURITY = {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+# GFD reads vGPU information from the host: privileged, as NVIDIA's chart runs it (values.yaml gfd.securityContext).
+GFD_SECURITY = {"privileged": True}
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ENGINES = ("containerd", "crio")
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -61,7 +80,9 @@ DEFAULTS = {
     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
     "priority_class_name": "system-node-critical",
     "mig_strategy": "none",
-    "device_list_strategy": ["envvar"],
+    # Not NVIDIA's default (envvar): the one that works where a container's own NVIDIA_VISIBLE_DEVICES is no
+    # allocation (see VOLUME_MOUNTS_ROOT), and needs no CDI in the engine.
+    "device_list_strategy": ["volume-mounts"],
     "device_id_strategy": "uuid",
     "fail_on_init_error": True,
     "pass_device_specs": False,
@@ -337,6 +358,15 @@ def _config_volume():
     return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
 
 
+def plugin_security(s):
+    """The plugin container's securityContext (the same in the manifests and in the Helm values)."""
+    if s["pass_device_specs"]:
+        # Device specs name /dev nodes the plugin must see and hand to kubelet: privileged, as NVIDIA's own
+        # "compat with CPU manager" manifest runs it (and its chart: compatWithCPUManager -> privileged).
+        return {"privileged": True}
+    return copy.deepcopy(PLUGIN_SECURITY)
+
+
 def device_plugin_daemonset(s, checksum):
     mounts = [
         {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
@@ -363,12 +393,7 @@ def device_plugin_daemonset(s, checksum):
         volumes.append(_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"))
         volumes.append(_host_path("mps-shm", MPS_ROOT + "/shm"))
         env.append(("MPS_ROOT", MPS_ROOT))
-    if s["pass_device_specs"]:
-        # Device specs name /dev nodes the plugin must see and hand to kubelet: privileged, as NVIDIA's own
-        # "compat with CPU manager" manifest runs it.
-        security = {"privileged": True}
-    else:
-        security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    security = plugin_security(s)
     container = {
         "name": "nvidia-device-plugin",
         "image": image(s),
@@ -398,7 +423,7 @@ def gfd_daemonset(s, checksum):
                 ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
             ]
         ),
-        "securityContext": {"privileged": True},
+        "securityContext": copy.deepcopy(GFD_SECURITY),
         "volumeMounts": [
             {"name": "output-dir", "mountPath": FEATURES_DIR},
             {"name": "host-sys", "mountPath": "/sys", "readOnly": True},
@@ -681,7 +706,10 @@ def helm_values(settings, dump=dump_config):
         "tolerations": copy.deepcopy(s["tolerations"]),
         "priorityClassName": s["priority_class_name"],
         "nvidiaDriverRoot": s["nvidia_driver_root"],
-        "gfd": {"enabled": bool(s["gfd_enabled"])},
+        # Explicit, as in the manifests: the chart would derive the same from the config map today
+        # (requiresCapSysAdmin is true whenever config.map is set), but not for every way of naming a config.
+        "securityContext": plugin_security(s),
+        "gfd": {"enabled": bool(s["gfd_enabled"]), "securityContext": copy.deepcopy(GFD_SECURITY)},
         "nfd": {"enabled": False},
         "devicePlugin": {"enabled": True},
     }
@@ -690,6 +718,47 @@ def helm_values(settings, dump=dump_config):
     if s["image_pull_secrets"]:
         values["imagePullSecrets"] = [{"name": n} for n in s["image_pull_secrets"]]
     return values
+
+
+def toolkit_problems(toolkit, strategies):
+    """Why the device requests the node's runtime honours (the ``toolkit`` role's ``gpufleet_toolkit`` fact) and the
+    plugin's device list strategies do not fit together; ``[]`` when they do, or when the fact says nothing."""
+    if not toolkit:
+        return []
+    envvar = toolkit.get("accept_envvar_unprivileged")
+    mounts = toolkit.get("accept_volume_mounts")
+    nvidia = toolkit.get("provider") == "nvidia"
+    chosen = f"device_plugin_device_list_strategy {list(strategies)}"
+    problems = []
+    if "volume-mounts" in strategies and mounts is False:
+        fix = (
+            "run nvidia-ctk config --in-place --set accept-nvidia-visible-devices-as-volume-mounts=true "
+            "--set accept-nvidia-visible-devices-envvar-when-unprivileged=false (the toolkit role does not edit "
+            "NVIDIA's /etc/nvidia-container-runtime/config.toml)"
+            if nvidia
+            else "set toolkit_accept_volume_mounts: true and run the toolkit stage (it is the default on Kubernetes "
+            "nodes: is this host in device_plugin_node_group?)"
+        )
+        problems.append(
+            f"{chosen} has volume-mounts, but gpufleet_toolkit.accept_volume_mounts is false on this node: its "
+            "nvidia runtime would not read the plugin's device mounts (and would take the "
+            f"NVIDIA_VISIBLE_DEVICES={VOLUME_MOUNTS_ROOT} the plugin sets with them for a device); {fix}, or choose "
+            "another device_plugin_device_list_strategy"
+        )
+    if list(strategies) == ["envvar"] and envvar is False:
+        fix = (
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = true in /etc/nvidia-container-runtime/config.toml"
+            if nvidia
+            else "toolkit_accept_envvar_unprivileged: true"
+        )
+        problems.append(
+            f"{chosen} passes devices only through NVIDIA_VISIBLE_DEVICES, but gpufleet_toolkit."
+            "accept_envvar_unprivileged is false on this node: its nvidia runtime ignores that variable from "
+            "unprivileged containers, so pods would get no GPU; set device_plugin_device_list_strategy: "
+            "[volume-mounts] (the default) or a CDI strategy (cdi-annotations, cdi-cri), or, to let any "
+            f"container's own NVIDIA_VISIBLE_DEVICES take GPUs past the device plugin again, {fix}"
+        )
+    return problems
 
 
 def runtime_problems(runtime, engine, strategies):

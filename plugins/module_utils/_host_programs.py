@@ -9,6 +9,7 @@ is a three-line launcher in ``<bindir>`` that starts the system Python isolated 
 Used by the ``toolkit`` role and by the tests, so the installed programs are the tested ones.
 """
 
+import json
 import os
 
 PACKAGE = "gpufleet_nvidia"
@@ -22,6 +23,18 @@ PROGRAMS = {
     "gpufleet-cdi-refresh": ("_cdi_refresh", "main"),
     "gpufleet-dev-char-links": ("_dev_char", "main"),
 }
+SHIM = "gpufleet-container-runtime"
+# The runtime shim's configuration (``_shim.CONFIG_PATH``): written when the shim is installed. The shim trusts it
+# only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory alike.
+RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"
+RUNTIME_CONFIG_MODE = 0o644
+# What the shim does with a container's own device request. ``accept_envvar_unprivileged``: honour
+# NVIDIA_VISIBLE_DEVICES from a container without CAP_SYS_ADMIN in its bounding set (NVIDIA's
+# ``accept-nvidia-visible-devices-envvar-when-unprivileged``); ``accept_volume_mounts``: read ``/dev/null`` mounts
+# on ``/var/run/nvidia-container-devices/<device>`` as the request (NVIDIA's
+# ``accept-nvidia-visible-devices-as-volume-mounts``, what the device plugin's ``volume-mounts`` strategy passes).
+# The defaults are NVIDIA's (and the shim's when the file is missing); Kubernetes nodes get the opposite.
+RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
 # The programs the toolkit's ``nvidia`` provider still needs from this collection (NVIDIA's packages bring
 # their own runtime and legacy hook; the CDI spec's hook, its boot refresh and the /dev/char links are ours).
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
@@ -117,6 +130,18 @@ def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
     return _PYTHON_LAUNCHER.format(
         name=name, libdir=libdir, package=PACKAGE, module=module, function=function, python=python
     )
+
+
+def render_runtime_config(accept_envvar_unprivileged=True, accept_volume_mounts=False):
+    """The text of the shim's ``runtime.json``: both keys always, sorted, indented, a newline at the end.
+
+    The same settings give the same bytes, so the file is rewritten only when a setting changes.
+    """
+    values = {"accept_envvar_unprivileged": accept_envvar_unprivileged, "accept_volume_mounts": accept_volume_mounts}
+    for key, value in values.items():
+        if not isinstance(value, bool):
+            raise ValueError("%s must be true or false, got %r" % (key, value))
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
 def _read_source(source):

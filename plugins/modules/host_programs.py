@@ -18,7 +18,13 @@ description:
     legacy prestart hook entry point that C(docker run --gpus) calls), C(gpufleet-cdi-refresh) (regenerates the CDI
     spec when the installed driver is not the one it was made for) and C(gpufleet-dev-char-links) (creates the
     C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes)."
-  - A file is written (atomically, a temporary file renamed over it) only when its bytes or mode differ.
+  - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
+    keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
+    (O(accept_envvar_unprivileged)) and whether it reads the device plugin's volume mounts as a device request
+    (O(accept_volume_mounts)). The shim trusts the file only when it is owned by root and not writable by group or
+    others, so it is written with mode C(0644) by the connecting user (use become), in a directory created C(0755).
+  - A file is written (atomically, a temporary file renamed over it) only when its bytes, mode or (for the
+    configuration) owner differ.
 author:
   - gpufleet developers (@gpufleet)
 extends_documentation_fragment:
@@ -32,7 +38,9 @@ attributes:
     support: full
 options:
   state:
-    description: C(present) installs the programs; C(absent) removes the launchers of O(programs) and the package.
+    description:
+      - C(present) installs the programs; C(absent) removes the launchers of O(programs) and the package, and
+        O(config_path) when the runtime shim is among O(programs).
     type: str
     choices: [present, absent]
     default: present
@@ -61,12 +69,46 @@ options:
         C(/usr/sbin/runc), C(/usr/local/bin/runc), C(/usr/local/sbin/runc), C(/usr/bin/crun) that exists, else
         C(/usr/sbin/runc).
     type: path
+  accept_envvar_unprivileged:
+    description:
+      - Whether the runtime shim honours C(NVIDIA_VISIBLE_DEVICES) (the image's or the pod's own) from a container
+        without C(CAP_SYS_ADMIN) in its bounding capability set, as an allocation of those GPUs (NVIDIA's
+        C(accept-nvidia-visible-devices-envvar-when-unprivileged)).
+      - Set C(false) on a Kubernetes node, where the device plugin hands out GPUs; any pod could otherwise take every
+        GPU by setting the variable. Privileged containers and CDI annotations are honoured either way.
+      - Keep C(true) on hosts where only docker or podman start GPU containers (NVIDIA's CUDA images rely on their
+        C(ENV NVIDIA_VISIBLE_DEVICES)).
+      - Written to O(config_path) only when the runtime shim is among O(programs).
+    type: bool
+    default: true
+  accept_volume_mounts:
+    description:
+      - Whether the runtime shim reads mounts of C(/dev/null) on C(/var/run/nvidia-container-devices/<device>) as a
+        request for those devices (NVIDIA's C(accept-nvidia-visible-devices-as-volume-mounts)); this is what
+        NVIDIA's device plugin passes with C(deviceListStrategy=volume-mounts). An unprivileged container cannot
+        make such a mount itself.
+      - Written to O(config_path) only when the runtime shim is among O(programs).
+    type: bool
+    default: false
+  config_path:
+    description:
+      - The runtime shim's configuration file. The shim reads C(/etc/gpufleet/runtime.json); another path is only
+        for a shim told to read its configuration there (tests).
+      - Its directory must be owned by root and not writable by group or others (the module fails otherwise, as the
+        shim would refuse the file).
+    type: path
+    default: /etc/gpufleet/runtime.json
 """
 
 EXAMPLES = r"""
 - name: Install every host program
   gpufleet.nvidia.host_programs:
   register: toolkit
+
+- name: Install them on a Kubernetes node (devices only through the device plugin's volume mounts or CDI)
+  gpufleet.nvidia.host_programs:
+    accept_envvar_unprivileged: false
+    accept_volume_mounts: true
 
 - name: Only the helpers NVIDIA's packages do not bring
   gpufleet.nvidia.host_programs:
@@ -84,7 +126,7 @@ programs:
   type: dict
   sample: {gpufleet-container-runtime: /usr/local/bin/gpufleet-container-runtime}
 files:
-  description: Every file the installation holds (launchers and package).
+  description: Every file the installation holds (package, launchers and, with the runtime shim, O(config_path)).
   returned: always
   type: list
   elements: str
@@ -94,7 +136,9 @@ changed_files:
   type: list
   elements: str
 digest:
-  description: SHA-256 of everything installed (paths and contents), short; changes exactly when the programs do.
+  description:
+    - SHA-256 of the programs installed (paths and contents), short; changes exactly when the programs do (a change
+      of the shim's configuration alone leaves it as it is).
   returned: when state is present
   type: str
   sample: 3f2a9c01d4e5
@@ -103,6 +147,24 @@ runtime:
   returned: when state is present
   type: str
   sample: /usr/sbin/runc
+runtime_config:
+  description: The runtime shim's configuration as written to O(config_path) (or, in check mode, as it would be).
+  returned: when state is present and the runtime shim is among O(programs)
+  type: dict
+  contains:
+    path:
+      description: O(config_path).
+      type: str
+      sample: /etc/gpufleet/runtime.json
+    accept_envvar_unprivileged:
+      description: O(accept_envvar_unprivileged).
+      type: bool
+      sample: false
+    accept_volume_mounts:
+      description: O(accept_volume_mounts).
+      type: bool
+      sample: true
+  sample: {path: /etc/gpufleet/runtime.json, accept_envvar_unprivileged: false, accept_volume_mounts: true}
 diff:
   description: Before and after of every changed file (with C(--diff)).
   returned: when something changed and diff mode is on
@@ -189,12 +251,43 @@ def default_runtime():
 
 def _current(path):
     """``(text or None, mode or None)`` of a file; a non-regular file counts as absent (it is replaced)."""
+    text, mode, _uid = _current_owned(path)
+    return text, mode
+
+
+def _current_owned(path):
+    """``(text or None, mode or None, owner uid or None)`` of a file; a non-regular file counts as absent."""
     try:
         with open(path, "rb") as f:
             data = f.read()
-        return data.decode("utf-8", "replace"), os.stat(path).st_mode & 0o7777
+            info = os.fstat(f.fileno())
+        return data.decode("utf-8", "replace"), info.st_mode & 0o7777, info.st_uid
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None, None
+        return None, None, None
+
+
+def config_dir_problem(path):
+    """Why the shim would refuse a configuration written in ``path``'s directory; ``None`` when it would not.
+
+    A missing directory is created ``0755`` by the writer, which is fine.
+    """
+    directory = os.path.dirname(path) or "."
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    if info.st_uid not in (0, os.geteuid()):
+        return "%s is owned by uid %d, not root: the runtime shim refuses a configuration there; chown root %s" % (
+            directory,
+            info.st_uid,
+            directory,
+        )
+    if info.st_mode & 0o022:
+        return "%s is writable by group or others (mode %o): the runtime shim refuses a configuration there; " % (
+            directory,
+            info.st_mode & 0o7777,
+        ) + ("chmod go-w %s, or choose another config_path" % directory)
+    return None
 
 
 def main():
@@ -206,6 +299,9 @@ def main():
             "libdir": {"type": "path", "default": "/usr/local/lib/gpufleet"},
             "python": {"type": "path", "default": _host_programs.PYTHON},
             "runtime": {"type": "path"},
+            "accept_envvar_unprivileged": {"type": "bool", "default": True},
+            "accept_volume_mounts": {"type": "bool", "default": False},
+            "config_path": {"type": "path", "default": _host_programs.RUNTIME_CONFIG},
         },
         supports_check_mode=True,
     )
@@ -223,7 +319,8 @@ def main():
         )
     except (OSError, ValueError, KeyError) as exc:
         module.fail_json(msg="cannot render the host programs: %s" % exc, **result)
-    result["files"] = [path for path, _text, _mode in files]
+    with_config = _host_programs.SHIM in programs
+    result["files"] = [path for path, _text, _mode in files] + ([p["config_path"]] if with_config else [])
     diffs = []
 
     if p["state"] == "absent":
@@ -231,6 +328,9 @@ def main():
         gone = [path for path in result["programs"].values() if os.path.lexists(path)]
         if os.path.isdir(package_dir):
             gone.append(package_dir)
+        config = p["config_path"]
+        if with_config and os.path.lexists(config) and (os.path.islink(config) or not os.path.isdir(config)):
+            gone.append(config)
         result.update(changed=bool(gone), changed_files=gone)
         if module._diff:
             diffs = [{"before_header": path, "before": "present\n", "after": "absent\n"} for path in gone]
@@ -248,6 +348,21 @@ def main():
     for path, text, mode in files:
         digest.update(("%s\0%o\0" % (path, mode)).encode() + text.encode("utf-8") + b"\0")
     result["digest"] = digest.hexdigest()[:12]
+    if with_config:
+        try:
+            config_text = _host_programs.render_runtime_config(
+                p["accept_envvar_unprivileged"], p["accept_volume_mounts"]
+            )
+        except ValueError as exc:  # pragma: no cover - the argument spec already gives booleans
+            module.fail_json(msg="cannot render %s: %s" % (p["config_path"], exc), **result)
+        result["runtime_config"] = {
+            "path": p["config_path"],
+            "accept_envvar_unprivileged": p["accept_envvar_unprivileged"],
+            "accept_volume_mounts": p["accept_volume_mounts"],
+        }
+        problem = config_dir_problem(p["config_path"])
+        if problem:
+            module.fail_json(msg="cannot write the runtime shim's configuration: %s" % problem, **result)
     changes = []
     for path, text, mode in files:
         before, before_mode = _current(path)
@@ -260,6 +375,30 @@ def main():
                         "after_header": path,
                         "before": before or "",
                         "after": text if before != text else text + "(mode %o -> %o)\n" % (before_mode or 0, mode),
+                    }
+                )
+    if with_config:
+        # The shim trusts its configuration only when owned by root (the user the engines run it as): a file of the
+        # right bytes owned by someone else, or a symbolic link, is replaced by a regular file of the writer's
+        # (root's under become).
+        path, mode = p["config_path"], _host_programs.RUNTIME_CONFIG_MODE
+        before, before_mode, before_uid = _current_owned(path)
+        wrong_owner = before is not None and before_uid != os.geteuid()
+        link = os.path.islink(path)
+        if before != config_text or before_mode != mode or wrong_owner or link:
+            changes.append((path, config_text, mode))
+            if module._diff:
+                note = ""
+                if before == config_text:
+                    note = "(mode %o -> %o)\n" % (before_mode or 0, mode) if before_mode != mode else ""
+                    note += "(owner uid %s -> %d)\n" % (before_uid, os.geteuid()) if wrong_owner else ""
+                    note += "(a symbolic link -> a regular file)\n" if link else ""
+                diffs.append(
+                    {
+                        "before_header": path if before is not None else "/dev/null",
+                        "after_header": path,
+                        "before": before or "",
+                        "after": config_text + note,
                     }
                 )
     result.update(changed=bool(changes), changed_files=[c[0] for c in changes])

@@ -44,6 +44,7 @@ PROGRAMS = (
 )
 UNIT = "/etc/systemd/system/gpufleet-cdi-refresh.service"
 UDEV = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"
+SHIM_CONFIG = "/etc/gpufleet/runtime.json"
 
 
 def _recap(proc):
@@ -94,7 +95,7 @@ def node_runs(sim_fleet_factory, ansible_playbook):
         if label == "check":
             runs["after_check"] = {
                 p: node.run(["test", "-e", p]).rc == 0
-                for p in ["/usr/local/bin/" + n for n in PROGRAMS] + ["/etc/cdi/nvidia.yaml", UNIT, UDEV]
+                for p in ["/usr/local/bin/" + n for n in PROGRAMS] + ["/etc/cdi/nvidia.yaml", UNIT, UDEV, SHIM_CONFIG]
             }
             runs["after_check"]["docker runtimes"] = node.run("docker info --format '{{json .Runtimes}}'").stdout
     print("toolkit/runtime role timings (s):", timings)
@@ -121,6 +122,16 @@ def test_apply_publishes_the_facts_and_installs_everything(node_runs):
     assert toolkit["hook_path"] == "/usr/local/bin/gpufleet-cdi-hook"
     assert sorted(toolkit["programs"]) == sorted("/usr/local/bin/" + n for n in PROGRAMS)
     assert re.fullmatch(r"gpufleet-[0-9a-f]{12}", toolkit["version"])
+    # not in kube_nodes: NVIDIA's behaviour (an image's own NVIDIA_VISIBLE_DEVICES counts), in the shim's config
+    assert toolkit["accept_envvar_unprivileged"] is True and toolkit["accept_volume_mounts"] is False
+    assert json.loads(node.run(["cat", SHIM_CONFIG], check=True).stdout) == {
+        "accept_envvar_unprivileged": True,
+        "accept_volume_mounts": False,
+    }
+    assert node.run(["stat", "-c", "%U:%G %a", SHIM_CONFIG, "/etc/gpufleet"], check=True).stdout.split("\n")[:2] == [
+        "root:root 644",
+        "root:root 755",
+    ]
     for name in PROGRAMS:
         assert node.run(["test", "-x", "/usr/local/bin/" + name]).rc == 0, name
     engines = runtime["engines"]

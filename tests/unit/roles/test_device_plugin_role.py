@@ -34,7 +34,7 @@ PLAY = """
 """
 
 
-def inventory(tmp_path, runtime):
+def inventory(tmp_path, runtime, toolkit=None):
     gpu = {"pci_gpu_count": 2, "labels": LABELS}
     inv = {
         "all": {
@@ -46,6 +46,7 @@ def inventory(tmp_path, runtime):
                             "device_plugin_node_name": "gpu-a",
                             "device_plugin_gpu_facts": gpu,
                             "gpufleet_runtime": runtime,
+                            **({"gpufleet_toolkit": toolkit} if toolkit else {}),
                         },
                         "node-b": {
                             "device_plugin_node_name": "gpu-b",
@@ -64,7 +65,7 @@ def inventory(tmp_path, runtime):
     return path
 
 
-def run_play(tmp_path, runtime, *args):
+def run_play(tmp_path, runtime, *args, toolkit=None):
     render_dir = tmp_path / "gitops"
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(render_dir=render_dir))
@@ -96,7 +97,7 @@ def run_play(tmp_path, runtime, *args):
         ANSIBLE_NOCOLOR="1",
     )
     proc = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory(tmp_path, runtime)), str(play), *args],
+        [str(PLAYBOOK_BIN), "-i", str(inventory(tmp_path, runtime, toolkit)), str(play), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -154,6 +155,29 @@ def test_node_without_the_nvidia_runtime_fails_early_and_is_left_out(tmp_path):
     # The other node goes on: the render names gpu-b only.
     assert (render_dir / "nodes" / "node-gpu-b.yaml").is_file()
     assert not (render_dir / "nodes" / "node-gpu-a.yaml").exists()
+
+
+K8S_TOOLKIT = {"provider": "native", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+
+
+def test_envvar_alone_fails_a_node_whose_runtime_ignores_the_variable_from_unprivileged_containers(tmp_path):
+    proc, render_dir, _facts = run_play(
+        tmp_path, GOOD, "-e", '{"device_plugin_device_list_strategy": ["envvar"]}', toolkit=K8S_TOOLKIT
+    )
+    assert proc.returncode != 0
+    assert "gpufleet.nvidia.device_plugin on node-a: device_plugin_device_list_strategy ['envvar']" in proc.stdout
+    assert "gpufleet_toolkit.accept_envvar_unprivileged is false on this node" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+    assert (render_dir / "nodes" / "node-gpu-b.yaml").is_file()  # node-b has no toolkit fact: not checked
+    assert not (render_dir / "nodes" / "node-gpu-a.yaml").exists()
+
+
+def test_the_default_volume_mounts_strategy_suits_a_kubernetes_node(tmp_path):
+    proc, render_dir, _facts = run_play(tmp_path, GOOD, toolkit=K8S_TOOLKIT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    config = yaml.safe_load((render_dir / "cluster" / "10-device-plugin-config.yaml").read_text())
+    assert yaml.safe_load(config["data"]["config.yaml"])["flags"]["plugin"]["deviceListStrategy"] == "volume-mounts"
+    assert (render_dir / "nodes" / "node-gpu-a.yaml").is_file()
 
 
 def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():

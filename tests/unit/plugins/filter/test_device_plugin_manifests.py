@@ -157,6 +157,43 @@ def test_files_hold_exactly_the_documents_in_apply_order(combo):
     assert yaml.safe_load(rendered["helm_values"]["config"]["map"]["default"]) == rendered["config"]
 
 
+def _bounding_has_sys_admin(container):
+    """Whether containerd / CRI-O put CAP_SYS_ADMIN in the container's bounding set: privileged, or added (they
+    apply "drop" ALL first, then "add"); their default set has no SYS_ADMIN."""
+    context = container.get("securityContext") or {}
+    if context.get("privileged"):
+        return True
+    added = {c.upper().removeprefix("CAP_") for c in (context.get("capabilities") or {}).get("add", [])}
+    return bool(added & {"SYS_ADMIN", "ALL"})
+
+
+def _containers(documents):
+    for doc in documents:
+        if doc["kind"] == "DaemonSet":
+            yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]["containers"]
+        elif doc["kind"] == "Pod":
+            yield doc["metadata"]["name"], doc["spec"]["containers"]
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=[f"combo{i}" for i in range(len(COMBOS))])
+def test_no_container_loses_its_gpus_where_the_variable_from_unprivileged_containers_is_ignored(combo):
+    """On Kubernetes nodes the runtime honours NVIDIA_VISIBLE_DEVICES only from containers with CAP_SYS_ADMIN in the
+    bounding set: every container that reaches GPUs through the variable, with no nvidia.com/ resource allocated,
+    has it (plugin, GFD, MPS daemon, DCGM exporter); a container with an allocation gets none (validation pod)."""
+    seen = set()
+    for name, containers in _containers(manifests(settings_of(combo), NODES)["documents"]):
+        for container in containers:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            limits = (container.get("resources") or {}).get("limits") or {}
+            allocated = any(key.startswith("nvidia.com/") for key in limits)
+            if env.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "void") and not allocated:
+                assert _bounding_has_sys_admin(container), name
+                seen.add(name.split("-validate-")[0])
+            if allocated:
+                assert not _bounding_has_sys_admin(container), name
+    assert "nvidia-device-plugin" in seen
+
+
 def test_bad_option_is_a_filter_error_naming_the_role():
     with pytest.raises(AnsibleFilterError, match=r"device_plugin role: device_plugin_mig_strategy"):
         manifests({"mig_strategy": "both"}, NODES)

@@ -99,6 +99,56 @@ def test_podman_cdi_containerd_ctr_runc_binary_crio_skipped():
     assert "gpufleet-validate-containerd-x1" in only[0]["argv"]
 
 
+K8S = {"runtime_path": "/usr/local/bin/gpufleet-container-runtime", "accept_envvar_unprivileged": False}
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "docker", "ctr"),
+    [
+        # NVIDIA's behaviour (docker hosts, and a fact without the settings): the variable
+        ({}, ["-e", "NVIDIA_VISIBLE_DEVICES=all"], ["--env", "NVIDIA_VISIBLE_DEVICES=all"]),
+        (
+            {"accept_envvar_unprivileged": True, "accept_volume_mounts": False},
+            ["-e", "NVIDIA_VISIBLE_DEVICES=all"],
+            ["--env", "NVIDIA_VISIBLE_DEVICES=all"],
+        ),
+        # a Kubernetes node: the device plugin's volume mounts, as a pod gets them
+        (
+            {**K8S, "accept_volume_mounts": True},
+            [
+                "-e",
+                "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices",
+                "-v",
+                "/dev/null:/var/run/nvidia-container-devices/all:ro",
+            ],
+            [
+                "--env",
+                "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices",
+                "--mount",
+                "type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/all,options=rbind:ro",
+            ],
+        ),
+        # neither honoured: the variable from a container the runtime counts as privileged
+        (
+            {**K8S, "accept_volume_mounts": False},
+            ["--cap-add", "SYS_ADMIN", "-e", "NVIDIA_VISIBLE_DEVICES=all"],
+            ["--cap-add", "CAP_SYS_ADMIN", "--env", "NVIDIA_VISIBLE_DEVICES=all"],
+        ),
+    ],
+)
+def test_runtime_mode_asks_the_way_the_hosts_runtime_trusts(toolkit, docker, ctr):
+    nv = _nvidia(docker=_engine("26.1.5", cdi=True), containerd=_engine("1.6.20"))
+    plan = {c["engine"] + "/" + c["mode"]: c["argv"] for c in validate_plan(nv, toolkit=toolkit, image=IMAGE)}
+    run = plan["docker/runtime"]
+    start = run.index("--runtime") + 2
+    assert run[start - 1] == "nvidia" and run[start : start + len(docker)] == docker
+    assert run[start + len(docker)] == IMAGE
+    assert "NVIDIA_VISIBLE_DEVICES=all" not in plan["docker/cdi"]  # CDI asks by device name, trusted everywhere
+    argv = plan["containerd/runtime"]
+    start = argv.index("--runc-binary") + 2
+    assert argv[start : start + len(ctr)] == ctr and argv[start + len(ctr)] == "docker.io/gpufleet-sim/mini:latest"
+
+
 def test_engine_from_runtime_fact_only_and_bad_options():
     plan = validate_plan(_nvidia(), {"engines": {"podman": {"registered": False, "cdi": True}}}, image=IMAGE)
     assert [c["engine"] for c in plan] == ["podman"]

@@ -24,13 +24,15 @@ def config_of(settings):
 
 
 def test_default_config_is_nvidias_v1_format_with_the_default_values():
+    # volume-mounts, not NVIDIA's envvar: where the runtime ignores a container's own NVIDIA_VISIBLE_DEVICES
+    # (Kubernetes nodes), the mounts are what the plugin's allocation is read from.
     assert config_of({}) == {
         "version": "v1",
         "flags": {
             "migStrategy": "none",
             "failOnInitError": True,
             "nvidiaDriverRoot": "/",
-            "plugin": {"passDeviceSpecs": False, "deviceListStrategy": "envvar", "deviceIDStrategy": "uuid"},
+            "plugin": {"passDeviceSpecs": False, "deviceListStrategy": "volume-mounts", "deviceIDStrategy": "uuid"},
             "gfd": {
                 "oneshot": False,
                 "noTimestamp": False,
@@ -207,6 +209,89 @@ def test_helm_values_carry_the_same_config():
     }
     assert values["runtimeClassName"] == "nvidia"
     assert values["nfd"] == {"enabled": False}
+    # The chart's security contexts are the manifests' (not left to the chart's derivation).
+    assert values["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+    assert values["gfd"] == {"enabled": True, "securityContext": {"privileged": True}}
+    assert dp.helm_values({"pass_device_specs": True})["securityContext"] == {"privileged": True}
+
+
+def plugin_container(settings):
+    ds = next(d for d in docs_by_kind(settings)["DaemonSet"] if d["metadata"]["name"] == "nvidia-device-plugin")
+    return ds["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_plugin_keeps_its_gpus_where_the_runtime_ignores_the_variable_from_unprivileged_containers():
+    """The plugin reaches every GPU through NVIDIA_VISIBLE_DEVICES=all with no nvidia.com/gpu of its own: it needs
+    CAP_SYS_ADMIN in its bounding set (the runtime's test for privileged), and nothing else added."""
+    for strategies in (["volume-mounts"], ["envvar"], ["cdi-annotations"], ["cdi-cri"]):
+        container = plugin_container({"device_list_strategy": strategies})
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in container["env"]
+        assert container["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}, strategies
+    assert plugin_container({"pass_device_specs": True})["securityContext"] == {"privileged": True}
+
+
+def test_validation_pod_gets_its_gpu_only_through_the_allocation():
+    """Unprivileged, no NVIDIA_VISIBLE_DEVICES of its own: under volume-mounts it proves the plugin's mounts work."""
+    container = docs_by_kind({})["Pod"][0]["spec"]["containers"][0]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert "env" not in container and container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+
+
+NATIVE_K8S = {"provider": "native", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+NATIVE_DOCKER = {"provider": "native", "accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+NVIDIA_DEFAULTS = {"provider": "nvidia", "accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+NVIDIA_K8S = {"provider": "nvidia", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "strategies", "messages"),
+    [
+        # a Kubernetes node (the toolkit's default there) takes every strategy but envvar alone
+        (NATIVE_K8S, ["volume-mounts"], []),
+        (NATIVE_K8S, ["cdi-annotations"], []),
+        (NATIVE_K8S, ["cdi-cri"], []),
+        (NATIVE_K8S, ["envvar", "cdi-cri"], []),
+        (NATIVE_K8S, ["envvar", "volume-mounts"], []),
+        (
+            NATIVE_K8S,
+            ["envvar"],
+            [
+                r"device_plugin_device_list_strategy \['envvar'\] passes devices only through NVIDIA_VISIBLE_DEVICES, "
+                r"but gpufleet_toolkit.accept_envvar_unprivileged is false on this node: .* pods would get no GPU; "
+                r"set device_plugin_device_list_strategy: \[volume-mounts\] .* toolkit_accept_envvar_unprivileged: true"
+            ],
+        ),
+        (
+            NVIDIA_K8S,
+            ["envvar"],
+            [r"accept-nvidia-visible-devices-envvar-when-unprivileged = true in /etc/nvidia-container-runtime/config"],
+        ),
+        # a node whose runtime does not read the mounts
+        (NATIVE_DOCKER, ["envvar"], []),
+        (
+            NATIVE_DOCKER,
+            ["volume-mounts"],
+            [
+                r"\['volume-mounts'\] has volume-mounts, but gpufleet_toolkit.accept_volume_mounts is false on this "
+                r"node: .*NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices.*; "
+                r"set toolkit_accept_volume_mounts: true and run the toolkit stage .*device_plugin_node_group"
+            ],
+        ),
+        (
+            NVIDIA_DEFAULTS,
+            ["volume-mounts", "cdi-annotations"],
+            [r"run nvidia-ctk config --in-place --set accept-nvidia-visible-devices-as-volume-mounts=true"],
+        ),
+        # no fact, or a fact without the settings: nothing to say
+        (None, ["envvar"], []),
+        ({"provider": "native"}, ["volume-mounts"], []),
+    ],
+)
+def test_toolkit_problems(toolkit, strategies, messages):
+    problems = dp.toolkit_problems(toolkit, strategies)
+    assert len(problems) == len(messages), problems
+    for problem, message in zip(problems, messages):
+        assert re.search(message, problem), problem
 
 
 RUNTIME_OK = {"engines": {"containerd": {"registered": True, "cdi": True}}}

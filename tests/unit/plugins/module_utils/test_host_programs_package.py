@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host_programs
 
 MODULE_UTILS = os.path.dirname(os.path.abspath(_host_programs.__file__))
@@ -35,6 +37,21 @@ def test_render_files_from_a_reader():
     assert paths[0] == "/l/gpufleet_nvidia/__init__.py" and paths[-1] == "/b/gpufleet-dev-char-links"
     assert ("/l/gpufleet_nvidia/_cdi_refresh.py", "# _cdi_refresh\n", 0o644) in files
     assert files[-1][2] == 0o755 and "from gpufleet_nvidia._dev_char import main" in files[-1][1]
+
+
+def test_runtime_config_is_deterministic_sorted_json_with_both_keys():
+    text = _host_programs.render_runtime_config()
+    assert text == '{\n  "accept_envvar_unprivileged": true,\n  "accept_volume_mounts": false\n}\n'
+    assert json.loads(text) == _host_programs.RUNTIME_CONFIG_DEFAULTS
+    kube = _host_programs.render_runtime_config(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert json.loads(kube) == {"accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+    assert kube == _host_programs.render_runtime_config(False, True)
+    assert list(json.loads(kube)) == sorted(json.loads(kube))
+
+
+def test_runtime_config_refuses_what_is_not_a_bool():
+    with pytest.raises(ValueError, match="accept_volume_mounts must be true or false, got 'yes'"):
+        _host_programs.render_runtime_config(True, "yes")
 
 
 def test_installed_helpers_run(tmp_path):

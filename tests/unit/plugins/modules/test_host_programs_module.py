@@ -16,7 +16,12 @@ from ansible_collections.gpufleet.nvidia.plugins.modules import host_programs  #
 
 @pytest.fixture
 def call(capsys, tmp_path):
-    base = {"bindir": str(tmp_path / "bin"), "libdir": str(tmp_path / "lib"), "runtime": "/usr/bin/crun"}
+    base = {
+        "bindir": str(tmp_path / "bin"),
+        "libdir": str(tmp_path / "lib"),
+        "runtime": "/usr/bin/crun",
+        "config_path": str(tmp_path / "etc" / "gpufleet" / "runtime.json"),
+    }
 
     def run(check=False, diff=False, **args):
         extra = {"_ansible_check_mode": check, "_ansible_diff": diff}
@@ -36,8 +41,14 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
     run, tmp = call
     code, result = run(check=True, diff=True)
     assert code == 0 and result["changed"]
-    assert len(result["changed_files"]) == len(result["files"]) == 1 + len(_host_programs.MODULES) + 5
-    assert not (tmp / "bin").exists() and not (tmp / "lib").exists()
+    # the package's __init__ and modules, five launchers, the shim's configuration
+    assert len(result["changed_files"]) == len(result["files"]) == 1 + len(_host_programs.MODULES) + 5 + 1
+    assert not (tmp / "bin").exists() and not (tmp / "lib").exists() and not (tmp / "etc").exists()
+    assert result["runtime_config"] == {
+        "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
+        "accept_envvar_unprivileged": True,
+        "accept_volume_mounts": False,
+    }
     assert result["diff"][0]["before_header"] == "/dev/null"
 
 
@@ -84,3 +95,86 @@ def test_unwritable_bindir_fails_naming_the_file(call):
     (tmp / "bin").write_text("a file, not a folder")
     code, result = run()
     assert code == 1 and "cannot write" in result["msg"] and str(tmp / "bin") in result["msg"]
+
+
+CONFIG = ("etc", "gpufleet", "runtime.json")
+
+
+def test_shim_configuration_defaults_are_nvidias_and_written_root_style(call):
+    run, tmp = call
+    code, result = run()
+    config = tmp.joinpath(*CONFIG)
+    assert code == 0 and str(config) in result["changed_files"] and str(config) in result["files"]
+    assert json.loads(config.read_text()) == {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+    assert config.read_text().endswith("}\n")
+    assert stat.S_IMODE(config.stat().st_mode) == 0o644 and config.stat().st_uid == os.geteuid()
+    assert stat.S_IMODE(config.parent.stat().st_mode) & 0o022 == 0  # created 0755 (less under a strict umask)
+
+
+def test_kubernetes_node_settings_change_only_the_configuration_and_its_diff_tells(call):
+    run, tmp = call
+    _code, first = run()
+    config = tmp.joinpath(*CONFIG)
+    before = config.read_text()
+    _code, check = run(check=True, diff=True, accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert check["changed"] and check["changed_files"] == [str(config)] and config.read_text() == before
+    assert check["diff"] == [
+        {
+            "before_header": str(config),
+            "after_header": str(config),
+            "before": before,
+            "after": '{\n  "accept_envvar_unprivileged": false,\n  "accept_volume_mounts": true\n}\n',
+        }
+    ]
+    _code, applied = run(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert applied["changed_files"] == [str(config)] and applied["digest"] == first["digest"]
+    assert config.read_text() == check["diff"][0]["after"]
+    assert applied["runtime_config"]["accept_envvar_unprivileged"] is False
+    _code, again = run(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert not again["changed"]
+
+
+def test_configuration_mode_and_symlink_are_repaired(call):
+    run, tmp = call
+    run()
+    config = tmp.joinpath(*CONFIG)
+    os.chmod(str(config), 0o666)  # noqa: S103 - the permissive mode the module must repair
+    _code, result = run(diff=True)
+    assert result["changed_files"] == [str(config)] and "(mode 666 -> 644)" in result["diff"][0]["after"]
+    assert stat.S_IMODE(config.stat().st_mode) == 0o644
+    target = tmp / "elsewhere.json"
+    target.write_text(config.read_text())
+    config.unlink()
+    config.symlink_to(target)
+    _code, result = run()
+    assert result["changed_files"] == [str(config)] and not config.is_symlink() and target.exists()
+
+
+def test_configuration_only_with_the_shim(call):
+    run, tmp = call
+    _code, result = run(programs=["gpufleet-cdi-hook"], accept_envvar_unprivileged=False)
+    assert "runtime_config" not in result and not tmp.joinpath(*CONFIG).exists()
+    assert all("runtime.json" not in path for path in result["files"])
+
+
+def test_absent_removes_the_configuration_with_the_shim_only(call):
+    run, tmp = call
+    run()
+    config = tmp.joinpath(*CONFIG)
+    _code, kept = run(state="absent", programs=["gpufleet-cdi-hook"])
+    assert config.exists() and str(config) not in kept["changed_files"]
+    _code, check = run(state="absent", check=True)
+    assert str(config) in check["changed_files"] and config.exists()
+    _code, gone = run(state="absent")
+    assert str(config) in gone["changed_files"] and not config.exists()
+
+
+def test_a_directory_others_can_write_fails_naming_it_and_the_fix(call):
+    run, tmp = call
+    shared = tmp.joinpath(*CONFIG).parent
+    shared.mkdir(parents=True)
+    os.chmod(str(shared), 0o777)  # noqa: S103 - the directory the module must refuse
+    code, result = run(check=True)
+    assert code == 1 and not tmp.joinpath(*CONFIG).exists()
+    assert f"{shared} is writable by group or others (mode 777)" in result["msg"]
+    assert f"chmod go-w {shared}" in result["msg"]

@@ -1,0 +1,75 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""nvidia_toolkit_device_requests: which device requests NVIDIA's runtime trusts, read from its config.toml."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: nvidia_toolkit_device_requests
+short_description: Which container device requests NVIDIA's container runtime honours, from its config.toml
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Reads the text of NVIDIA's C(/etc/nvidia-container-runtime/config.toml) and returns its two top-level settings
+    in the terms of the C(gpufleet_toolkit) fact, with NVIDIA's defaults (nvidia-container-toolkit v1.17.8,
+    C(internal/config/config.go) C(GetDefault)) for a missing key or an empty text (no file).
+  - C(accept_envvar_unprivileged) is C(accept-nvidia-visible-devices-envvar-when-unprivileged) (default C(true));
+    C(accept_volume_mounts) is C(accept-nvidia-visible-devices-as-volume-mounts) (default C(false)).
+options:
+  _input:
+    description: The file's text; an empty string when there is no file.
+    type: str
+    required: true
+  path:
+    description: The file's path, for error messages.
+    type: str
+    default: /etc/nvidia-container-runtime/config.toml
+"""
+
+EXAMPLES = r"""
+- name: What NVIDIA's runtime trusts on this host
+  ansible.builtin.debug:
+    msg: "{{ nvidia_config.content | b64decode | gpufleet.nvidia.nvidia_toolkit_device_requests }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C({accept_envvar_unprivileged, accept_volume_mounts}), both booleans.
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - controller Pythons before 3.11 (ansible-core 2.19 needs 3.11)
+    tomllib = None
+
+# gpufleet_toolkit key -> (NVIDIA's config.toml key, NVIDIA's default)
+KEYS = {
+    "accept_envvar_unprivileged": ("accept-nvidia-visible-devices-envvar-when-unprivileged", True),
+    "accept_volume_mounts": ("accept-nvidia-visible-devices-as-volume-mounts", False),
+}
+
+
+def nvidia_toolkit_device_requests(text, path="/etc/nvidia-container-runtime/config.toml"):
+    text = text or ""
+    if tomllib is None:  # pragma: no cover
+        raise AnsibleFilterError("nvidia_toolkit_device_requests needs Python 3.11 or later on the controller")
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path} is not valid TOML ({exc}); fix the file or reinstall NVIDIA's toolkit"
+        raise AnsibleFilterError(msg) from exc
+    out = {}
+    for name, (key, default) in KEYS.items():
+        value = config.get(key, default)
+        if not isinstance(value, bool):
+            raise AnsibleFilterError(f"{path}: {key} is {value!r}, not true or false; set {key} = true or false")
+        out[name] = value
+    return out
+
+
+class FilterModule:
+    def filters(self):
+        return {"nvidia_toolkit_device_requests": nvidia_toolkit_device_requests}

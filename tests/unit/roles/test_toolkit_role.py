@@ -1,0 +1,107 @@
+"""The toolkit role on the controller (local connection, check mode: nothing is written): what the runtime shim
+trusts on each kind of host reaches host_programs and the gpufleet_toolkit fact. A Kubernetes node (by group or by
+device_plugin_enabled) ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes the device plugin's
+volume mounts; every other host keeps NVIDIA's behaviour; the role variables override both."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.controller
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+
+PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: A GPU host, as gpu_facts would say (cacheable, so it lands in ansible_facts)
+      ansible.builtin.set_fact:
+        nvidia: {{pci_gpu_count: 1}}
+        cacheable: true
+
+- hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.nvidia.toolkit
+      toolkit_provider: native
+      toolkit_bindir: "{tmp}/bin/{{{{ inventory_hostname }}}}"
+      toolkit_libdir: "{tmp}/lib/{{{{ inventory_hostname }}}}"
+      toolkit_oci_runtime: /usr/bin/runc
+  post_tasks:
+    - name: Dump the published facts
+      ansible.builtin.copy:
+        content: >-
+          {{{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'gpufleet_toolkit')))
+               | to_json }}}}
+        dest: "{tmp}/facts.json"
+        mode: "0644"
+      run_once: true
+      delegate_to: localhost
+      check_mode: false
+"""
+
+# host -> (its inventory variables, expected (accept_envvar_unprivileged, accept_volume_mounts))
+HOSTS = {
+    "k8s-node": ({}, (False, True)),
+    "k8s-node-override": ({"toolkit_accept_envvar_unprivileged": True}, (True, True)),
+    "k8s-node-excluded": ({"device_plugin_enabled": False}, (True, False)),
+    "docker-host": ({}, (True, False)),
+    "plugin-enabled": ({"device_plugin_enabled": True}, (False, True)),
+    "docker-host-volume-mounts": ({"toolkit_accept_volume_mounts": "yes"}, (True, True)),
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("toolkit")
+    base = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    kube = {h: v for h, (v, _e) in HOSTS.items() if h.startswith("k8s-")}
+    other = {h: v for h, (v, _e) in HOSTS.items() if not h.startswith("k8s-")}
+    inventory = {"all": {"vars": base, "children": {"kube_nodes": {"hosts": kube}, "docker": {"hosts": other}}}}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp / "play.yml").write_text(PLAY.format(tmp=tmp))
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="default",
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml"), "--check", "--diff"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    facts = json.loads((tmp / "facts.json").read_text()) if (tmp / "facts.json").exists() else {}
+    return proc, facts, tmp
+
+
+def test_check_mode_runs_and_writes_nothing(run):
+    proc, _facts, tmp = run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert not (tmp / "bin").exists() and not (tmp / "lib").exists()
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_each_kind_of_host_gets_its_settings_in_the_fact(run, host):
+    _proc, facts, _tmp = run
+    envvar, mounts = HOSTS[host][1]
+    fact = facts[host]
+    assert fact["provider"] == "native"
+    assert (fact["accept_envvar_unprivileged"], fact["accept_volume_mounts"]) == (envvar, mounts)
+    assert isinstance(fact["accept_envvar_unprivileged"], bool) and isinstance(fact["accept_volume_mounts"], bool)
+
+
+def test_the_diff_shows_the_runtime_json_each_host_would_get(run):
+    proc, _facts, _tmp = run
+    k8s = '+  "accept_envvar_unprivileged": false,\n+  "accept_volume_mounts": true\n'
+    docker = '+  "accept_envvar_unprivileged": true,\n+  "accept_volume_mounts": false\n'
+    assert "+++ after: /etc/gpufleet/runtime.json" in proc.stdout
+    assert k8s in proc.stdout and docker in proc.stdout
