@@ -303,7 +303,8 @@ def snapshot(attack: str) -> dict:
     host = {}
     for path in ("/etc/ld.so.cache", "/var/cache/ldconfig/aux-cache"):
         host[path] = _entry(path) if os.path.lexists(path) else None
-    others = sorted(n for n in os.listdir("/var/tmp") if not n.startswith("gpufleet-canary-"))
+    # systemd's PrivateTmp folders come and go with services; they are not what an attack names.
+    others = sorted(n for n in os.listdir("/var/tmp") if not n.startswith(("gpufleet-canary-", "systemd-private-")))
     return {"canary": listing, "host": host, "var_tmp": others}
 
 

@@ -65,7 +65,7 @@ CANARY_LIB = LIBEXEC + "/" + crafted.CANARY_LIB
 PRELOAD = LIBEXEC + "/gfcanary.so"
 SCRIPT = "ls /dev; echo ---; ldconfig -p"
 MUST_START = {1, 4, 5, 6}  # classes whose container must start with its GPU (2 and 3: runc may refuse)
-WORKERS = 6
+WORKERS = 8  # runs at once (of 33 tasks; 2 cores: most of a run is waiting on the engines)
 
 PRELOAD_C = r"""
 #include <fcntl.h>
@@ -105,7 +105,7 @@ class Mode:
     ordinary_args: tuple[str, ...] = ()  # all GPUs, as a user types it
 
     def argv(self, image: str, name: str, gpu_args: tuple[str, ...], namespace: str) -> list[str]:
-        wrap = ["timeout", "-k", "10", str(START_TIMEOUT)]
+        wrap = ["timeout", "-s", "KILL", str(START_TIMEOUT)]  # the client only: the engine goes on
         if self.engine == "docker":
             return [*wrap, "docker", "run", "--rm", "--name", name, *gpu_args, image, "sh", "-c", SCRIPT]
         # ctr 2.x asks for 1024 CPU shares by default, which the sid node's cgroup cannot give (roles/validate).
@@ -172,6 +172,7 @@ class Outcome:
     mode: str
     attack: str  # "" for the ordinary command
     argv: list[str]
+    name: str = ""
     rc: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -188,7 +189,7 @@ class Outcome:
             return [f"did not return within {START_TIMEOUT}s (hang)"]
         if self.rc != 0:
             return [f"did not start or its command failed (rc {self.rc}): {_tail(self.stderr or self.stdout)}"]
-        devs, _, cache = self.stdout.partition("---\n")
+        devs, _sep, cache = self.stdout.partition("---\n")
         listing = devs.split()
         problems = [f"/dev/{g} missing in the container (/dev: {' '.join(listing)})" for g in gpus if g not in listing]
         if "nvidiactl" not in listing:
@@ -245,12 +246,15 @@ def _cleanup(node, mode: Mode, name: str, namespace: str, timed_out: bool) -> st
     return f"containerd container {name}" if name in left else ""
 
 
-def _run(node, mode_name: str, attack: str, *, namespace: str, image: str, gpu_args: tuple[str, ...]) -> Outcome:
+def _start(node, mode_name: str, attack: str) -> Outcome:
+    """Run the container (``attack`` '' = the ordinary image and command); no cleanup yet."""
     mode = MODES[mode_name]
     name = f"gfsec-{attack or 'ordinary'}-{_slug(mode_name)}-{secrets.token_hex(3)}"
-    out = Outcome(mode_name, attack, mode.argv(image, name, gpu_args, namespace))
     if attack:
-        out.before = json.loads(_helper(node, "reset", attack, "--canary-lib", CANARY_LIB))
+        argv = mode.argv(crafted.image(attack), name, mode.gpu_args, NAMESPACE)
+    else:
+        argv = mode.argv(IMAGE, name, mode.ordinary_args, "default")
+    out = Outcome(mode_name, attack, argv, name=name)
     start = time.monotonic()
     try:
         res = node.run(out.argv, timeout=START_TIMEOUT + 30)
@@ -258,18 +262,56 @@ def _run(node, mode_name: str, attack: str, *, namespace: str, image: str, gpu_a
     except subprocess.TimeoutExpired:
         out.rc = None
     out.seconds = time.monotonic() - start
-    out.timed_out = out.rc is None or (out.rc in (124, 137) and out.seconds >= START_TIMEOUT - 1)
-    if out.timed_out and attack:
-        for _ in range(5):  # a hung start: let its reader of the planted FIFO go on, so it can be removed
+    out.timed_out = out.rc is None or (out.rc == 137 and out.seconds >= START_TIMEOUT - 1)
+    return out
+
+
+def _finish(node, outs: list[Outcome], attack: str) -> None:
+    """After the runs of ``outs`` returned: end what hangs on the attack's FIFO, remove the containers."""
+    if attack and any(o.timed_out for o in outs):
+        unblocked = []
+        for _attempt in range(5):  # a hung start: let its reader of the planted FIFO go on, so it can be removed
             opened = json.loads(_helper(node, "unblock", attack))
-            out.unblocked += opened
+            unblocked += opened
             if not opened:
                 break
             time.sleep(1)
-    out.left_behind = _cleanup(node, mode, name, namespace, out.timed_out)
-    if attack:
-        out.after = json.loads(_helper(node, "snapshot", attack))
-    return out
+        for o in outs:
+            o.unblocked = unblocked if o.timed_out else []
+    for o in outs:
+        namespace = NAMESPACE if attack else "default"
+        o.left_behind = _cleanup(node, MODES[o.mode], o.name, namespace, o.timed_out)
+
+
+def _run_attack(node, modes: list[str], attack: str) -> list[Outcome]:
+    """Every engine of ``node`` against one crafted image.
+
+    The canary attacks run one engine after the other, each between a reset of the canary and a snapshot.
+    The FIFO attacks name no canary and may hang for ``START_TIMEOUT``: their engines run at once (the
+    FIFO is opened for writing only after all of them returned, so no run ends another's wait), between
+    one reset and one snapshot.
+    """
+    if not attack:
+        outs = [_start(node, m, "") for m in modes]
+        _finish(node, outs, "")
+        return outs
+    if attack not in crafted.FIFOS:
+        outs = []
+        for mode_name in modes:
+            before = json.loads(_helper(node, "reset", attack, "--canary-lib", CANARY_LIB))
+            out = _start(node, mode_name, attack)
+            _finish(node, [out], attack)
+            out.before, out.after = before, json.loads(_helper(node, "snapshot", attack))
+            outs.append(out)
+        return outs
+    before = json.loads(_helper(node, "reset", attack, "--canary-lib", CANARY_LIB))
+    with ThreadPoolExecutor(len(modes)) as pool:
+        outs = list(pool.map(lambda m: _start(node, m, attack), modes))
+    _finish(node, outs, attack)
+    after = json.loads(_helper(node, "snapshot", attack))
+    for out in outs:
+        out.before, out.after = before, after
+    return outs
 
 
 @pytest.fixture(scope="module")
@@ -311,27 +353,17 @@ def suite(e2e_fleet, tmp_path_factory):
             versions.update(found)
     timings["build"] = time.monotonic() - start
 
-    # One task per (node, attack): the node's engines one after the other (one canary, one FIFO at a time);
-    # the hang-prone FIFO attacks first, so their waits overlap the rest.
+    # One task per (node, attack) (see _run_attack); the hang-prone FIFO attacks first, so that their
+    # waits overlap the rest.
     tasks = []
     for node_name in nodes:
         modes = [m for m, mode in MODES.items() if mode.node == node_name]
-        for attack in sorted(crafted.ATTACKS, key=lambda a: (a not in crafted.FIFOS, a)):
-            tasks.append((node_name, modes, attack))
-        tasks.append((node_name, modes, ""))
+        tasks += [(node_name, modes, attack) for attack in [*crafted.ATTACKS, ""]]
+    tasks.sort(key=lambda t: (t[2] not in crafted.FIFOS, t[2], t[0]))
 
     def run_task(task) -> list[Outcome]:
         node_name, modes, attack = task
-        node = e2e_fleet.node(node_name)
-        results = []
-        for mode_name in modes:
-            mode = MODES[mode_name]
-            if attack:
-                image = crafted.image(attack)
-                results.append(_run(node, mode_name, attack, namespace=NAMESPACE, image=image, gpu_args=mode.gpu_args))
-            else:
-                results.append(_run(node, mode_name, "", namespace="default", image=IMAGE, gpu_args=mode.ordinary_args))
-        return results
+        return _run_attack(e2e_fleet.node(node_name), modes, attack)
 
     start = time.monotonic()
     outcomes = {}
