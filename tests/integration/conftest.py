@@ -15,6 +15,10 @@ Fixtures:
   inventory (or the one given).
 * `sim_fleet_factory`: a function (fleet dict or YAML path, name=None) -> Fleet, brought up now
   and torn down at the end of the session, for tests that need their own nodes.
+* `e2e_fleet` (session): the end-to-end GPU fleet (`_fleet_e2e.py`: bookworm, trixie and sid nodes with
+  Debian's NVIDIA userspace, the host programs installed from this tree, the CDI spec written and the
+  shim registered with docker, `gpufleet-sim/mini:latest` in every engine), shared by
+  `test_cdi_e2e.py` and `test_security_e2e.py`; `.timings` has its bring-up and preparation times.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.integration import _fleet_e2e  # noqa: E402
 from tests.sim.fleet import Fleet, Node, down  # noqa: E402
 
 DEFAULT_FLEET = ROOT / "tests" / "sim" / "fleets" / "default.yml"
@@ -83,18 +89,22 @@ def sim_inventory(sim_fleet: Fleet) -> Path:
     return sim_fleet.inventory
 
 
+def _ansible_playbook(
+    inventory: Path, playbook: str | Path, *args: str, limit: str | None = None
+) -> subprocess.CompletedProcess:
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory)]
+    if limit:
+        cmd += ["--limit", limit]
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
+    return subprocess.run([*cmd, *args, str(playbook)], check=False, capture_output=True, text=True, cwd=ROOT, env=env)
+
+
 @pytest.fixture(scope="session")
 def ansible_playbook(sim_fleet: Fleet) -> Callable[..., subprocess.CompletedProcess]:
     def run(
         playbook: str | Path, *args: str, inventory: Path | None = None, limit: str | None = None
     ) -> subprocess.CompletedProcess:
-        cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory or sim_fleet.inventory)]
-        if limit:
-            cmd += ["--limit", limit]
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
-        return subprocess.run(
-            [*cmd, *args, str(playbook)], check=False, capture_output=True, text=True, cwd=ROOT, env=env
-        )
+        return _ansible_playbook(inventory or sim_fleet.inventory, playbook, *args, limit=limit)
 
     return run
 
@@ -118,3 +128,27 @@ def sim_fleet_factory() -> Any:
         if not _KEEP:
             for fleet in made:
                 down(fleet.prefix)
+
+
+@pytest.fixture(scope="session")
+def e2e_fleet(sim_fleet_factory: Callable[..., Fleet], tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    """The end-to-end GPU fleet (see ``_fleet_e2e.py``), up and prepared once per session.
+
+    Needs gcc here (the libcuda probe); the default fleet is not brought up for it.
+    """
+    if not shutil.which("gcc"):
+        pytest.skip("needs gcc to build the libcuda probe of the e2e fleet")
+    start = time.monotonic()
+    fleet = sim_fleet_factory(_fleet_e2e.E2E_FLEET, name="e2e")
+
+    def run(playbook: str | Path, *args: str, inventory: Path | None = None, limit: str | None = None):
+        return _ansible_playbook(inventory or fleet.inventory, playbook, *args, limit=limit)
+
+    fleet.timings.update(_fleet_e2e.prepare(fleet, run, tmp_path_factory.mktemp("e2e-fleet")))
+    fleet.timings["total"] = time.monotonic() - start
+    print(
+        "[e2e] fleet %s ready in %.0fs (images %.0fs, up %.0fs, nodes %.0fs, playbook %.0fs)"
+        % (fleet.prefix, *(fleet.timings.get(k, 0.0) for k in ("total", "images", "up", "nodes", "playbook"))),
+        file=sys.stderr,
+    )
+    return fleet

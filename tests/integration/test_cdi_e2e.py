@@ -1,143 +1,36 @@
 """End to end on simulated GPU nodes: the real engines, Debian's real NVIDIA userspace, the collection's modules.
 
-One extra fleet (``driver_packages: true``, driver ``loaded``, 2 GPUs each):
+The fleet is the session's ``e2e_fleet`` (``conftest.py``, described in ``_fleet_e2e.py``; shared with
+``test_security_e2e.py``): ``e2e-bookworm`` (docker 20.10 with runtime ``nvidia`` -> the shim, podman 4.3;
+driver 535), ``e2e-trixie`` (docker 26 with native CDI, podman 5.4; driver 550) and ``e2e-sid`` (docker 28,
+containerd 2.1; driver 550), 2 GPUs each, the host programs installed from this working tree, the CDI spec
+written by ``gpufleet.nvidia.cdi_spec`` and the shim registered by ``gpufleet.nvidia.container_runtime``.
 
-* ``e2e-bookworm``: docker 20.10 (runtime ``nvidia`` -> the shim), containerd 1.6, podman 4.3; driver 535;
-* ``e2e-trixie``: docker 26 (native CDI), containerd 1.7, podman 5.4; driver 550.
-
-On each node the host programs are installed from this working tree by ``tests/tools/install_host_programs.py``
-(the same ``_host_programs.install`` the toolkit role uses), ``gpufleet.nvidia.cdi_spec`` and
-``gpufleet.nvidia.container_runtime`` run through ansible-playbook, and nested containers are started from
-``gpufleet-sim-mini-image --python``. Inside: the requested GPU's node and ``nvidiactl`` and no other GPU's;
-``ldconfig -p`` lists ``libcuda.so.1``; a probe compiled here dlopens ``libcuda.so.1`` and calls
-``cuDriverGetVersion`` (it must give the node's CUDA version: the real driver library runs) and ``cuInit``
-(no kernel module: an error code from libcuda, never a load failure); the stub NVML, injected like the real
-one, counts the GPUs the container was given.
+Nested containers are started from ``gpufleet-sim/mini:latest`` (``gpufleet-sim-mini-image --python``).
+Inside: the requested GPU's node and ``nvidiactl`` and no other GPU's; ``ldconfig -p`` lists ``libcuda.so.1``;
+a probe compiled here dlopens ``libcuda.so.1`` and calls ``cuDriverGetVersion`` (it must give the node's CUDA
+version: the real driver library runs) and ``cuInit`` (no kernel module: an error code from libcuda, never a
+load failure); the stub NVML, injected like the real one, counts the GPUs the container was given.
 
 The interleaved ``docker run --rm`` timing (shim with one GPU vs plain runc) is ``make bench``'s
 (bench/bench.py, the same preparation on its own fleet).
 """
 
 import json
-import os
 import re
-import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.integration._fleet_e2e import IMAGE, NVML, PROBE, SHIM
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc to build the libcuda probe"),
-]
+pytestmark = [pytest.mark.integration]
 
-FLEET = {
-    "nodes": [
-        {
-            "name": "e2e-bookworm",
-            "suite": "bookworm",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "engines": ["docker", "containerd", "podman"],
-            "gpus": 2,
-        },
-        {
-            "name": "e2e-trixie",
-            "suite": "trixie",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "gpus": 2,
-        },
-    ]
-}
-IMAGE = "gpufleet-sim/mini:latest"
-SHIM = "/usr/local/bin/gpufleet-container-runtime"
-PROBE = "/usr/local/libexec/gpufleet-e2e/probe"
-NVML = "/usr/local/libexec/gpufleet-e2e/nvml.py"
-PROBE_C = r"""
-#include <dlfcn.h>
-#include <stdio.h>
-int main(void) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) { printf("dlopen failed: %s\n", dlerror()); return 1; }
-    int (*version)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
-    int (*init)(unsigned int) = (int (*)(unsigned int))dlsym(h, "cuInit");
-    int (*name)(int, const char **) = (int (*)(int, const char **))dlsym(h, "cuGetErrorName");
-    if (!version || !init || !name) { printf("symbol missing\n"); return 2; }
-    int v = 0;
-    int vrc = version(&v);
-    int rc = init(0);
-    const char *n = "?";
-    name(rc, &n);
-    printf("cuDriverGetVersion=%d version=%d cuInit=%d %s\n", vrc, v, rc, n);
-    return 0;
-}
-"""
-NVML_PY = """
-import ctypes
-nvml = ctypes.CDLL("libnvidia-ml.so.1")
-count = ctypes.c_uint(0)
-print("nvmlInit=%d" % nvml.nvmlInit_v2())
-print("nvmlDeviceGetCount=%d count=%d" % (nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), count.value))
-"""
 SCRIPT = f"ls /dev; echo ---; ldconfig -p; echo ---; {PROBE}; python3 {NVML}"
-PLAYBOOK = """
-- hosts: all
-  gather_facts: false
-  tasks:
-    - name: Write the CDI spec (GPUs from discovery)
-      gpufleet.nvidia.cdi_spec: {}
-      register: spec
-    - name: Again, unchanged
-      gpufleet.nvidia.cdi_spec: {}
-      register: again
-    - name: The second run changed nothing
-      ansible.builtin.assert:
-        that: [spec is changed, again is not changed]
-    - name: Register the shim as docker's runtime nvidia (and CDI from docker 25)
-      gpufleet.nvidia.container_runtime:
-        engine: docker
-        path: /usr/local/bin/gpufleet-container-runtime
-        cdi: "{{ gpufleet_sim.suite != 'bookworm' }}"
-        restart: true
-"""
 
 
 @pytest.fixture(scope="module")
-def fleet(sim_fleet_factory, ansible_playbook, tmp_path_factory):
-    work = tmp_path_factory.mktemp("cdi-e2e")
-    probe = work / "probe"
-    (work / "probe.c").write_text(PROBE_C)
-    # Dynamically linked against this machine's glibc (bookworm 2.36, the oldest of the suites).
-    subprocess.run(["gcc", "-O2", "-o", str(probe), str(work / "probe.c")], check=True)
-    fleet = sim_fleet_factory(FLEET, name="cdi")
-
-    def prepare(node):
-        node.run("mkdir -p /tmp/gf/tests/tools /tmp/gf/plugins/module_utils " + os.path.dirname(PROBE), check=True)
-        node.put("/tmp/gf/tests/tools/install_host_programs.py", _read("tests/tools/install_host_programs.py"))
-        for name in sorted(os.listdir(os.path.join(REPO, "plugins", "module_utils"))):
-            if name.endswith(".py"):
-                node.put("/tmp/gf/plugins/module_utils/" + name, _read("plugins/module_utils/" + name))
-        node.run("python3 /tmp/gf/tests/tools/install_host_programs.py", check=True)
-        node.put(PROBE, probe.read_bytes(), 0o755)
-        node.put(NVML, NVML_PY)
-        node.run(f"gpufleet-sim-mini-image {IMAGE} --python", check=True, timeout=300)
-
-    with ThreadPoolExecutor(len(fleet.nodes)) as pool:
-        list(pool.map(prepare, [fleet.node(n) for n in fleet.nodes]))
-    playbook = work / "site.yml"
-    playbook.write_text(PLAYBOOK)
-    proc = ansible_playbook(playbook, inventory=fleet.inventory)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return fleet
-
-
-def _read(rel):
-    with open(os.path.join(REPO, rel), encoding="utf-8") as f:
-        return f.read()
+def fleet(e2e_fleet):
+    return e2e_fleet
 
 
 def _container(node, engine, *args, check=True):
@@ -235,3 +128,15 @@ def test_docker_26_through_the_shim(fleet):
     node = _node(fleet, "trixie")
     out = _container(node, "docker", "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "sh", "-c", SCRIPT)
     _check_gpu_container(node, out.stdout, [0])
+
+
+def test_docker_28_native_cdi(fleet):
+    node = _node(fleet, "sid")
+    out = _container(node, "docker", "--device", "nvidia.com/gpu=0", IMAGE, "sh", "-c", SCRIPT)
+    _check_gpu_container(node, out.stdout, [0])
+
+
+def test_docker_28_through_the_shim(fleet):
+    node = _node(fleet, "sid")
+    out = _container(node, "docker", "--runtime=nvidia", "--gpus", "device=1", IMAGE, "sh", "-c", SCRIPT)
+    _check_gpu_container(node, out.stdout, [1])
