@@ -354,11 +354,17 @@ def check_config(config, what="config.json"):
     return config
 
 
-def read_limited(path, limit, what=None):
-    """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file."""
+def read_limited(path, limit, what=None, check=None):
+    """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file.
+
+    ``check(st)``, when given, runs on the open file's ``fstat`` first (the shim's ownership rule), so
+    what is checked is what is read. Opened ``O_NONBLOCK``: a FIFO there never blocks.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
+        if check is not None:
+            check(st)
         if not stat.S_ISREG(st.st_mode):
             raise RequestError("%s is not a regular file" % (what or path))
         data = os.read(fd, limit + 1)

@@ -63,27 +63,16 @@ def check_trusted(st, path, what):
 
 
 def read_trusted(path, limit, what):
-    """The bytes of a trusted file (``check_trusted``) of at most ``limit`` bytes; None when it is missing."""
+    """The bytes of a trusted file (``check_trusted``, on the open file) of at most ``limit`` bytes; None
+    when it is missing."""
+    from ._oci import RequestError, read_limited  # noqa: PLC0415
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_limited(path, limit, "%s %s" % (what, path), lambda st: check_trusted(st, path, what))
     except FileNotFoundError:
         return None
-    try:
-        st = os.fstat(fd)
-        check_trusted(st, path, what)
-        if (st.st_mode & 0o170000) != 0o100000:
-            raise ShimError("%s %s is not a regular file" % (what, path))
-        data = os.read(fd, limit + 1)
-        while len(data) <= limit:
-            more = os.read(fd, limit + 1 - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ShimError("%s %s is larger than %d bytes" % (what, path, limit))
-    return data
+    except RequestError as exc:
+        raise ShimError(str(exc)) from None
 
 
 def _config():
