@@ -46,6 +46,7 @@ import sys
 
 from ._jsonio import loads
 from ._ldcache import FLAGS_BY_ARCH, MAX_CACHE_BYTES, LdCacheError, add_entries
+from ._oci import RequestError, read_config, read_fd
 from ._pathsafe import resolve_in_root
 
 NAME = "gpufleet-cdi-hook"
@@ -90,9 +91,8 @@ def parse_args(argv):
         elif flag == "--library":
             arch, sep1, rest = value.partition("::")
             soname, sep2, path = rest.partition("::")
-            if not (sep1 and sep2) or arch not in FLAGS_BY_ARCH or not soname or "/" in soname:
-                raise HookError("--library %r: expected <arch>::<soname>::<absolute container path>" % value)
-            if not path.startswith("/") or path.endswith("/"):
+            malformed = not (sep1 and sep2) or arch not in FLAGS_BY_ARCH or not soname or "/" in soname
+            if malformed or not path.startswith("/") or path.endswith("/"):
                 raise HookError("--library %r: expected <arch>::<soname>::<absolute container path>" % value)
             options["libraries"].append((arch, soname, path))
         elif flag == "--link":
@@ -122,11 +122,15 @@ def read_state(stream):
 
 def container_root(bundle):
     """``(root, mount destinations)`` of the container from the bundle's ``config.json``."""
-    from ._oci import read_config  # noqa: PLC0415  # the one reader of config.json (size and type checked)
+    config = read_config(os.path.join(bundle, "config.json"))  # refuses a config.json without root.path
+    return root_of(bundle, config), mount_destinations(config)
 
-    config = read_config(os.path.join(bundle, "config.json"))
-    root = config["root"]["path"]
-    return os.path.normpath(os.path.join(bundle, root)), mount_destinations(config)
+
+def root_of(bundle, config):
+    """The container's root on this machine (``root.path`` of a type-checked ``config``, relative to the
+    bundle), or None when ``config`` names none."""
+    path = (config.get("root") or {}).get("path")
+    return os.path.normpath(os.path.join(bundle, path)) if path else None
 
 
 def mount_destinations(config):
@@ -251,21 +255,11 @@ def read_image_cache(etc_fd):
             return b""
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
-        if st.st_size > MAX_CACHE_BYTES:
-            raise HookError("the image's /etc/ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
-        chunks, size = [], 0
-        while size <= MAX_CACHE_BYTES:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_CACHE_BYTES:
-            raise HookError("the image's /etc/ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
-        return b"".join(chunks)
+        return read_fd(fd, MAX_CACHE_BYTES, "the image's /etc/ld.so.cache")
+    except RequestError as exc:
+        raise HookError(str(exc)) from None
     finally:
         os.close(fd)
 

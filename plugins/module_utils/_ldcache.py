@@ -94,15 +94,23 @@ def _parse_new(data, base):
     return entries
 
 
-def _parse_old(data):
+def _old_layout(data):
+    """``(nlibs, start of the strings, offset of an embedded new-format cache or -1)`` of a cache that starts
+    with the old magic: glibc < 2.32 (and ``ldconfig -c compat``) puts the new header right after the old
+    table, 8-byte aligned."""
+    if len(data) < 16:
+        raise LdCacheError("truncated old-format header")
     nlibs = struct.unpack_from("<I", data, 12)[0]
-    table = 16
-    strings = table + nlibs * _OLD_ENTRY.size
+    strings = 16 + nlibs * _OLD_ENTRY.size
     if strings > len(data):
         raise LdCacheError("old-format cache claims %d entries, more than the file holds" % nlibs)
+    return nlibs, strings, data.find(NEW_MAGIC, strings - (strings % 8))
+
+
+def _parse_old(data, nlibs, strings):
     entries = []
     for i in range(nlibs):
-        flags, key, value = _OLD_ENTRY.unpack_from(data, table + i * _OLD_ENTRY.size)
+        flags, key, value = _OLD_ENTRY.unpack_from(data, 16 + i * _OLD_ENTRY.size)
         where = "old entry %d" % i
         entries.append(
             LdCacheEntry(
@@ -113,7 +121,7 @@ def _parse_old(data):
                 0,
             )
         )
-    return entries, strings
+    return entries
 
 
 def parse_ld_so_cache(data):
@@ -125,14 +133,10 @@ def parse_ld_so_cache(data):
     if data.startswith(NEW_MAGIC):
         return _parse_new(data, 0)
     if data.startswith(OLD_MAGIC):
-        if len(data) < 16:
-            raise LdCacheError("truncated old-format header")
-        old_entries, strings = _parse_old(data)
-        # A combined file puts the new header right after the old table, 8-byte aligned.
-        new_at = data.find(NEW_MAGIC, strings - (strings % 8))
+        nlibs, strings, new_at = _old_layout(data)
         if new_at >= 0:
             return _parse_new(data, new_at)
-        return old_entries
+        return _parse_old(data, nlibs, strings)
     raise LdCacheError("not an ld.so.cache (magic %r)" % data[:20])
 
 
@@ -202,13 +206,9 @@ def _new_part(data):
         return _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, 0, 0, _ENDIAN_LITTLE, 0), False
     if data.startswith(NEW_MAGIC):
         return data, True
-    if not data.startswith(OLD_MAGIC) or len(data) < 16:
+    if not data.startswith(OLD_MAGIC):
         raise LdCacheError("not an ld.so.cache (magic %r)" % data[:20])
-    nlibs = struct.unpack_from("<I", data, 12)[0]
-    strings = 16 + nlibs * _OLD_ENTRY.size
-    if strings > len(data):
-        raise LdCacheError("old-format cache claims %d entries, more than the file holds" % nlibs)
-    new_at = data.find(NEW_MAGIC, strings - (strings % 8))
+    nlibs, strings, new_at = _old_layout(data)
     if new_at >= 0:
         # Combined layout (glibc < 2.32, or ldconfig -c compat): the new part is self-contained, except that
         # an extension directory counts from the file's start; drop it rather than guess (only -c compat

@@ -367,16 +367,22 @@ def read_limited(path, limit, what=None, check=None):
             check(st)
         if not stat.S_ISREG(st.st_mode):
             raise RequestError("%s is not a regular file" % (what or path))
-        data = os.read(fd, limit + 1)
-        while data and len(data) <= limit:
-            more = os.read(fd, limit + 1 - len(data))
-            if not more:
-                break
-            data += more
+        return read_fd(fd, limit, what or path)
     finally:
         os.close(fd)
+
+
+def read_fd(fd, limit, what):
+    """At most ``limit`` bytes from the open file ``fd``; ``RequestError`` naming ``what`` when it holds more
+    (never more than ``limit + 1`` bytes are read)."""
+    data = os.read(fd, limit + 1)
+    while data and len(data) <= limit:
+        more = os.read(fd, limit + 1 - len(data))
+        if not more:
+            break
+        data += more
     if len(data) > limit:
-        raise RequestError("%s is larger than %d bytes" % (what or path, limit))
+        raise RequestError("%s is larger than %d bytes" % (what, limit))
     return data
 
 
@@ -496,15 +502,19 @@ def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=
     return config
 
 
-def inject(config, index, stat_node=_stat_node, accept_envvar_unprivileged=True, accept_volume_mounts=False):
+def inject(
+    config, index, stat_node=_stat_node, accept_envvar_unprivileged=True, accept_volume_mounts=False, *, request=None
+):
     """The shim's whole job on ``create``: find the request, check it, apply the edits.
 
     Returns True when ``config`` was changed (it is changed in place), False for a container that does
     not ask for GPUs (only NVIDIA's legacy hook may have been removed: then True as well).
+    ``request``: the caller's ``gpu_request(config, ...)``, when it already has it (computed here otherwise).
     Raises ``RequestError`` with the one-line reason the start must fail with.
     """
     legacy = remove_legacy_hook(config)
-    request = gpu_request(config, accept_envvar_unprivileged, accept_volume_mounts)
+    if request is None:
+        request = gpu_request(config, accept_envvar_unprivileged, accept_volume_mounts)
     if request is None:
         return legacy
     names = request.devices

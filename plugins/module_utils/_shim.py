@@ -226,7 +226,7 @@ def _prepare(config_file, raw, shim_config):
     index_path = shim_config.get("index") or DEFAULT_INDEX
     index = _read_index(index_path, request is not None)
     try:
-        if not inject(config, index, **policy):
+        if not inject(config, index, request=request, **policy):
             return False
     except (TypeError, KeyError, AttributeError) as exc:  # config.json is checked: the index is malformed
         raise ShimError(
@@ -268,8 +268,8 @@ def inline_hook(config, bundle):
         return False
     from . import _cdi_hook  # noqa: PLC0415
 
-    root = os.path.normpath(os.path.join(bundle, str((config.get("root") or {}).get("path") or "")))
-    if not os.path.isdir(root):
+    root = _cdi_hook.root_of(bundle, config)
+    if root is None or not os.path.isdir(root):
         return False  # not prepared yet: the hook entry stays (runc reports a missing root itself)
     try:
         options = _cdi_hook.parse_args([HOOK_NAME, *[str(a) for a in (ours[0].get("args") or [])[1:]]])
