@@ -39,7 +39,7 @@ unit: ## pytest over tests/unit (fails when nothing is collected)
 	@$(call run,python -m pytest -q -p no:cacheprovider tests/unit)
 
 unit-py38: ## the stdlib-only module_utils tests under the oldest target Python (3.8)
-	@if ! ls tests/unit/plugins/module_utils/test_*.py >/dev/null 2>&1; then \
+	@if ! ls tests/unit/plugins/module_utils/*/test_*.py >/dev/null 2>&1; then \
 	  echo "==> unit-py38: no module_utils tests in the tree yet"; \
 	elif [ -x .venv-py38/bin/python ]; then \
 	  $(call run,.venv-py38/bin/python -m pytest -q -p no:cacheprovider -m "not controller" tests/unit/plugins/module_utils); \

@@ -317,7 +317,7 @@ def no_commands(argv):
 
 def scan_rows(rounds):
     """The pure ``discover()`` of a generated host tree (sysfs, procfs, /dev, NVML stub) for 1, 8, 16 GPUs."""
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import discover
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover
     from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils import discovery_tree as dt
 
     rows = []
@@ -355,7 +355,7 @@ def scan_rows(rounds):
 
 
 def cdi_rows(rounds):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import build_spec, gather, render
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import build_spec, gather, render
 
     sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
     import debian_driver_tree as builder

@@ -49,7 +49,7 @@ import json
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
 
 HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
 

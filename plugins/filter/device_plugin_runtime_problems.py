@@ -58,7 +58,7 @@ _value:
 
 import json
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import (
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin import (
     DEFAULTS,
     runtime_problems,
     toolkit_problems,

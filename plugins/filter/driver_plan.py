@@ -48,7 +48,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_plan import PlanError, plan
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
 
 
 def driver_plan(facts, settings, nvidia):

@@ -12,7 +12,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 
 import re
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 
 BEGIN = "GPUFLEET-VALIDATE-BEGIN"
 END = "GPUFLEET-VALIDATE-END"

@@ -154,13 +154,17 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     DEFAULT_INDEX_PATH,
     HOOK_PATH,
 )
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi_refresh import NoGpuError, generate, write_text
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._driver_files import CapabilityError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._pathsafe import host_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import (
+    NoGpuError,
+    generate,
+    write_text,
+)
 
 
 def _read(path):

@@ -223,14 +223,14 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _runtime_containerd as ctd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _runtime_crio as crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _runtime_docker as dock
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_common import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import crio
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import (
     RuntimeConfigError,
     parse_version,
 )
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._runtime_toml import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import (
     MISSING_TOMLKIT_HINT,
     TOMLKIT_IMPORT_ERROR,
 )

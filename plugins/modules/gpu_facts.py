@@ -396,7 +396,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._discovery import SOURCES, discover
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import SOURCES, discover
 
 
 def main() -> None:

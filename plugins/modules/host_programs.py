@@ -9,7 +9,8 @@ version_added: 0.1.0
 description:
   - Installs the native container toolkit of this collection on the target, from the module's own payload, so the
     programs on the host are exactly this collection's C(plugins/module_utils) code (one source, no copy in a role).
-  - The code goes to C(<libdir>/gpufleet_nvidia/) as a flat package; each program is a small launcher in
+  - The code goes to C(<libdir>/gpufleet_nvidia/) (the programs' modules and what they import, with their
+    subpackages, as in C(plugins/module_utils)); each program is a small launcher in
     O(bindir) that starts the system Python isolated (C(-I -S)) and calls the program's C(main). The runtime shim's
     launcher is a shell script that hands every call but C(create)/C(run) of a GPU container straight to the real
     OCI runtime.
@@ -180,59 +181,21 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-# Every module the programs need is imported here, so that Ansible puts it into this module's payload;
-# the module reads their sources back from the payload (pkgutil), never from the controller or a copy.
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import (
-    _cdi,
-    _cdi_hook,
-    _cdi_refresh,
-    _dev_char,
-    _devices,
-    _discovery,
-    _driver_files,
-    _engines,
-    _host_programs,
-    _jsonio,
-    _labels,
-    _ldcache,
-    _nvidia_procfs,
-    _nvidia_smi,
-    _nvml,
-    _oci,
-    _pathsafe,
-    _pci,
-    _problems,
-    _shim,
-)
+# The programs' own modules are imported here, so that Ansible puts them, and everything they import, into this
+# module's payload; the module reads their sources back from the payload (pkgutil), never from the controller or a
+# copy. ``_host_programs.payload`` computes the same closure from the sources (a unit test checks they agree).
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim
 
 PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
-# Held so that the imports above are used; a unit test checks this matches _host_programs.MODULES.
-PAYLOAD = (
-    _cdi,
-    _cdi_hook,
-    _cdi_refresh,
-    _dev_char,
-    _devices,
-    _discovery,
-    _driver_files,
-    _engines,
-    _jsonio,
-    _labels,
-    _ldcache,
-    _nvidia_procfs,
-    _nvidia_smi,
-    _nvml,
-    _oci,
-    _pathsafe,
-    _pci,
-    _problems,
-    _shim,
-)
 
 
 def read_source(module):
     """A module's source text, from wherever this module's code was loaded (an AnsiballZ payload or a checkout)."""
-    data = pkgutil.get_data(PACKAGE, module + ".py")  # a regular package (the AnsiballZ payload's)
+    data = pkgutil.get_data(PACKAGE, module.replace(".", "/") + ".py")  # a regular package (the AnsiballZ payload's)
     if data is not None:
         return data.decode("utf-8")
     loaded = importlib.import_module(PACKAGE + "." + module)  # a namespace package (a collection checkout)

@@ -37,8 +37,8 @@ def _load_unit_conftest():
 unit_conftest = _load_unit_conftest()
 debian_driver_tree = unit_conftest.debian_driver_tree
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host_programs  # noqa: E402
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._cdi import build_spec, gather, render  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import build_spec, gather, render  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs  # noqa: E402
 
 pytestmark = [
     pytest.mark.integration,

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from plugins.module_utils._driver_plan import DEBIAN_COMPUTE
+from plugins.plugin_utils.driver_plan import DEBIAN_COMPUTE
 
 SUITES = ("bookworm", "trixie", "sid")
 DRIVER_STATES = ("none", "installed", "loaded")

@@ -10,7 +10,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "plugins"))
 
-from module_utils import _host_programs  # noqa: E402  # a namespace package: the relative imports work
+from module_utils.hostprog import install as _host_programs  # noqa: E402  # a namespace package: the relative imports work
 
 
 def main():

@@ -194,7 +194,7 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
 
 
 def test_defaults_and_argument_specs_agree_with_the_builder():
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._device_plugin import DEFAULTS
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin import DEFAULTS
 
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]

@@ -5,7 +5,10 @@ import json
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.modules import gpu_facts
-from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery_tree import HostTree, gpu_host
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery.discovery_tree import (
+    HostTree,
+    gpu_host,
+)
 
 pytestmark = pytest.mark.controller
 

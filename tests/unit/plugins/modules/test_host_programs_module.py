@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+import sys
 
 import pytest
 
@@ -10,8 +11,14 @@ pytestmark = pytest.mark.controller
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi, _host_programs  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as _cdi  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.modules import host_programs  # noqa: E402
+
+
+def _package_files():
+    modules = _host_programs.payload(host_programs.read_source)
+    return len(modules) + len(_host_programs.packages(modules))
 
 
 @pytest.fixture
@@ -33,8 +40,10 @@ def call(capsys, tmp_path):
 
 
 def test_payload_imports_every_module_the_programs_need():
-    names = sorted(m.__name__.rsplit(".", 1)[1] for m in host_programs.PAYLOAD)
-    assert names == sorted(_host_programs.MODULES)
+    """What the module imports (and so what Ansible ships) holds the computed payload, read the way the module reads."""
+    modules = _host_programs.payload(host_programs.read_source)
+    prefix = host_programs.PACKAGE + "."
+    assert {m for m in modules} <= {n[len(prefix) :] for n in sys.modules if n.startswith(prefix)}
 
 
 def test_check_mode_writes_nothing_and_reports_every_file(call):
@@ -42,7 +51,7 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
     code, result = run(check=True, diff=True)
     assert code == 0 and result["changed"]
     # the package's __init__ and modules, five launchers, the shim's configuration
-    assert len(result["changed_files"]) == len(result["files"]) == 1 + len(_host_programs.MODULES) + 5 + 1
+    assert len(result["changed_files"]) == len(result["files"]) == _package_files() + 5 + 1
     assert not (tmp / "bin").exists() and not (tmp / "lib").exists() and not (tmp / "etc").exists()
     assert result["runtime_config"] == {
         "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
@@ -59,7 +68,7 @@ def test_install_copies_the_loaded_sources_then_is_idempotent(call):
     shim = tmp / "bin" / "gpufleet-container-runtime"
     assert stat.S_IMODE(shim.stat().st_mode) == 0o755 and "/usr/bin/crun" in shim.read_text()
     with open(_cdi.__file__, encoding="utf-8") as f:
-        assert (tmp / "lib" / "gpufleet_nvidia" / "_cdi.py").read_text() == f.read()
+        assert (tmp / "lib" / "gpufleet_nvidia" / "cdi" / "spec.py").read_text() == f.read()
     assert result["programs"]["gpufleet-cdi-hook"] == str(tmp / "bin" / "gpufleet-cdi-hook")
     code, again = run()
     assert code == 0 and not again["changed"] and again["changed_files"] == [] and again["digest"] == result["digest"]
@@ -69,7 +78,7 @@ def test_only_changed_bytes_or_mode_are_rewritten(call):
     run, tmp = call
     run()
     hook = tmp / "bin" / "gpufleet-cdi-hook"
-    module = tmp / "lib" / "gpufleet_nvidia" / "_cdi.py"
+    module = tmp / "lib" / "gpufleet_nvidia" / "cdi" / "spec.py"
     os.chmod(str(hook), 0o700)
     module.write_text("tampered\n")
     _code, result = run(diff=True)

@@ -1,0 +1,308 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one home of "which driver files does a container get for which capability".
+
+Used by ``gpu_facts`` (what the host has), ``cdi_spec`` (what the spec mounts) and the runtime shim
+(what ``NVIDIA_DRIVER_CAPABILITIES`` means). It follows libnvidia-container's rules: libraries are
+matched as soname prefixes in the driver root's ``ld.so.cache``, resolved inside the driver root, and
+kept only when the resolved file name ends with the driver version, so a stale library left over from an
+older driver is never injected.
+
+Standard library only (target Pythons 3.8+).
+"""
+
+import os
+import stat
+from collections import namedtuple
+
+from ..base.pathsafe import host_path, resolve_in_root
+from .ldcache import LdCacheEntry, read_ld_so_cache
+
+# Canonical order: the order capabilities are listed in and applied in.
+CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
+DEFAULT_CAPABILITIES = ("utility", "compute")
+# A capability that needs another one's files to work.
+IMPLIES = {"video": ("compute",), "display": ("graphics",)}
+
+LIBRARIES = {
+    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
+    "compute": (
+        "libcuda.so",
+        "libcudadebugger.so",
+        "libnvidia-opencl.so",
+        "libnvidia-gpucomp.so",
+        "libnvidia-ptxjitcompiler.so",
+        "libnvidia-fatbinaryloader.so",
+        "libnvidia-allocator.so",
+        "libnvidia-compiler.so",
+        "libnvidia-pkcs11.so",
+        "libnvidia-pkcs11-openssl3.so",
+        "libnvidia-nvvm.so",
+    ),
+    "video": ("libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"),
+    "graphics": (
+        "libnvidia-eglcore.so",
+        "libnvidia-glcore.so",
+        "libnvidia-tls.so",
+        "libnvidia-glsi.so",
+        "libnvidia-fbc.so",
+        "libnvidia-ifr.so",
+        "libnvidia-rtcore.so",
+        "libnvoptix.so",
+        "libGLX_nvidia.so",
+        "libEGL_nvidia.so",
+        "libGLESv2_nvidia.so",
+        "libGLESv1_CM_nvidia.so",
+        "libnvidia-glvkspirv.so",
+        "libnvidia-cbl.so",
+    ),
+    "display": (),
+    "ngx": ("libnvidia-ngx.so",),
+    "compat32": (),  # not a list of its own: the other capabilities' libraries, for i386
+}
+
+BINARIES = {
+    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+}
+
+# Where libnvidia-container looks for the binaries inside the driver root.
+BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+# Loader configuration the graphics stack needs: ICD and vendor files (driver root).
+CONFIG_FILES = {
+    "compute": ("/etc/OpenCL/vendors/nvidia.icd",),
+    "graphics": (
+        "/etc/vulkan/icd.d/nvidia_icd.json",
+        "/usr/share/vulkan/icd.d/nvidia_icd.json",
+        "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "/etc/glvnd/egl_vendor.d/10_nvidia.json",
+        "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    ),
+}
+
+# Sockets of host daemons (these live on the host root, not in the driver root).
+IPC_SOCKETS = {
+    "utility": ("/var/run/nvidia-persistenced/socket", "/var/run/nvidia-fabricmanager/socket"),
+}
+MPS_PIPE_DIR = "/tmp/nvidia-mps"  # noqa: S108  # compute; CUDA_MPS_PIPE_DIRECTORY's default
+
+FIRMWARE_DIR = "/lib/firmware/nvidia"
+
+# Links the hook creates in the container (name -> target, in the same directory).
+CONTAINER_LINKS = {
+    "compute": (("libcuda.so", "libcuda.so.1"),),
+    "graphics": (("libGLX_indirect.so.0", "libGLX_nvidia.so.0"),),
+    "video": (("libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1"),),
+}
+
+# Where libraries go inside the container, by the container image's layout.
+# Debian's private driver folders. The sonames are public only through nvidia-alternative's links; a
+# library whose link is missing (alternative pointing elsewhere, trigger not run) is still found here.
+PRIVATE_LIBDIRS = {
+    "x86_64": ("/usr/lib/x86_64-linux-gnu/nvidia/current",),
+    "i386": ("/usr/lib/i386-linux-gnu/nvidia/current",),
+}
+# Patterns for ``re`` (cached by it), imported where used: the shim imports this module for
+# parse_capabilities and must not pay for ``re`` on every GPU container start.
+_SONAME_RE = r"^lib[\w.+-]*\.so\.\d+$"
+
+CONTAINER_LIBDIRS = {
+    "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"),
+    "i386": ("/usr/lib/i386-linux-gnu", "/usr/lib32"),
+}
+
+DriverFile = namedtuple("DriverFile", ["kind", "capability", "name", "path", "resolved", "arch"])
+"""One file for a container. ``kind``: library, binary, config, firmware, ipc. ``path``: where it was
+found, ``resolved``: the real file behind every link; both absolute in the (driver) root's own terms."""
+
+_VERSION_SUFFIX = r"\.so\.(\d+\.\d+(?:\.\d+)?)$"
+
+
+class CapabilityError(ValueError):
+    """A capability list names something that is not a capability."""
+
+
+def parse_capabilities(value):
+    """Normalise an ``NVIDIA_DRIVER_CAPABILITIES``-style value into a tuple in canonical order.
+
+    ``None``, empty or blank means the default ``utility,compute``; ``all`` means every capability;
+    an unknown name raises ``CapabilityError`` naming it. Implied capabilities (video needs compute,
+    display needs graphics) are added.
+    """
+    if isinstance(value, (list, tuple)):
+        names = [str(v).strip() for v in value]
+    else:
+        names = [n.strip() for n in (value or "").split(",")]
+    names = [n for n in names if n]
+    if not names:
+        return DEFAULT_CAPABILITIES
+    if "all" in names:
+        return CAPABILITIES
+    unknown = sorted(set(names) - set(CAPABILITIES))
+    if unknown:
+        raise CapabilityError(
+            "unknown driver capability %s; valid: %s or all"
+            % (", ".join(repr(u) for u in unknown), ", ".join(CAPABILITIES))
+        )
+    wanted = set(names)
+    for name in names:
+        wanted.update(IMPLIES.get(name, ()))
+    return tuple(c for c in CAPABILITIES if c in wanted)
+
+
+def version_of(filename):
+    """The driver version a library file name carries (``libcuda.so.535.261.03`` -> ``535.261.03``)."""
+    import re  # noqa: PLC0415  # see _SONAME_RE
+
+    match = re.search(_VERSION_SUFFIX, filename)
+    return match.group(1) if match else None
+
+
+def library_capability(soname):
+    """The capability whose list matches ``soname`` as a prefix, or None."""
+    for capability in CAPABILITIES:
+        for prefix in LIBRARIES[capability]:
+            if soname.startswith(prefix):
+                return capability
+    return None
+
+
+def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
+    """Driver libraries for ``capabilities`` from ld.so.cache ``entries``, as ``DriverFile``s.
+
+    ``resolve(path)`` maps a cache path to the real file, in the driver root's terms (pass a
+    ``resolve_in_root`` partial). ``compat32`` adds the i386 copies of the other capabilities'
+    libraries. One file per resolved path; cache order (the loader's) is kept.
+    """
+    capabilities = parse_capabilities(capabilities)
+    arches = [arch] + (["i386"] if "compat32" in capabilities and arch == "x86_64" else [])
+    files, seen = [], set()
+    for entry in entries:
+        if entry.arch not in arches:
+            continue
+        capability = library_capability(entry.soname)
+        if capability is None or capability not in capabilities:
+            continue
+        resolved = resolve(entry.path)
+        if version and not os.path.basename(resolved).endswith(version):
+            continue
+        if resolved in seen:
+            continue
+        seen.add(resolved)
+        files.append(DriverFile("library", capability, entry.soname, entry.path, resolved, entry.arch))
+    return files
+
+
+def private_entries(driver_root, entries, resolve):
+    """Cache-like entries for the sonames in Debian's private folders that ``entries`` lack, after them.
+
+    Only ``lib*.so.<N>`` names (the soname links) are taken; what they point at is still resolved inside
+    ``driver_root`` and filtered by version like every cache entry.
+    """
+    import re  # noqa: PLC0415  # see _SONAME_RE
+
+    known = {(e.soname, e.arch) for e in entries}
+    extra = []
+    for arch, dirs in sorted(PRIVATE_LIBDIRS.items()):
+        for directory in dirs:
+            try:
+                names = sorted(os.listdir(host_path(driver_root, resolve(directory))))
+            except OSError:
+                continue
+            for name in names:
+                if re.match(_SONAME_RE, name) and (name, arch) not in known:
+                    known.add((name, arch))
+                    extra.append(LdCacheEntry(name, directory + "/" + name, None, arch, None))
+    return extra
+
+
+def detect_installed_version(entries, resolve, arch="x86_64"):
+    """The driver version of the installed userspace: the suffix of the file behind libnvidia-ml.so.1
+    (else libcuda.so.1) in the cache, or None when neither is installed."""
+    for wanted in ("libnvidia-ml.so.1", "libcuda.so.1"):
+        for entry in entries:
+            if entry.soname == wanted and entry.arch == arch:
+                found = version_of(os.path.basename(resolve(entry.path)))
+                if found:
+                    return found
+    return None
+
+
+def _is_file(root, inner, executable=False):
+    try:
+        st = os.stat(host_path(root, inner))
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (not executable or bool(st.st_mode & 0o111))
+
+
+def _is_socket(root, inner):
+    try:
+        return stat.S_ISSOCK(os.stat(host_path(root, inner)).st_mode)
+    except OSError:
+        return False
+
+
+def read_driver_cache(driver_root):
+    """The driver root's ld.so.cache entries plus ``private_entries``: what the loader and
+    libnvidia-container see, and the libraries Debian keeps out of the cache (``libnvidia-ml.so.1``).
+    Raises OSError when there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
+
+    def resolve(path):
+        return resolve_in_root(driver_root, path)
+
+    entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    return entries + private_entries(driver_root, entries, resolve)
+
+
+def find_driver_files(driver_root, capabilities=None, version=None, *, root=None, arch="x86_64", entries=None):
+    """Every driver file a container gets for ``capabilities``, found on the system under ``driver_root``.
+
+    ``version`` defaults to the installed userspace's (``detect_installed_version``); ``root`` (the host
+    root, default ``driver_root``) is where IPC sockets live. ``entries`` lets a caller pass an
+    already-parsed ld.so.cache. Returns ``(version, [DriverFile, ...])``.
+    """
+    root = driver_root if root is None else root
+    capabilities = parse_capabilities(capabilities)
+
+    def resolve(path):
+        return resolve_in_root(driver_root, path)
+
+    if entries is None:
+        entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    entries = list(entries) + private_entries(driver_root, entries, resolve)
+    if version is None:
+        version = detect_installed_version(entries, resolve, arch)
+    files = select_libraries(entries, capabilities, version, resolve, arch) if version else []
+
+    for capability in capabilities:
+        for name in BINARIES.get(capability, ()):
+            for directory in BINARY_DIRS:
+                inner = resolve(directory + "/" + name)
+                if _is_file(driver_root, inner, executable=True):
+                    files.append(DriverFile("binary", capability, name, directory + "/" + name, inner, arch))
+                    break
+        for path in CONFIG_FILES.get(capability, ()):
+            inner = resolve(path)
+            if _is_file(driver_root, inner):
+                files.append(DriverFile("config", capability, os.path.basename(path), path, inner, None))
+        for path in IPC_SOCKETS.get(capability, ()):
+            inner = resolve_in_root(root, path)
+            if _is_socket(root, inner):
+                files.append(DriverFile("ipc", capability, os.path.basename(os.path.dirname(path)), path, inner, None))
+
+    if version:
+        firmware_dir = resolve(FIRMWARE_DIR + "/" + version)
+        try:
+            names = sorted(os.listdir(host_path(driver_root, firmware_dir)))
+        except OSError:
+            names = []
+        for name in names:
+            if name.startswith("gsp") and name.endswith(".bin"):
+                path = firmware_dir + "/" + name
+                files.append(DriverFile("firmware", "utility", name, path, resolve(path), None))
+    return version, files

@@ -1,0 +1,418 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The CDI spec for ``nvidia.com/gpu``: model, generation and byte-stable rendering.
+
+``build_spec`` is a pure function of the GPUs (dicts shaped like ``ansible_facts.nvidia.gpus``), the
+driver files (``_driver_files.find_driver_files``) and the control device nodes; it returns the spec and
+the *index*, a compact JSON document the runtime shim reads on every GPU container start instead of the
+YAML spec. The index carries what a CDI spec cannot: the capability each mount belongs to (so
+``NVIDIA_DRIVER_CAPABILITIES`` can filter mounts at start), the CUDA version ``NVIDIA_REQUIRE_cuda`` is
+checked against, and UUID <-> index aliases. It lives outside ``/etc/cdi`` so CDI-aware engines never
+see the same device names twice.
+
+Where things go in the container:
+
+* libraries: ``/usr/lib/x86_64-linux-gnu/<real file name>`` (``/usr/lib/i386-linux-gnu`` for compat32),
+  the Debian-like layout; the hook adds that folder to the container's ld.so.conf.d and runs
+  hook adds their soname links and entries to the container's ``ld.so.cache`` (written by our own code,
+  no ldconfig runs) and that folder to its ld.so.conf.d, so a ``/usr/lib64`` image finds them as well;
+* binaries: ``/usr/bin/<name>``; loader config files, GSP firmware, IPC sockets: their own paths.
+
+Version rules (CDI ``specs-go/version.go``): device names starting with a digit and ``hostPath`` on
+device nodes need 0.5.0, top-level ``annotations`` need 0.6.0; nothing here needs more, so 0.6.0.
+
+Standard library only; PyYAML is never needed (the YAML is rendered here, deterministically).
+"""
+
+import json
+import os
+import re
+
+from ..base.pathsafe import host_path, resolve_in_root
+from .devices import control_nodes, gpu_minor_of, parse_mig_minors, parse_proc_devices, scan_device_nodes
+from .driver_files import (
+    CAPABILITIES,
+    CONTAINER_LIBDIRS,
+    CONTAINER_LINKS,
+    FIRMWARE_DIR,
+    MPS_PIPE_DIR,
+    find_driver_files,
+    parse_capabilities,
+)
+
+KIND = "nvidia.com/gpu"
+CDI_VERSION = "0.6.0"
+DRIVER_VERSION_ANNOTATION = "gpufleet.nvidia/driver-version"
+CUDA_VERSION_ANNOTATION = "gpufleet.nvidia/cuda-version"
+MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
+HOOK_PATH = "/usr/local/bin/gpufleet-cdi-hook"
+HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
+# Seconds the engine gives the hook (OCI ``hooks[].timeout``, CDI ``hooks[].timeout``). Its work takes
+# milliseconds and reads nothing that can block; the limit is the backstop the design notes ask for.
+HOOK_TIMEOUT = 10
+INDEX_FORMAT = 1
+DEFAULT_INDEX_PATH = "/etc/gpufleet/cdi-nvidia.json"
+NAME_STRATEGIES = ("index", "uuid")
+
+# The CUDA version each driver branch ships (libcuda's cuDriverGetVersion), newest first.
+CUDA_BY_BRANCH = (
+    (580, "13.0"),
+    (575, "12.9"),
+    (570, "12.8"),
+    (565, "12.7"),
+    (560, "12.6"),
+    (555, "12.5"),
+    (550, "12.4"),
+    (545, "12.3"),
+    (535, "12.2"),
+    (530, "12.1"),
+    (525, "12.0"),
+    (520, "11.8"),
+    (515, "11.7"),
+    (510, "11.6"),
+    (495, "11.5"),
+    (470, "11.4"),
+    (465, "11.3"),
+    (460, "11.2"),
+    (455, "11.1"),
+    (450, "11.0"),
+)
+
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+
+
+def cuda_version_for(driver_version):
+    """The CUDA version a driver version supports (``535.261.03`` -> ``12.2``), or None if unknown."""
+    try:
+        branch = int(str(driver_version).split(".", maxsplit=1)[0])
+    except ValueError:
+        return None
+    for first, cuda in CUDA_BY_BRANCH:
+        if branch >= first:
+            return cuda
+    return None
+
+
+def container_libdir(arch):
+    return CONTAINER_LIBDIRS.get(arch, ("/usr/lib/%s-linux-gnu" % arch,))[0]
+
+
+def _mig_enabled(gpu):
+    mode = gpu.get("mig_mode")
+    if isinstance(mode, dict):
+        mode = mode.get("current")
+    return mode is True or str(mode).strip().lower() in ("enabled", "enable", "on", "true", "1")
+
+
+def _mig_nodes(gpu, mig, mig_minors):
+    """The nvidia-caps nodes of one MIG device (GPU instance and compute instance access)."""
+    gi = mig.get("gi", mig.get("gpu_instance_id"))
+    ci = mig.get("ci", mig.get("compute_instance_id"))
+    nodes = []
+    if gi is None or not mig_minors:
+        return nodes
+    keys = ["gpu%d/gi%d/access" % (gpu["minor"], gi)]
+    if ci is not None:
+        keys.append("gpu%d/gi%d/ci%d/access" % (gpu["minor"], gi, ci))
+    for key in keys:
+        if key in mig_minors:
+            nodes.append("/dev/nvidia-caps/nvidia-cap%d" % mig_minors[key])
+    return nodes
+
+
+def _node(path, dev_root):
+    entry = {"path": path}
+    host = host_path(dev_root, path) if dev_root not in ("", "/") else path
+    if host != path:
+        entry["hostPath"] = host
+    return entry
+
+
+def _gpu_names(gpu, strategy):
+    names = []
+    if "index" in strategy:
+        names.append(str(gpu["index"]))
+    if "uuid" in strategy and gpu.get("uuid"):
+        names.append(gpu["uuid"])
+    if not names:  # uuid wanted, none known: the index is the only name there is
+        names.append(str(gpu["index"]))
+    return names
+
+
+def build_spec(
+    gpus,
+    files,
+    control,
+    driver_version,
+    *,
+    driver_root="/",
+    dev_root="/",
+    device_name_strategy=NAME_STRATEGIES,
+    capabilities=CAPABILITIES,
+    hook_path=HOOK_PATH,
+    cuda_version=None,
+    mig_minors=None,
+    extra_mounts=(),
+):
+    """Return ``(spec, index)`` for the GPUs and driver files given.
+
+    ``gpus``: dicts with ``index``, ``minor`` and optionally ``uuid``, ``mig_mode``, ``mig_devices``
+    (each with ``index``, ``uuid``, ``gi``, ``ci``); ``files``: ``DriverFile``s whose paths are in the
+    driver root's terms; ``control``: container paths (``/dev/nvidiactl``...); ``driver_root`` and
+    ``dev_root``: where those live *in host terms* (what the engine will open). ``extra_mounts``:
+    ``(hostPath, containerPath, capability)`` triples (the MPS pipe directory).
+    """
+    strategy = tuple(device_name_strategy)
+    bad = sorted(set(strategy) - set(NAME_STRATEGIES))
+    if bad or not strategy:
+        raise ValueError("device_name_strategy: unknown %s; valid: index, uuid" % ", ".join(bad))
+    if cuda_version is None:
+        cuda_version = cuda_version_for(driver_version)
+    devices, aliases, all_nodes = [], {}, []
+    for gpu in sorted(gpus, key=lambda g: int(g["index"])):
+        node = "/dev/nvidia%d" % int(gpu["minor"])
+        all_nodes.append(node)
+        names = _gpu_names(gpu, strategy)
+        for name in names:
+            devices.append({"name": name, "containerEdits": {"deviceNodes": [_node(node, dev_root)]}})
+        for alias in (str(gpu["index"]), gpu.get("uuid")):
+            if alias and alias not in names:
+                aliases[alias] = names[0]
+        if not _mig_enabled(gpu):
+            continue
+        for mig in sorted(gpu.get("mig_devices") or (), key=lambda m: int(m.get("index", 0))):
+            paths = [node, *_mig_nodes(gpu, mig, mig_minors)]
+            edits = {"deviceNodes": [_node(p, dev_root) for p in paths]}
+            mig_names = []
+            if "index" in strategy or not mig.get("uuid"):
+                mig_names.append("%s:%s" % (gpu["index"], mig.get("index", 0)))
+            if "uuid" in strategy and mig.get("uuid"):
+                mig_names.append(mig["uuid"])
+            for name in mig_names:
+                devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
+            for alias in ("%s:%s" % (gpu["index"], mig.get("index", 0)), mig.get("uuid")):
+                if alias and alias not in mig_names:
+                    aliases[alias] = mig_names[0]
+    if all_nodes:
+        devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n, dev_root) for n in all_nodes]}})
+    for device in devices:
+        if not _DEVICE_NAME.match(device["name"]):
+            raise ValueError("GPU name %r is not a valid CDI device name" % device["name"])
+
+    mounts, mount_caps, folders, sonames, libraries = [], {}, [], set(), []
+    wanted = set(capabilities)
+
+    def add_mount(host, container, caps):
+        if container in mount_caps:
+            return
+        mount_caps[container] = caps
+        mounts.append({"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)})
+
+    for item in files:
+        if item.capability not in wanted:
+            continue
+        if item.kind == "library":
+            if item.arch == "i386" and "compat32" not in wanted:
+                continue
+            folder = container_libdir(item.arch)
+            if folder not in folders:
+                folders.append(folder)
+            caps = [item.capability] + (["compat32"] if item.arch == "i386" else [])
+            sonames.add((item.arch, item.name))
+            container = folder + "/" + os.path.basename(item.resolved)
+            if container not in mount_caps:
+                libraries.append("%s::%s::%s" % (item.arch, item.name, container))
+            add_mount(host_path(driver_root, item.resolved), container, caps)
+        elif item.kind == "binary":
+            add_mount(host_path(driver_root, item.resolved), "/usr/bin/" + item.name, [item.capability])
+        elif item.kind == "firmware":
+            container = "%s/%s/%s" % (FIRMWARE_DIR, driver_version, item.name)
+            add_mount(host_path(driver_root, item.resolved), container, [item.capability])
+        elif item.kind == "ipc":
+            add_mount(item.resolved, item.path, [item.capability])
+        else:  # loader configuration (ICD files)
+            add_mount(host_path(driver_root, item.resolved), item.path, [item.capability])
+    for host, container, capability in extra_mounts:
+        if capability in wanted:
+            add_mount(host, container, [capability])
+
+    args = [os.path.basename(hook_path), "apply"]
+    for folder in folders:
+        args += ["--folder", folder]
+    for library in libraries:
+        args += ["--library", library]
+    for capability in CAPABILITIES:
+        if capability not in wanted:
+            continue
+        for name, target in CONTAINER_LINKS.get(capability, ()):
+            for arch, soname in sorted(sonames):
+                if soname == target:
+                    args += ["--link", "%s::%s/%s" % (target, container_libdir(arch), name)]
+    hook = {
+        "hookName": "createContainer",
+        "path": hook_path,
+        "args": args,
+        "env": list(HOOK_ENV),
+        "timeout": HOOK_TIMEOUT,
+    }
+
+    common = {}
+    if control:
+        common["deviceNodes"] = [_node(p, dev_root) for p in control]
+    if mounts:
+        common["mounts"] = mounts
+    common["hooks"] = [hook]
+
+    annotations = {DRIVER_VERSION_ANNOTATION: str(driver_version)}
+    if cuda_version:
+        annotations[CUDA_VERSION_ANNOTATION] = str(cuda_version)
+    spec = {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "annotations": annotations,
+        "devices": devices,
+        "containerEdits": common,
+    }
+    index = {
+        "gpufleetIndex": INDEX_FORMAT,
+        "kind": KIND,
+        "driverVersion": str(driver_version),
+        "cudaVersion": cuda_version,
+        "capabilities": [c for c in CAPABILITIES if c in wanted],
+        "devices": {d["name"]: d["containerEdits"] for d in devices},
+        "aliases": aliases,
+        "containerEdits": common,
+        "mountCapabilities": mount_caps,
+    }
+    return spec, index
+
+
+_CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=None, driver_version=None):
+    """Read what ``build_spec`` needs from a host (or a host mounted at ``root``).
+
+    ``driver_root`` and ``dev_root`` are in host terms (what the engines will open), read under ``root``.
+    ``gpus`` defaults to one GPU per ``/dev/nvidia<N>`` node found (index = order, minor = N), for a
+    caller without ``gpu_facts``. Control nodes: ``/dev/nvidiactl`` always (a GPU container without it
+    is useless, and a missing one must fail loudly at start), the uvm pair when the module registered
+    its major or the nodes exist, ``/dev/nvidia-modeset`` when it exists.
+    Returns ``(driver_version, keyword arguments for build_spec)``.
+    """
+    capabilities = parse_capabilities(capabilities if capabilities is not None else "all")
+    driver_dir = host_path(root, driver_root)
+    try:
+        version, files = find_driver_files(driver_dir, capabilities, driver_version, root=root)
+    except OSError as exc:
+        raise ValueError("cannot read the driver root's ld.so.cache under %s: %s" % (driver_dir, exc)) from None
+    if version is None:
+        raise ValueError("no NVIDIA driver userspace found in the ld.so.cache under %s" % driver_dir)
+    majors = parse_proc_devices(_read(host_path(root, "/proc/devices")))["character"]
+    present = {n.path: n for n in scan_device_nodes(os.path.join(host_path(root, dev_root), "dev"))}
+    control = [n.path for n in control_nodes(majors, modeset="/dev/nvidia-modeset" in present)]
+    control += [p for p in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if p in present and p not in control]
+    control.sort(key=_CONTROL_ORDER.index)
+    if gpus is None:
+        minors = sorted(m for m in (gpu_minor_of(p) for p in present) if m is not None)
+        gpus = [{"index": i, "minor": m} for i, m in enumerate(minors)]
+    mig_minors = parse_mig_minors(_read(host_path(root, "/proc/driver/nvidia-caps/mig-minors")))
+    extra = []
+    mps = resolve_in_root(root, MPS_PIPE_DIR)
+    if os.path.isdir(host_path(root, mps)):
+        extra.append((mps, MPS_PIPE_DIR, "compute"))
+    return version, {
+        "gpus": gpus,
+        "files": files,
+        "control": control,
+        "driver_version": version,
+        "driver_root": driver_root,
+        "dev_root": dev_root,
+        "capabilities": capabilities,
+        "mig_minors": mig_minors,
+        "extra_mounts": extra,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering: byte-stable for the same input (idempotence is a byte comparison).
+
+
+def render_json(document, compact=False):
+    if compact:
+        return json.dumps(document, separators=(",", ":"), ensure_ascii=True) + "\n"
+    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _scalar(value):
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(str(value), ensure_ascii=True)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _key(key):
+    return key if _PLAIN_KEY.match(key) else json.dumps(key, ensure_ascii=True)
+
+
+def _is_scalar(value):
+    return not isinstance(value, (dict, list)) or not value
+
+
+def _empty(value):
+    return "{}" if isinstance(value, dict) else "[]"
+
+
+def _yaml(value, indent, lines):
+    pad = " " * indent
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _is_scalar(item):
+                text = _empty(item) if isinstance(item, (dict, list)) else _scalar(item)
+                lines.append("%s%s: %s" % (pad, _key(key), text))
+            else:
+                lines.append("%s%s:" % (pad, _key(key)))
+                _yaml(item, indent + 2, lines)
+    else:
+        for item in value:
+            if _is_scalar(item):
+                text = _empty(item) if isinstance(item, (dict, list)) else _scalar(item)
+                lines.append("%s- %s" % (pad, text))
+            else:
+                sub = []
+                _yaml(item, indent + 2, sub)
+                lines.append("%s- %s" % (pad, sub[0][indent + 2 :]))
+                lines.extend(sub[1:])
+
+
+def render_yaml(document, header=None):
+    """Block-style YAML with every string double-quoted: deterministic, and read back by any YAML 1.1
+    or 1.2 parser (the engines' Go YAML included) as exactly ``document``."""
+    lines = ["# %s" % line for line in (header or "").splitlines()] if header else []
+    lines.append("---")
+    _yaml(document, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def render(document, fmt="yaml", header=None):
+    if fmt == "json":
+        return render_json(document)
+    if fmt == "yaml":
+        return render_yaml(document, header)
+    raise ValueError("unknown format %r (yaml or json)" % fmt)

@@ -1,0 +1,340 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Device discovery: everything ``gpu_facts`` returns as ``ansible_facts.nvidia``, as one pure call.
+
+``discover(root, driver_root, sources, run_command)`` reads the host under ``root`` (``sys/``,
+``proc/``, ``dev/``, ``etc/``) and the driver userspace under ``driver_root``, asks every source that is
+available (best first: ``nvml`` through ctypes, ``nvidia-smi -q -x``, ``/proc/driver/nvidia``, sysfs
+PCI), merges what they say per GPU (keyed by PCI address) and records which source answered each value.
+A source that fails becomes a line in ``warnings``; discovery itself never fails for a host state.
+
+``nvidia-smi`` is spawned only when asked for, or under ``auto`` when NVML did not answer while the
+kernel module is loaded: NVML in-process is the same data without a process.
+
+Standard library only (target Pythons 3.8+); the module passes ``module.run_command`` as
+``run_command(argv) -> (rc, stdout, stderr)``, tests pass fakes. With ``run_command=None`` discovery
+spawns nothing: ``nvidia-smi`` and the engines' ``--version`` are skipped (a warning when ``nvidia-smi``
+was asked for by name). There is deliberately no ``subprocess`` fallback here: ansible-test's pylint
+forbids ``subprocess`` in module_utils (modules must go through ``run_command``) and the project keeps
+no sanity ignore file; a caller outside Ansible passes its own runner.
+"""
+
+import os
+
+from ..base.pathsafe import host_path, resolve_in_root
+from ..cdi.devices import scan_device_nodes
+from ..cdi.driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files, read_driver_cache
+from . import engines as _engines
+from . import labels as _labels
+from . import nvidia_procfs as _nvidia_procfs
+from . import nvidia_smi as _nvidia_smi
+from . import nvml as _nvml
+from . import pci as _pci
+from . import problems as _problems
+
+SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
+GPU_FIELDS = (
+    "index",
+    "minor",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "pci_device_id",
+    "memory_mib",
+    "compute_capability",
+    "architecture",
+    "mig_mode",
+    "numa_node",
+)
+
+
+def parse_sources(sources):
+    """The ``sources`` option as an ordered tuple of source names (``auto`` = all, best first)."""
+    if isinstance(sources, str):
+        sources = [s.strip() for s in sources.split(",")]
+    names = [s for s in (sources or ["auto"]) if s]
+    if not names or "auto" in names:
+        return SOURCES
+    unknown = sorted(set(names) - set(SOURCES))
+    if unknown:
+        raise ValueError(
+            "unknown discovery source %s; valid: auto, %s" % (", ".join(repr(u) for u in unknown), ", ".join(SOURCES))
+        )
+    return tuple(s for s in SOURCES if s in names)
+
+
+def _merge_gpus(by_source, order):
+    """Merge per-source GPU records (keyed by PCI address, else UUID, else minor) into one list.
+
+    Each field takes the first non-None value in ``order``; ``field_sources`` says whose. A GPU that only
+    a lower source reports keeps that source as its ``source``.
+    """
+    merged = {}
+    keys = []
+    for source in order:
+        for record in by_source.get(source) or ():
+            key = record.get("pci_bus_id") or record.get("uuid") or ("minor", record.get("minor"))
+            if key not in merged:
+                merged[key] = {"source": source, "field_sources": {}, "lost": False}
+                keys.append(key)
+            gpu = merged[key]
+            for field, value in record.items():
+                if value is None or field in ("source",):
+                    continue
+                if field == "lost":
+                    gpu["lost"] = gpu["lost"] or bool(value)
+                    continue
+                if gpu.get(field) is None:
+                    gpu[field] = value
+                    if field in GPU_FIELDS:
+                        gpu["field_sources"][field] = source
+    return [merged[k] for k in keys]
+
+
+def _finish_gpu(gpu):
+    for field in GPU_FIELDS:
+        gpu.setdefault(field, None)
+    gpu.setdefault("mig_devices", [])
+    if gpu["compute_capability"] is None or gpu["architecture"] is None:
+        cc, arch = _nvml.guess_compute_capability(gpu.get("name"), gpu.get("architecture"))
+        if gpu["compute_capability"] is None and cc:
+            gpu["compute_capability"] = cc
+            gpu["field_sources"]["compute_capability"] = "table"
+        if gpu["architecture"] is None and arch:
+            gpu["architecture"] = arch
+            gpu["field_sources"]["architecture"] = "table"
+    return gpu
+
+
+# Debian keeps the driver's libraries in /usr/lib/<triplet>/nvidia/<flavour>/ (``current``, or ``tesla-535``
+# ...), the flavour chosen by the ``nvidia`` alternative; only some sonames get a link on the loader's
+# path through the alternative's slaves (libcuda.so.1, libnvidia-ptxjitcompiler.so.1), and
+# ``libnvidia-ml.so.1`` is not one of them: it is in no ld.so.cache. These are the sonames found there.
+def nvml_candidates(driver_root, entries):
+    """What to dlopen, in order: on ``/`` the soname first (the loader's own search, LD_LIBRARY_PATH
+    included); then the file behind ``libnvidia-ml.so.1`` in the driver root's ld.so.cache (Debian's
+    ``nvidia/<flavour>`` entries included), resolved inside that root."""
+    candidates = ["libnvidia-ml.so.1"] if os.path.abspath(driver_root) == "/" else []
+    for entry in entries:
+        if entry.soname == "libnvidia-ml.so.1" and entry.arch == "x86_64":
+            path = host_path(driver_root, resolve_in_root(driver_root, entry.path))
+            if path not in candidates:
+                candidates.append(path)
+    return candidates
+
+
+def _find_binary(driver_root, name):
+    for directory in BINARY_DIRS:
+        inner = resolve_in_root(driver_root, directory + "/" + name)
+        path = host_path(driver_root, inner)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
+    """The ``ansible_facts.nvidia`` dict of the host under ``root`` (see the module's RETURN)."""
+    driver_root = root if driver_root is None else driver_root
+    order = parse_sources(sources)
+    warnings = []
+    sys_dir = host_path(root, "/sys")
+    proc_dir = host_path(root, "/proc")
+    answered = []
+    by_source = {}
+
+    # PCI bus (always read: pci_gpu_count and NUMA nodes do not depend on the sources chosen).
+    pci = _pci.scan_pci(os.path.join(sys_dir, "bus", "pci", "devices"))
+    pci_gpus = [f for f in pci if f["is_gpu"]]
+
+    # Kernel module.
+    module = _nvidia_procfs.module_state(sys_dir, "nvidia")
+    nouveau = _nvidia_procfs.module_state(sys_dir, "nouveau")
+    proc_version = _nvidia_procfs.read_version(proc_dir)
+    module_loaded = _nvidia_procfs.module_loaded(module) or proc_version is not None
+
+    # Installed userspace, from the driver root's ld.so.cache (and Debian's nvidia/<flavour> dir).
+    try:
+        entries = read_driver_cache(driver_root)
+    except OSError:
+        entries = []
+    except ValueError as exc:
+        warnings.append("ld.so.cache: %s" % exc)
+        entries = []
+
+    def resolve(path):
+        return resolve_in_root(driver_root, path)
+
+    installed_version = detect_installed_version(entries, resolve) if entries else None
+
+    driver_sources = {}
+    nvml_result = smi_result = None
+
+    if "nvml" in order:
+        library = nvml_candidates(driver_root, entries)
+        if not library:
+            if sources_explicit(sources):
+                warnings.append("nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % driver_root)
+        else:
+            try:
+                nvml_result = _nvml.query(library)
+            except _nvml.NvmlUnavailable as exc:
+                if sources_explicit(sources) or installed_version:
+                    warnings.append("nvml: %s" % exc)
+            except _nvml.NvmlError as exc:
+                warnings.append("nvml: %s" % exc)
+            else:
+                answered.append("nvml")
+                by_source["nvml"] = nvml_result["gpus"]
+                warnings.extend("nvml: %s" % w for w in nvml_result["warnings"])
+
+    if "nvidia-smi" in order and (sources_explicit(sources) or (nvml_result is None and module_loaded)):
+        binary = _find_binary(driver_root, "nvidia-smi")
+        if binary is None:
+            if sources_explicit(sources):
+                warnings.append("nvidia-smi: not found in %s" % driver_root)
+        elif run_command is None:
+            if sources_explicit(sources):
+                warnings.append("nvidia-smi: not run (no run_command given)")
+        else:
+            rc, out, err = run_command([binary, "-q", "-x"])
+            lost = _nvidia_smi.lost_gpus(out + "\n" + err)
+            try:
+                smi_result = _nvidia_smi.parse_xml(out) if out.strip().startswith("<") else None
+            except ValueError as exc:
+                warnings.append("nvidia-smi: %s" % exc)
+            if smi_result is None and not lost:
+                warnings.append("nvidia-smi: rc=%s: %s" % (rc, (err or out).strip()[:300]))
+            else:
+                answered.append("nvidia-smi")
+                records = list(smi_result["gpus"]) if smi_result else []
+                records.extend({"pci_bus_id": bus_id, "lost": True} for bus_id in lost)
+                by_source["nvidia-smi"] = records
+                if rc != 0:
+                    warnings.append("nvidia-smi: rc=%s: %s" % (rc, (err or out).strip()[:300]))
+
+    if "procfs" in order:
+        procfs_gpus = _nvidia_procfs.read_gpus(proc_dir)
+        if procfs_gpus is not None or proc_version is not None:
+            answered.append("procfs")
+            by_source["procfs"] = procfs_gpus or []
+
+    driver_level = [s for s in order if s in by_source]
+    if "sysfs" in order:
+        answered.append("sysfs")
+        sysfs_records = [
+            {
+                "pci_bus_id": f["pci_bus_id"],
+                "pci_device_id": _pci.gpu_pci_device_id(f["device_id"], f["vendor_id"]),
+                "numa_node": f["numa_node"],
+            }
+            for f in pci_gpus
+            # Without a driver-level source, the GPUs the driver sees are those bound to it.
+            if driver_level or f["driver"] == "nvidia"
+        ]
+        by_source["sysfs"] = sysfs_records
+
+    gpus = _merge_gpus(by_source, order)
+    if driver_level:
+        # Only the driver's own sources decide which GPUs exist; sysfs fills fields in.
+        seen = {g.get("pci_bus_id") for src in driver_level for g in by_source[src]}
+        gpus = [g for g in gpus if g.get("pci_bus_id") in seen or g["source"] != "sysfs"]
+    best = driver_level[0] if driver_level else None
+    best_lost = (nvml_result or {}).get("lost_count") if best == "nvml" else None
+    for gpu in gpus:
+        # NVML counted a GPU it could not get a handle for: the GPUs only lower sources list are those.
+        if best_lost and gpu["source"] not in ("nvml", "sysfs"):
+            gpu["lost"] = True
+    gpus = [_finish_gpu(g) for g in gpus]
+    gpus.sort(key=lambda g: g.get("pci_bus_id") or "")
+    for position, gpu in enumerate(gpus):
+        if gpu["index"] is None:
+            gpu["index"] = position
+            gpu["field_sources"]["index"] = "pci-order"
+    gpus.sort(key=lambda g: (g["minor"] is None, g["minor"] if g["minor"] is not None else 0, g["index"]))
+
+    # Driver versions, each with the source that gave it.
+    loaded_version = None
+    for source, value in (
+        ("sysfs", module["version"] if module["present"] else None),
+        ("procfs", proc_version and proc_version["version"]),
+        ("nvml", nvml_result and nvml_result["driver_version"]),
+        ("nvidia-smi", smi_result and smi_result["driver_version"]),
+    ):
+        if value:
+            loaded_version = value
+            driver_sources["loaded_version"] = source
+            break
+    cuda_version = None
+    for source, result in (("nvml", nvml_result), ("nvidia-smi", smi_result)):
+        if result and result.get("cuda_version"):
+            cuda_version = result["cuda_version"]
+            driver_sources["cuda_version"] = source
+            break
+    if installed_version:
+        driver_sources["installed_version"] = "ld.so.cache"
+    loaded = bool(module_loaded or nvml_result or smi_result)
+    driver = {
+        "installed_version": installed_version,
+        "loaded_version": loaded_version,
+        "loaded": loaded,
+        "kernel_module_flavor": proc_version["flavor"] if proc_version else None,
+        "cuda_version": cuda_version,
+        "reboot_required": bool(installed_version and loaded_version and installed_version != loaded_version),
+        "sources": driver_sources,
+    }
+
+    # Device nodes and their /dev/char links.
+    device_nodes = []
+    for node in scan_device_nodes(host_path(root, "/dev")):
+        link = "/dev/char/%d:%d" % (node.major, node.minor)
+        device_nodes.append(
+            {
+                "path": node.path,
+                "major": node.major,
+                "minor": node.minor,
+                "char_link": link,
+                "char_link_present": _problems.char_link_present(root, node),
+            }
+        )
+
+    # Driver files per capability.
+    libraries = {c: [] for c in CAPABILITIES}
+    if installed_version:
+        try:
+            files = find_driver_files(driver_root, CAPABILITIES, installed_version, root=root, entries=entries)[1]
+        except OSError as exc:
+            warnings.append("driver files: %s" % exc)
+            files = []
+        for f in files:
+            libraries[f.capability].append(
+                {"kind": f.kind, "name": f.name, "path": f.path, "resolved": f.resolved, "arch": f.arch}
+            )
+
+    facts = {
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "pci_gpu_count": len(pci_gpus),
+        "pci_devices": pci,
+        "driver": driver,
+        "device_nodes": device_nodes,
+        "libraries": libraries,
+        "engines": _engines.detect(root, run_command, warnings),
+        "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
+        "warnings": warnings,
+    }
+    facts["labels"] = _labels.gfd_labels(facts, _pci.read_machine(sys_dir))
+    facts["problems"] = _problems.check(
+        facts,
+        root,
+        nouveau_loaded=_nvidia_procfs.module_loaded(nouveau),
+        secure_boot=_problems.secure_boot_enabled(sys_dir),
+        nvidia_taint=module["taint"],
+    )
+    return facts
+
+
+def sources_explicit(sources):
+    """True when the caller named sources (not ``auto``): then an unavailable one is worth a warning."""
+    if isinstance(sources, str):
+        sources = [s.strip() for s in sources.split(",")]
+    return bool(sources) and "auto" not in sources

@@ -1,0 +1,184 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Problems discovery can see on a host, each as ``{code, message, fix}``.
+
+The codes are stable (roles and the fleet report key on them); messages name the object concerned.
+Every check is a pure function of facts already gathered plus a few files under the root.
+
+Standard library only (target Pythons 3.8+).
+"""
+
+import os
+import re
+
+from ..base.pathsafe import host_path
+from ..cdi.devices import char_link
+
+SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+CDI_SPEC_FILES = (
+    "/etc/cdi/nvidia.yaml",
+    "/etc/cdi/nvidia.json",
+    "/var/run/cdi/nvidia.yaml",
+    "/var/run/cdi/nvidia.json",
+)
+CDI_STAMP = "gpufleet.nvidia/driver-version"
+
+_STAMP = re.compile(r"""["']?gpufleet\.nvidia/driver-version["']?\s*:\s*["']?(\d+\.\d+(?:\.\d+)?)""")
+_LIB_VERSION = re.compile(r"\.so\.(\d{3,}\.\d+(?:\.\d+)?)\b")
+
+
+def problem(code, message, fix):
+    return {"code": code, "message": message, "fix": fix}
+
+
+def secure_boot_enabled(sys_dir):
+    """True/False from the EFI variable (4 attribute bytes, then 1 = on), None when not an EFI boot
+    or the variable cannot be read."""
+    path = os.path.join(sys_dir, "firmware", "efi", "efivars", SECURE_BOOT_VAR)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) < 5:
+        return None
+    return data[4] == 1
+
+
+def cdi_spec_versions(root):
+    """``{spec path: (stamped version or None, {versions in library file names})}`` for the NVIDIA
+    CDI specs present under ``root``. Read with regular expressions: the spec is YAML or JSON and a
+    YAML parser is not in the standard library; the stamp is the cdi_spec module's top-level
+    annotation ``gpufleet.nvidia/driver-version``."""
+    found = {}
+    for inner in CDI_SPEC_FILES:
+        try:
+            with open(host_path(root, inner), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        match = _STAMP.search(text)
+        found[inner] = (match.group(1) if match else None, set(_LIB_VERSION.findall(text)))
+    return found
+
+
+def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
+    """Every problem in ``facts`` (the ``nvidia`` dict being built), in a stable order."""
+    found = []
+    driver = facts["driver"]
+    installed, loaded_version, loaded = driver["installed_version"], driver["loaded_version"], driver["loaded"]
+
+    if nouveau_loaded:
+        found.append(
+            problem(
+                "nouveau_loaded",
+                "the nouveau kernel module is loaded; it claims the GPUs and the nvidia module cannot bind them",
+                "blacklist nouveau (/etc/modprobe.d/blacklist-nouveau.conf: 'blacklist nouveau' and "
+                "'options nouveau modeset=0'), rebuild the initramfs and reboot",
+            )
+        )
+    if facts["pci_gpu_count"] and not installed and not loaded:
+        found.append(
+            problem(
+                "driver_not_installed",
+                "%d NVIDIA GPU(s) on the PCI bus but no NVIDIA driver is installed" % facts["pci_gpu_count"],
+                "install the driver (role gpufleet.nvidia.driver)",
+            )
+        )
+    if installed and not loaded:
+        if secure_boot:
+            found.append(
+                problem(
+                    "secure_boot_module_not_loaded",
+                    "Secure Boot is on and the nvidia kernel module (userspace %s installed) is not loaded; "
+                    "an unsigned module is refused by a kernel enforcing signatures" % installed,
+                    "sign the module with a key enrolled in MOK (DKMS: mokutil --import the DKMS key, then "
+                    "reboot and enroll it), or use signed prebuilt modules",
+                )
+            )
+        else:
+            found.append(
+                problem(
+                    "driver_not_loaded",
+                    "NVIDIA driver %s is installed but its kernel module is not loaded" % installed,
+                    "reboot, or load it with 'modprobe nvidia' and check dmesg if that fails",
+                )
+            )
+    if secure_boot and loaded and nvidia_taint and "E" in nvidia_taint:
+        found.append(
+            problem(
+                "unsigned_module_loaded",
+                "Secure Boot is on and the loaded nvidia kernel module is unsigned (taint 'E'): signature "
+                "enforcement is off now and the module will be refused once it is on",
+                "sign the module with a key enrolled in MOK",
+            )
+        )
+    if installed and loaded_version and installed != loaded_version:
+        found.append(
+            problem(
+                "driver_version_mismatch",
+                "the installed NVIDIA userspace is %s but the loaded kernel module is %s "
+                "(NVML fails with 'Driver/library version mismatch')" % (installed, loaded_version),
+                "reboot so that the %s kernel module is loaded" % installed,
+            )
+        )
+    missing_links = [n for n in facts["device_nodes"] if not n.get("char_link_present", True)]
+    if missing_links:
+        found.append(
+            problem(
+                "device_char_links_missing",
+                "device node(s) without their /dev/char link: %s; containers lose GPU access "
+                "('Failed to initialize NVML: Unknown Error') after 'systemctl daemon-reload'"
+                % ", ".join("%s (%s)" % (n["path"], n["char_link"]) for n in missing_links),
+                "create the /dev/char/<major>:<minor> links (role gpufleet.nvidia.runtime does), "
+                "or run 'nvidia-ctk system create-dev-char-symlinks --create-all'",
+            )
+        )
+    if facts["pci_gpu_count"] and loaded and facts["gpu_count"] == 0:
+        found.append(
+            problem(
+                "no_gpu_visible",
+                "%d NVIDIA GPU(s) on the PCI bus but the loaded driver sees none" % facts["pci_gpu_count"],
+                "check dmesg for NVRM errors (unsupported GPU, RmInitAdapter failed, GPU excluded)",
+            )
+        )
+    elif loaded and facts["pci_gpu_count"] > facts["gpu_count"]:
+        found.append(
+            problem(
+                "gpus_not_visible",
+                "%d NVIDIA GPU(s) on the PCI bus but the driver sees %d" % (facts["pci_gpu_count"], facts["gpu_count"]),
+                "check dmesg for NVRM/Xid errors; a GPU may have fallen off the bus",
+            )
+        )
+    lost = [g for g in facts["gpus"] if g.get("lost")]
+    if lost:
+        found.append(
+            problem(
+                "gpu_lost",
+                "GPU(s) %s fell off the bus ('GPU is lost' / 'Unable to determine the device handle')"
+                % ", ".join(g["pci_bus_id"] or str(g["minor"]) for g in lost),
+                "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs",
+            )
+        )
+    if installed:
+        for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
+            if stamp is not None:
+                stale = stamp != installed
+                seen = stamp
+            else:
+                stale = bool(lib_versions) and lib_versions != {installed}
+                seen = ", ".join(sorted(lib_versions))
+            if stale:
+                found.append(
+                    problem(
+                        "cdi_spec_stale",
+                        "CDI spec %s was generated for driver %s but %s is installed" % (path, seen, installed),
+                        "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
+                    )
+                )
+    return found
+
+
+def char_link_present(root, node):
+    """Whether ``/dev/char/<major>:<minor>`` exists (as any kind of entry) under ``root``."""
+    return os.path.lexists(host_path(root, char_link(node)))

@@ -1,0 +1,532 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a container asks for, and how CDI edits land in its OCI ``config.json``.
+
+Used by the runtime shim (``gpufleet-container-runtime``) on every GPU container start, so it is pure
+standard library, imports nothing heavy, and never reads more than the bundle's ``config.json`` and the
+shim's index (the compact JSON sibling of the CDI spec that ``cdi_spec`` writes, see ``_cdi.py``).
+
+The request rules (design notes, section 2):
+
+* ``NVIDIA_VISIBLE_DEVICES``: ``all``; ``none`` (driver files, no GPU); ``void``, empty or unset (not a
+  GPU container); or a comma list of indexes, ``GPU-<uuid>``, ``MIG-<uuid>``, ``<gpu>:<mig>``.
+* ``NVIDIA_DRIVER_CAPABILITIES``: see ``_driver_files.parse_capabilities``.
+* ``NVIDIA_REQUIRE_*``: a space separates alternatives (OR), a comma separates constraints (AND);
+  every variable must hold, unless ``NVIDIA_DISABLE_REQUIRE`` is true.
+* CDI annotations ``cdi.k8s.io/<key>`` and ``nvidia.cdi.k8s.io/<key>``: comma lists of qualified
+  names ``nvidia.com/gpu=<device>``.
+* docker ``--gpus`` (20.10): docker appends ``NVIDIA_VISIBLE_DEVICES`` (and maybe
+  ``NVIDIA_DRIVER_CAPABILITIES``) to ``process.env`` and a prestart hook
+  ``{path: <lookup of nvidia-container-runtime-hook>, args: [nvidia-container-runtime-hook, prestart]}``.
+
+When a variable appears more than once in ``process.env`` the last one wins (docker appends the
+``--gpus`` values after the image's own).
+
+Who may ask (design notes, "Security"): CDI annotations are the orchestrator's allocation and always
+count. Where a scheduler hands out GPUs (Kubernetes), ``NVIDIA_VISIBLE_DEVICES`` from the image or the
+pod is not an allocation: with ``accept_envvar_unprivileged`` off it counts only for a privileged
+container (``CAP_SYS_ADMIN`` in ``process.capabilities.bounding``, NVIDIA's own test), and the device
+plugin passes devices as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<device>``
+(``accept_volume_mounts``; NVIDIA's ``deviceListStrategy: volume-mounts``). Rules from NVIDIA
+nvidia-container-toolkit ``internal/config/image/cuda_image.go`` (``VisibleDevices``,
+``requestsFromMounts``) and ``privileged.go``, main branch as of 2026-08-21.
+
+Everything here runs on input the image or a pod controls, so it is linear in the input's size, every
+size has a limit (``MAX_*``), and every malformed or mistyped value is a ``RequestError`` with one line.
+"""
+
+import os
+import stat
+
+from ..cdi.driver_files import CapabilityError, parse_capabilities
+
+KIND = "nvidia.com/gpu"
+CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
+LEGACY_HOOK = "nvidia-container-runtime-hook"
+# The annotation the shim leaves in config.json: "these GPUs were injected by gpufleet" (the legacy
+# hook entry point reads it from the OCI state and then does nothing).
+INJECTED_ANNOTATION = "gpufleet.nvidia/injected"
+
+_TRUE = ("1", "t", "true", "y", "yes", "on")
+MAX_CONFIG_BYTES = 16 << 20  # config.json: a few KiB usually; Kubernetes annotations can make it larger
+MAX_REQUEST_BYTES = 64 << 10  # one NVIDIA_VISIBLE_DEVICES value, or one CDI annotation value
+MAX_REQUEST_DEVICES = 1024  # distinct device names in one request
+VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+PRIVILEGED_CAPABILITY = "CAP_SYS_ADMIN"
+_CONSTRAINT = r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$"
+# ``re`` is imported only where a requirement is checked: the shim's start path stays free of it.
+
+
+class RequestError(ValueError):
+    """A GPU request that cannot be satisfied; the message is the one line the container start fails with."""
+
+
+def env_dict(env):
+    """``process.env`` (a list of ``KEY=value``) -> dict; the last occurrence of a key wins."""
+    result = {}
+    for item in env or ():
+        if not isinstance(item, str):
+            continue
+        key, sep, value = item.partition("=")
+        if sep:
+            result[key] = value
+    return result
+
+
+def is_true(value):
+    return str(value).strip().lower() in _TRUE
+
+
+def _check_size(value, what):
+    if len(value) > MAX_REQUEST_BYTES:
+        raise RequestError("%s is longer than %d bytes (%d)" % (what, MAX_REQUEST_BYTES, len(value)))
+
+
+def _add_name(names, name, what):
+    if name not in names:
+        if len(names) >= MAX_REQUEST_DEVICES:
+            raise RequestError("%s names more than %d devices" % (what, MAX_REQUEST_DEVICES))
+        names[name] = None
+
+
+def parse_visible_devices(value):
+    """``NVIDIA_VISIBLE_DEVICES`` -> None (not a GPU container), ``[]`` (``none``: driver only),
+    ``["all"]`` or the list of requested device names, in the order given, without duplicates."""
+    if value is None:
+        return None
+    _check_size(value, "NVIDIA_VISIBLE_DEVICES")
+    value = value.strip()
+    if value in ("", "void"):
+        return None
+    if value == "none":
+        return []
+    names = {}  # insertion-ordered: linear de-duplication
+    for raw in value.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        if part == "all":
+            return ["all"]
+        if part in ("none", "void"):
+            raise RequestError("NVIDIA_VISIBLE_DEVICES: %r cannot be combined with device names" % part)
+        _add_name(names, part, "NVIDIA_VISIBLE_DEVICES")
+    return list(names) or None
+
+
+def _version_tuple(text):
+    import re  # noqa: PLC0415  # see _CONSTRAINT
+
+    parts = []
+    for piece in re.split(r"[.-]", text):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+def _compare(have, op, want):
+    a, b = _version_tuple(have), _version_tuple(want)
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return {
+        ">=": a >= b,
+        "<=": a <= b,
+        ">": a > b,
+        "<": a < b,
+        "=": a == b,
+        "==": a == b,
+        "!=": a != b,
+    }[op]
+
+
+def check_requirements(env, cuda_version, driver_version, facts=None):
+    """Raise ``RequestError`` unless every ``NVIDIA_REQUIRE_*`` in ``env`` (a dict) holds.
+
+    ``cuda``/``driver`` constraints compare versions numerically against ``cuda_version`` and
+    ``driver_version``; ``facts`` may add string facts (``brand``, ``arch``) compared for equality.
+    A constraint on a fact nobody knows (``brand`` when the index has none) counts as holding: it can
+    not be checked without the GPU, and an unknown brand must not make every CUDA image fail.
+    """
+    if is_true(env.get("NVIDIA_DISABLE_REQUIRE", "")):
+        return
+    known = {"cuda": cuda_version, "driver": driver_version}
+    known.update(facts or {})
+    for name in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
+        _check_size(env[name], name)
+        expression = env[name].strip()
+        if not expression:
+            continue
+        alternatives = expression.split()
+        if not any(_holds(alt, known, name) for alt in alternatives):
+            raise RequestError(
+                "unsatisfied requirement %s=%r (driver %s, CUDA %s)"
+                % (name, expression, driver_version or "unknown", cuda_version or "unknown")
+            )
+
+
+def _holds(alternative, known, name):
+    import re  # noqa: PLC0415  # see _CONSTRAINT
+
+    for raw in alternative.split(","):
+        constraint = raw.strip()
+        if not constraint:
+            continue
+        match = re.match(_CONSTRAINT, constraint)
+        if not match:
+            raise RequestError("%s: cannot parse constraint %r" % (name, constraint))
+        key, op, want = match.groups()
+        have = known.get(key)
+        if have is None:
+            if key in ("cuda", "driver"):
+                return False
+            continue
+        if key in ("cuda", "driver"):
+            if not _compare(have, op, want):
+                return False
+        elif (op in ("=", "==") and have != want) or (op == "!=" and have == want):
+            return False
+    return True
+
+
+def cdi_annotation_devices(annotations, kind=KIND):
+    """Device names of ``kind`` requested through CDI annotations, in a stable order (by key).
+
+    Names of other kinds are not ours and are skipped; a malformed name of our kind is an error.
+    """
+    names = {}
+    for key in sorted(annotations or {}):
+        if not key.startswith(CDI_ANNOTATION_PREFIXES):
+            continue
+        value = annotations[key]
+        _check_size(value, "CDI annotation %s" % key)
+        for raw in value.split(","):
+            qualified = raw.strip()
+            if not qualified:
+                continue
+            prefix, sep, device = qualified.partition("=")
+            if prefix != kind:
+                continue
+            if not sep or not device:
+                raise RequestError("CDI annotation %s: malformed device name %r" % (key, qualified))
+            _add_name(names, device, "the CDI annotations")
+    return list(names)
+
+
+def volume_mount_devices(mounts):
+    """Device names requested as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<name>``
+    (the device plugin's ``volume-mounts`` strategy), in order, without duplicates."""
+    names = {}
+    prefix = VOLUME_MOUNT_ROOT + "/"
+    for mount in mounts or ():
+        if os.path.normpath(mount.get("source") or "") != "/dev/null":
+            continue
+        destination = os.path.normpath(mount.get("destination") or "")
+        if not destination.startswith(prefix):
+            continue
+        name = destination[len(prefix) :]
+        if name and "/" not in name:
+            _add_name(names, name, "the device mounts")
+    return list(names)
+
+
+def is_privileged(config):
+    """NVIDIA's test for a privileged container: ``CAP_SYS_ADMIN`` in the bounding set."""
+    caps = (config.get("process") or {}).get("capabilities") or {}
+    return PRIVILEGED_CAPABILITY in (caps.get("bounding") or ())
+
+
+def _is_legacy_hook(hook):
+    return os.path.basename(str(hook.get("path", ""))) == LEGACY_HOOK
+
+
+def has_legacy_hook(config):
+    return any(_is_legacy_hook(h) for h in ((config.get("hooks") or {}).get("prestart") or ()))
+
+
+def remove_legacy_hook(config):
+    """Drop NVIDIA's ``nvidia-container-runtime-hook`` from the prestart hooks; True when one was there."""
+    hooks = config.get("hooks") or {}
+    prestart = hooks.get("prestart") or []
+    kept = [h for h in prestart if not _is_legacy_hook(h)]
+    if len(kept) == len(prestart):
+        return False
+    if kept:
+        hooks["prestart"] = kept
+    else:
+        hooks.pop("prestart", None)
+    return True
+
+
+class Request:
+    """What a container asks for: ``devices`` (names in the CDI spec; ``[]`` for driver files only),
+    ``capabilities`` (tuple), ``env`` (the process env as a dict), ``source`` (for messages)."""
+
+    __slots__ = ("capabilities", "devices", "env", "source")
+
+    def __init__(self, devices, capabilities, env, source):
+        self.devices = devices
+        self.capabilities = capabilities
+        self.env = env
+        self.source = source
+
+    def __repr__(self):
+        return "Request(%r, %r, source=%r)" % (self.devices, self.capabilities, self.source)
+
+
+def gpu_request(config, accept_envvar_unprivileged=True, accept_volume_mounts=False):
+    """The GPU request of an OCI ``config`` (already through ``check_config``), or None when it is not a
+    GPU container.
+
+    CDI annotations win (they are the orchestrator's allocation), then, when accepted, device mounts;
+    ``NVIDIA_VISIBLE_DEVICES`` counts only when ``accept_envvar_unprivileged`` or the container is
+    privileged. An unknown capability raises ``RequestError``.
+    """
+    env = env_dict((config.get("process") or {}).get("env"))
+    devices = cdi_annotation_devices(config.get("annotations"))
+    source = "CDI annotations"
+    if not devices and accept_volume_mounts:
+        devices, source = volume_mount_devices(config.get("mounts")), "device mounts"
+    if not devices:
+        if not (accept_envvar_unprivileged or is_privileged(config)):
+            return None  # the variable is the image's or the pod's wish, not an allocation: no GPU
+        devices = parse_visible_devices(env.get("NVIDIA_VISIBLE_DEVICES"))
+        source = "NVIDIA_VISIBLE_DEVICES"
+        if devices is None:
+            return None
+    try:
+        capabilities = parse_capabilities(env.get("NVIDIA_DRIVER_CAPABILITIES"))
+    except CapabilityError as exc:
+        raise RequestError("NVIDIA_DRIVER_CAPABILITIES: %s" % exc) from None
+    return Request(devices, capabilities, env, source)
+
+
+# --------------------------------------------------------------------------------------------------
+# config.json: read it within limits, and check the type of every part this module touches, so a
+# mistyped file is one line, never a traceback.
+
+_CONFIG_SHAPE = (
+    # (path, type, element type or None)
+    (("process",), dict, None),
+    (("process", "env"), list, str),
+    (("process", "capabilities"), dict, None),
+    (("process", "capabilities", "bounding"), list, str),
+    (("root",), dict, None),
+    (("root", "path"), str, None),
+    (("mounts",), list, dict),
+    (("hooks",), dict, None),
+    (("linux",), dict, None),
+    (("linux", "devices"), list, dict),
+    (("linux", "resources"), dict, None),
+    (("linux", "resources", "devices"), list, dict),
+    (("annotations",), dict, None),
+)
+_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
+
+
+def check_config(config, what="config.json"):
+    """Raise ``RequestError`` unless ``config`` has the types the shim and hook rely on."""
+    if not isinstance(config, dict):
+        raise RequestError("%s is not a JSON object" % what)
+    for path, kind, element in _CONFIG_SHAPE:
+        value = config
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        name = ".".join(path)
+        if not isinstance(value, kind):
+            raise RequestError("%s: %s is not %s" % (what, name, _TYPE_NAMES[kind]))
+        if element is not None and not all(isinstance(item, element) for item in value):
+            raise RequestError("%s: %s holds an element that is not %s" % (what, name, _TYPE_NAMES[element]))
+    for key, value in (config.get("annotations") or {}).items():
+        if not isinstance(value, str):
+            raise RequestError("%s: annotation %s is not a string" % (what, key))
+    for mount in config.get("mounts") or ():
+        for key in ("source", "destination"):
+            if not isinstance(mount.get(key, ""), str):
+                raise RequestError("%s: a mount's %s is not a string" % (what, key))
+    for phase, hooks in (config.get("hooks") or {}).items():
+        if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
+            raise RequestError("%s: hooks.%s is not an array of objects" % (what, phase))
+        for hook in hooks:
+            if not isinstance(hook.get("path", ""), str) or not isinstance(hook.get("args", []), list):
+                raise RequestError("%s: a hook in hooks.%s has a path or args of the wrong type" % (what, phase))
+    return config
+
+
+def read_limited(path, limit, what=None, check=None):
+    """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file.
+
+    ``check(st)``, when given, runs on the open file's ``fstat`` first (the shim's ownership rule), so
+    what is checked is what is read. Opened ``O_NONBLOCK``: a FIFO there never blocks.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if check is not None:
+            check(st)
+        if not stat.S_ISREG(st.st_mode):
+            raise RequestError("%s is not a regular file" % (what or path))
+        return read_fd(fd, limit, what or path)
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd, limit, what):
+    """At most ``limit`` bytes from the open file ``fd``; ``RequestError`` naming ``what`` when it holds more
+    (never more than ``limit + 1`` bytes are read)."""
+    data = os.read(fd, limit + 1)
+    while data and len(data) <= limit:
+        more = os.read(fd, limit + 1 - len(data))
+        if not more:
+            break
+        data += more
+    if len(data) > limit:
+        raise RequestError("%s is larger than %d bytes" % (what, limit))
+    return data
+
+
+def read_config(path):
+    """The bundle's ``config.json``: read within ``MAX_CONFIG_BYTES``, parsed, type-checked."""
+    from ..base.jsonio import loads  # noqa: PLC0415
+
+    try:
+        config = loads(read_limited(path, MAX_CONFIG_BYTES), None, path)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    check_config(config, path)
+    if not (config.get("root") or {}).get("path"):
+        raise RequestError("%s has no root.path" % path)
+    return config
+
+
+# --------------------------------------------------------------------------------------------------
+# The index: what the shim reads instead of the YAML spec (written by cdi_spec next to it).
+
+
+def resolve_devices(index, names):
+    """The ``containerEdits`` of each requested device name, in order; ``RequestError`` for an unknown
+    one. Plain indexes, ``GPU-``/``MIG-`` UUIDs and ``<gpu>:<mig>`` are looked up as the spec names
+    them; a UUID also matches when the spec only names devices by index (through ``aliases``)."""
+    devices = index.get("devices") or {}
+    aliases = index.get("aliases") or {}
+    edits = []
+    for name in names:
+        key = name if name in devices else aliases.get(name)
+        if key is None or key not in devices:
+            known = ", ".join(sorted(devices)) or "none"
+            raise RequestError("unknown GPU %r requested (this node has: %s)" % (name, known))
+        edits.append(devices[key])
+    return edits
+
+
+def _stat_node(path):
+    st = os.stat(path)
+    if not stat.S_ISCHR(st.st_mode):
+        raise RequestError("%s is not a character device" % path)
+    return os.major(st.st_rdev), os.minor(st.st_rdev)
+
+
+def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=_stat_node):
+    """Apply CDI ``containerEdits`` dicts to ``config`` in place.
+
+    Device nodes go to ``linux.devices`` and to the ``linux.resources.devices`` allow list with the
+    major/minor the host node has now (``stat_node(hostPath)``); mounts whose required capabilities
+    (``mount_capabilities[containerPath]``, a list) are not all in ``capabilities`` are skipped; hooks
+    and env are appended. Everything is de-duplicated (by path, destination, hook, env key), so applying
+    the same edits twice, or after a CDI-aware engine did, changes nothing.
+    """
+    mount_capabilities = mount_capabilities or {}
+    wanted = set(capabilities)
+    linux = config.setdefault("linux", {})
+    devices = linux.get("devices") or []
+    allow = (linux.get("resources") or {}).get("devices") or []
+    mounts = config.get("mounts") or []
+    hooks = config.get("hooks") or {}
+    process = config.setdefault("process", {})
+    env = process.get("env") or []
+    have_paths = {d.get("path") for d in devices}
+    have_dest = {m.get("destination") for m in mounts}
+    have_env = {e.partition("=")[0] for e in env}
+    have_allow = {(a.get("type"), a.get("major"), a.get("minor")) for a in allow if a.get("allow")}
+
+    for edit in edits:
+        for node in edit.get("deviceNodes") or ():
+            path = node["path"]
+            host = node.get("hostPath") or path
+            if "major" in node and "minor" in node:
+                major, minor = node["major"], node["minor"]
+            else:
+                try:
+                    major, minor = stat_node(host)
+                except OSError as exc:
+                    reason = exc.strerror or exc
+                    raise RequestError("GPU device node %s is missing on this host (%s)" % (host, reason)) from None
+            if path not in have_paths:
+                have_paths.add(path)
+                devices.append(
+                    {"path": path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666, "uid": 0, "gid": 0}
+                )
+            if ("c", major, minor) not in have_allow:
+                have_allow.add(("c", major, minor))
+                allow.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})
+        for mount in edit.get("mounts") or ():
+            dest = mount["containerPath"]
+            if dest in have_dest:
+                continue
+            if not wanted.issuperset(mount_capabilities.get(dest, ())):
+                continue
+            have_dest.add(dest)
+            entry = {"destination": dest, "source": mount["hostPath"], "options": list(mount.get("options") or [])}
+            entry["type"] = mount.get("type") or "bind"
+            mounts.append(entry)
+        for hook in edit.get("hooks") or ():
+            name = hook.get("hookName")
+            entry = {k: hook[k] for k in ("path", "args", "env", "timeout") if k in hook}
+            bucket = hooks.setdefault(name, [])
+            if entry not in bucket:
+                bucket.append(entry)
+        for item in edit.get("env") or ():
+            key = item.partition("=")[0]
+            if key not in have_env:
+                have_env.add(key)
+                env.append(item)
+
+    linux["devices"] = devices
+    if allow:
+        linux.setdefault("resources", {})["devices"] = allow
+    config["mounts"] = mounts
+    if hooks:
+        config["hooks"] = hooks
+    process["env"] = env
+    return config
+
+
+def inject(
+    config, index, stat_node=_stat_node, accept_envvar_unprivileged=True, accept_volume_mounts=False, *, request=None
+):
+    """The shim's whole job on ``create``: find the request, check it, apply the edits.
+
+    Returns True when ``config`` was changed (it is changed in place), False for a container that does
+    not ask for GPUs (only NVIDIA's legacy hook may have been removed: then True as well).
+    ``request``: the caller's ``gpu_request(config, ...)``, when it already has it (computed here otherwise).
+    Raises ``RequestError`` with the one-line reason the start must fail with.
+    """
+    legacy = remove_legacy_hook(config)
+    if request is None:
+        request = gpu_request(config, accept_envvar_unprivileged, accept_volume_mounts)
+    if request is None:
+        return legacy
+    names = request.devices
+    device_edits = resolve_devices(index, names)
+    check_requirements(request.env, index.get("cudaVersion"), index.get("driverVersion"))
+    provided = set(index.get("capabilities") or request.capabilities)
+    missing = [c for c in request.capabilities if c not in provided]
+    if missing and request.env.get("NVIDIA_DRIVER_CAPABILITIES", "").strip() != "all":
+        raise RequestError(
+            "driver capabilities %s requested but the CDI spec was generated without them" % ",".join(missing)
+        )
+    edits = [index.get("containerEdits") or {}, *device_edits]
+    apply_edits(config, edits, request.capabilities, index.get("mountCapabilities"), stat_node)
+    config.setdefault("annotations", {})[INJECTED_ANNOTATION] = ",".join(names) or "none"
+    return True

@@ -1,0 +1,337 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``gpufleet-container-runtime``: the OCI runtime shim, and the ``nvidia-container-runtime-hook`` entry point.
+
+The engine calls the shim exactly as it calls runc (``runc [global flags] <command> [flags] <id>``).
+Only ``create`` does work: when the bundle's ``config.json`` asks for GPUs (``NVIDIA_VISIBLE_DEVICES``,
+CDI annotations, or docker's ``--gpus`` hook), the CDI edits from the index ``cdi_spec`` wrote are applied
+to ``config.json`` (atomically), NVIDIA's legacy prestart hook is removed, and then the real runtime is
+exec'd with the same arguments. Every other command is exec'd at once: this module imports only ``os``
+and ``sys`` on that path, and nothing else is read but the small runtime configuration.
+
+A request that cannot be satisfied fails the start: one line on stderr (and in runc's ``--log`` file,
+where containerd looks for the reason), exit status 1. A GPU container never starts without its GPUs.
+
+The installed launcher (``_host_programs``) is a shell script that execs the runtime itself for every
+command but ``create``/``run``, and passes the runtime it was installed with in ``GPUFLEET_RUNTIME``.
+
+Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; both
+variables come from the engine's own environment, never from a container's), a JSON object with the
+optional keys ``runtime`` (runc or crun, absolute; ``GPUFLEET_RUNTIME`` wins), ``index`` (the CDI index,
+``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true) and
+``accept_volume_mounts`` (default false): see ``_oci.gpu_request``. The toolkit role writes it.
+
+What it trusts (the design notes' "Security"): the configuration, the index and the runtime decide what
+runs as root, so each is used only when owned by root (or by the shim's own user, for a rootless engine)
+and not writable by group or others, checked on the open file. Everything from the bundle and the image
+is bounded (``_oci.MAX_*``, ``_ldcache.MAX_CACHE_BYTES``), type-checked, and parsed in linear time; every
+failure is one line and exit status 1, never a traceback.
+"""
+
+import os
+import sys
+
+CONFIG_PATH = "/etc/gpufleet/runtime.json"
+DEFAULT_INDEX = "/etc/gpufleet/cdi-nvidia.json"
+RUNTIME_CANDIDATES = ("/usr/bin/runc", "/usr/sbin/runc", "/usr/local/bin/runc", "/usr/local/sbin/runc", "/usr/bin/crun")
+NAME = "gpufleet-container-runtime"
+MAX_SMALL_FILE = 64 << 10  # runtime.json
+MAX_INDEX_BYTES = 16 << 20  # the index of a node with 16 GPUs in MIG mode is well under 1 MiB
+CONFIG_KEYS = {"runtime": str, "index": str, "accept_envvar_unprivileged": bool, "accept_volume_mounts": bool}
+# runc's global flags that take a value (``--flag value``); everything else starting with - is boolean.
+_VALUE_FLAGS = frozenset(("--root", "--log", "--log-format", "--criu", "--rootless"))
+# Cheap byte-level hints that a config.json may ask for GPUs; a match is then parsed properly.
+_HINTS = (b"NVIDIA_VISIBLE_DEVICES", b"cdi.k8s.io/", b"nvidia-container-runtime-hook")
+
+
+class ShimError(Exception):
+    """The container start must fail; the message is the reason."""
+
+
+def check_trusted(st, path, what):
+    """Refuse a file that decides what runs as root unless root (or this process's user) owns it and
+    neither group nor others may write it."""
+    if st.st_uid not in (0, os.geteuid()):
+        raise ShimError(
+            "%s %s is owned by uid %d, not root: refusing it (chown root:root %s)" % (what, path, st.st_uid, path)
+        )
+    if st.st_mode & 0o022:
+        raise ShimError(
+            "%s %s is writable by group or others (mode %o): refusing it (chmod go-w %s)"
+            % (what, path, st.st_mode & 0o7777, path)
+        )
+
+
+def read_trusted(path, limit, what):
+    """The bytes of a trusted file (``check_trusted``, on the open file) of at most ``limit`` bytes; None
+    when it is missing."""
+    from .oci import RequestError, read_limited  # noqa: PLC0415
+
+    try:
+        return read_limited(path, limit, "%s %s" % (what, path), lambda st: check_trusted(st, path, what))
+    except FileNotFoundError:
+        return None
+    except RequestError as exc:
+        raise ShimError(str(exc)) from None
+
+
+def _config():
+    path = os.environ.get("GPUFLEET_RUNTIME_CONFIG", CONFIG_PATH)
+    data = read_trusted(path, MAX_SMALL_FILE, "the configuration")
+    if data is None:
+        return {}
+    from ..base.jsonio import loads  # noqa: PLC0415  # only when a configuration exists
+
+    try:
+        value = loads(data, None, path)
+    except ValueError as exc:
+        raise ShimError(str(exc)) from None
+    if not isinstance(value, dict):
+        raise ShimError("%s: not a JSON object" % path)
+    for key, item in value.items():
+        kind = CONFIG_KEYS.get(key)
+        if kind is None:
+            raise ShimError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(CONFIG_KEYS))))
+        if not isinstance(item, kind):
+            raise ShimError("%s: %s must be a %s" % (path, key, "boolean" if kind is bool else "string"))
+    return value
+
+
+def _runtime(config):
+    runtime = os.environ.get("GPUFLEET_RUNTIME") or config.get("runtime")
+    if runtime:
+        if not os.path.isabs(runtime):
+            raise ShimError("runtime %r in the configuration is not an absolute path" % runtime)
+    else:
+        runtime = next((c for c in RUNTIME_CANDIDATES if os.access(c, os.X_OK)), None)
+        if runtime is None:
+            raise ShimError(
+                'no low-level runtime found (tried %s); set "runtime" in %s'
+                % (", ".join(RUNTIME_CANDIDATES), CONFIG_PATH)
+            )
+    try:
+        check_trusted(os.stat(runtime), runtime, "the runtime")
+    except OSError as exc:
+        raise ShimError("the runtime %s cannot be used: %s" % (runtime, exc.strerror or exc)) from None
+    return runtime
+
+
+def parse_args(args):
+    """``(command, index of the command, global flags dict)`` of a runc command line (``args`` without argv[0])."""
+    flags = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg == "-":
+            return arg, i, flags
+        name, sep, value = arg.partition("=")
+        name = "--" + name.lstrip("-")
+        if sep:
+            flags[name] = value
+        elif name in _VALUE_FLAGS and i + 1 < len(args):
+            flags[name] = args[i + 1]
+            i += 1
+        else:
+            flags[name] = True
+        i += 1
+    return None, len(args), flags
+
+
+def bundle_of(args):
+    """The ``--bundle``/``-b`` of a ``create``/``run`` command's own arguments, else the current directory."""
+    for i, arg in enumerate(args):
+        if arg in ("--bundle", "-b", "-bundle") and i + 1 < len(args):
+            return args[i + 1]
+        for prefix in ("--bundle=", "-b=", "-bundle="):
+            if arg.startswith(prefix):
+                return arg[len(prefix) :]
+    return os.getcwd()
+
+
+def _log_error(flags, message):
+    """One line on stderr, and in runc's ``--log`` file in its ``--log-format`` (where containerd and
+    CRI-O look for the reason a start failed)."""
+    text = "%s: %s" % (NAME, message)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+    log = flags.get("--log")
+    if not isinstance(log, str) or not log:
+        return
+    import time  # noqa: PLC0415  # failure path only
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if flags.get("--log-format") == "json":
+        from ..base.jsonio import dumps  # noqa: PLC0415
+
+        line = dumps({"level": "error", "msg": text, "time": stamp})
+    else:  # logrus's text format, as runc writes it
+        line = 'time="%s" level=error msg="%s"' % (stamp, text.replace("\\", "\\\\").replace('"', '\\"'))
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def prepare(bundle, config):
+    """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten. ``config``:
+    the shim's configuration (``_config``)."""
+    from .oci import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
+
+    config_file = os.path.join(bundle, "config.json")
+    try:
+        raw = read_limited(config_file, MAX_CONFIG_BYTES)
+        if not any(hint in raw for hint in _HINTS):
+            return False
+        return _prepare(config_file, raw, config)
+    except RequestError as exc:
+        raise ShimError(str(exc)) from None
+
+
+def _read_index(path, required):
+    from ..base.jsonio import loads  # noqa: PLC0415
+
+    data = read_trusted(path, MAX_INDEX_BYTES, "the CDI index")
+    if data is None:
+        if required:
+            raise ShimError("GPUs requested but %s is missing: run gpufleet.nvidia.cdi_spec on this host" % path)
+        return {}
+    try:
+        index = loads(data, None, path)
+    except ValueError as exc:
+        raise ShimError("%s; regenerate it with gpufleet.nvidia.cdi_spec" % exc) from None
+    if not isinstance(index, dict) or not isinstance(index.get("devices", {}), dict):
+        raise ShimError("%s is not a gpufleet CDI index; regenerate it with gpufleet.nvidia.cdi_spec" % path)
+    return index
+
+
+def _prepare(config_file, raw, shim_config):
+    from ..base.jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
+    from .oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
+
+    try:
+        config = check_config(loads(raw, None, config_file), config_file)
+    except ValueError as exc:  # RequestError is one too
+        raise ShimError(str(exc)) from None
+    policy = {
+        "accept_envvar_unprivileged": shim_config.get("accept_envvar_unprivileged", True),
+        "accept_volume_mounts": shim_config.get("accept_volume_mounts", False),
+    }
+    request = gpu_request(config, **policy)
+    if request is None and not has_legacy_hook(config):
+        return False
+    index_path = shim_config.get("index") or DEFAULT_INDEX
+    index = _read_index(index_path, request is not None)
+    try:
+        if not inject(config, index, request=request, **policy):
+            return False
+    except (TypeError, KeyError, AttributeError) as exc:  # config.json is checked: the index is malformed
+        raise ShimError(
+            "%s is malformed (%s: %s); regenerate it with gpufleet.nvidia.cdi_spec"
+            % (index_path, type(exc).__name__, exc)
+        ) from None
+    inline_hook(config, os.path.dirname(config_file))
+    st = os.stat(config_file)
+    tmp = "%s.gpufleet-%d" % (config_file, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, st.st_mode & 0o7777)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(config))
+        os.replace(tmp, config_file)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+HOOK_NAME = "gpufleet-cdi-hook"
+
+
+def inline_hook(config, bundle):
+    """Do ``gpufleet-cdi-hook``'s whole work here, before ``runc create``, and drop its hook entry: no
+    process is started for it, and runc runs no hook at all for the GPU (a Python start and an
+    ``ldconfig`` less per GPU container than the hook path).
+
+    ``_cdi_hook.apply`` is the hook's own code on the same root (docker, containerd, podman and CRI-O
+    mount the root before ``create``), with the libraries the container gets after capability filtering
+    (the mounts ``inject`` applied). The work cannot depend on the bind mounts being in place: the soname
+    links may dangle until runc mounts the files, and the cache only names paths. True when the hook
+    entry was replaced; any failure fails the start (one line), as the hook would.
+    """
+    hooks = (config.get("hooks") or {}).get("createContainer") or []
+    ours = [h for h in hooks if os.path.basename(str(h.get("path", ""))) == HOOK_NAME]
+    if len(ours) != 1:
+        return False
+    from . import cdi_hook as _cdi_hook  # noqa: PLC0415
+
+    root = _cdi_hook.root_of(bundle, config)
+    if root is None or not os.path.isdir(root):
+        return False  # not prepared yet: the hook entry stays (runc reports a missing root itself)
+    try:
+        options = _cdi_hook.parse_args([HOOK_NAME, *[str(a) for a in (ours[0].get("args") or [])[1:]]])
+        _cdi_hook.apply(options, root, _cdi_hook.mount_destinations(config))
+    except (_cdi_hook.HookError, OSError) as exc:
+        raise ShimError("cannot prepare the container's driver libraries: %s" % exc) from None
+    hooks.remove(ours[0])
+    if not hooks:
+        config["hooks"].pop("createContainer", None)
+        if not config["hooks"]:
+            del config["hooks"]
+    return True
+
+
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
+    args = list(argv[1:])
+    command, at, flags = parse_args(args)
+    try:
+        config = _config()
+        runtime = _runtime(config)
+        if command in ("create", "run"):
+            try:
+                prepare(bundle_of(args[at + 1 :]), config)
+            except (OSError, ValueError) as exc:
+                raise ShimError("cannot prepare the bundle: %s" % exc) from None
+    except ShimError as exc:
+        _log_error(flags, str(exc))
+        return 1
+    except Exception as exc:  # never a traceback instead of the reason: one line, no start
+        _log_error(flags, "internal error (%s: %s)" % (type(exc).__name__, exc))
+        return 1
+    os.execv(runtime, [runtime, *args])  # noqa: S606  # the runtime the admin configured, by absolute path
+    return 127  # not reached
+
+
+# --------------------------------------------------------------------------------------------------
+# nvidia-container-runtime-hook: what docker --gpus puts in config.json as a prestart hook.
+
+LEGACY_MESSAGE = (
+    "nvidia-container-runtime-hook (gpufleet): this container asks for GPUs (docker --gpus) but was not "
+    "started through the gpufleet runtime; register gpufleet-container-runtime as the 'nvidia' runtime "
+    "(gpufleet.nvidia.container_runtime with path /usr/local/bin/gpufleet-container-runtime) and run with "
+    "--runtime=nvidia, or make it the default runtime"
+)
+
+
+def legacy_hook_main(argv=None):
+    """Succeed when the shim already injected this container (its annotation is in the OCI state);
+    otherwise fail the start: a ``--gpus`` container must not run without its GPUs."""
+    argv = sys.argv if argv is None else argv
+    if len(argv) > 1 and argv[1] not in ("prestart", "createRuntime"):
+        return 0  # poststart/poststop or an unknown phase: nothing to do
+    from ..base.jsonio import loads  # noqa: PLC0415
+    from .oci import INJECTED_ANNOTATION  # noqa: PLC0415
+
+    try:
+        state = loads(sys.stdin.read(1 << 20) or "{}")
+    except ValueError:
+        state = {}
+    annotations = state.get("annotations") if isinstance(state, dict) else None
+    if isinstance(annotations, dict) and INJECTED_ANNOTATION in annotations:
+        return 0
+    sys.stderr.write(LEGACY_MESSAGE + "\n")
+    return 1

@@ -1,0 +1,491 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Registering a runtime with containerd (config v1, v2, v3), as pure functions over TOML text.
+
+Config versions and where the CRI runtimes live:
+
+* v1: ``plugins.cri`` (a non-empty file with no ``version`` key is v1);
+* v2: ``plugins."io.containerd.grpc.v1.cri"`` (containerd 1.x; a missing or empty file is v2 there);
+* v3: ``plugins."io.containerd.cri.v1.runtime"`` (containerd 2.x; a missing or empty file is v3 there).
+
+Runtimes are ``<cri>.containerd.runtimes.<name>``; the default is ``<cri>.containerd.default_runtime_name``
+and CDI is ``<cri>.enable_cdi`` (``cdi_spec_dirs`` is left at its default).
+
+Two ways to register:
+
+* in the main file (``drop_in=false``): the runtime table is added next to the others, keys we change
+  carry a trailing ``# gpufleet.nvidia: was <old>`` comment so that ``state=absent`` restores them;
+* through a drop-in (default): the drop-in path is appended to the main file's ``imports`` (kept,
+  never replaced; nothing is added when an existing glob already matches it) and the drop-in is a file
+  we own (marker comment on its first line).
+
+**What "the whole CRI plugin table" means.** containerd before 2.1 merges an imported file into the
+main one plugin by plugin: ``plugins.<id>`` of a later file *replaces* ``plugins.<id>`` of an earlier
+one, and the plugin then fills every key the winning table does not set with its built-in default. So a
+drop-in that only named our runtime would silently drop everything the admin configured under that
+plugin (``SystemdCgroup``, registry mirrors, ``sandbox_image``...). On those versions the drop-in
+therefore carries a copy of the complete ``plugins.<id>`` table -- every key and sub-table, comments
+included -- of the last file before it (main file, then earlier imports in order) that defines that
+table, with our runtime (and default, and ``enable_cdi``) added. Other plugins' tables are not copied
+(they are not replaced by ours). Built-in defaults are not copied either (the plugin applies them
+anyway). The copy is a snapshot: every run refreshes it, so re-run the module after editing the CRI
+table of the main file. From 2.1 on, imports are merged key by key and the drop-in holds only our keys.
+"""
+
+import fnmatch
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+from . import toml as t
+from .common import (
+    CDI_MIN_VERSIONS,
+    FIX_BY_HAND,
+    MANAGED_MARKER,
+    Edit,
+    RuntimeConfigError,
+    older_than,
+)
+
+DEFAULT_PATH = "/etc/containerd/config.toml"
+DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
+RUNTIME_TYPE = "io.containerd.runc.v2"
+CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
+    """The config version containerd assumes for a missing or empty file: 3 on 2.x, else 2."""
+    return 3 if engine_version and engine_version[0] >= 2 else 2
+
+
+CDI_MIN_VERSION = CDI_MIN_VERSIONS["containerd"]
+
+
+def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
+    """A warning for ``cdi=true`` on a containerd that ignores ``enable_cdi`` (before 1.7), else ``None``.
+    An unknown version gives no warning."""
+    shown = older_than(engine_version, CDI_MIN_VERSION)
+    if shown:
+        return (
+            f"cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
+            "the key is written but has no effect until containerd is upgraded"
+        )
+    return None
+
+
+def whole_table_needed(engine_version: Optional[Tuple[int, int, int]]) -> bool:
+    """Whether imports replace plugin tables wholesale (before 2.1; unknown versions count as old)."""
+    return not engine_version or tuple(engine_version[:2]) < (2, 1)
+
+
+def detect_version(text: str, path: str = DEFAULT_PATH, empty_version: int = 2) -> int:
+    if not text.strip():
+        return empty_version
+    doc = t.parse(text, path)
+    return _version_of(doc, text, path)
+
+
+def _version_of(doc: Any, text: str, path: str) -> int:
+    version = doc.get("version", 1)
+    if isinstance(version, bool) or version not in CRI_PLUGIN:
+        raise RuntimeConfigError(
+            f"version = {version!r}: containerd knows config versions 1, 2 and 3",
+            path,
+            t.key_line(text, "version"),
+            FIX_BY_HAND,
+        )
+    return int(version)
+
+
+def _load(text: str, path: str, empty_version: int) -> Tuple[Any, int, bool]:
+    """(document, version, was_empty)."""
+    if not text.strip():
+        doc = t.parse(text, path)
+        return doc, empty_version, True
+    doc = t.parse(text, path)
+    return doc, _version_of(doc, text, path), False
+
+
+def _cri(doc: Any, version: int, *, text: str, path: str, create: bool) -> Any:
+    return t.get_table(doc, ["plugins", CRI_PLUGIN[version]], text=text, path=path, create=create)
+
+
+def _source_runtime(runtimes: Any, default_name: str, name: str) -> Optional[Any]:
+    for candidate in (default_name, "runc", "crun"):
+        if candidate != name and t.is_table(runtimes.get(candidate)):
+            return runtimes[candidate]
+    return None
+
+
+def _register(
+    cri: Any,
+    runtime_path: str,
+    *,
+    name: str,
+    set_as_default: bool,
+    cdi: bool,
+    track: bool,
+    text: str,
+    path: str,
+    source: Optional[Any] = None,
+) -> List[str]:
+    """Add/update the runtime in a CRI plugin table; returns the changes."""
+    changes: List[str] = []
+    prefix = "plugins.<cri>."
+    ctd = t.get_table(cri, ["containerd"], text=text, path=path, create=True)
+    runtimes = t.get_table(ctd, ["runtimes"], text=text, path=path, create=True)
+    default_name = ctd.get("default_runtime_name", "runc")
+    if source is None:
+        source = _source_runtime(runtimes, str(default_name), name)
+    if source is None and not any(t.is_table(v) for v in runtimes.values()):
+        # A runtimes table in the file replaces containerd's built-in one (runc) instead of adding
+        # to it (seen with `containerd config dump` on 1.6): name the built-in default explicitly.
+        builtin = str(default_name) if default_name != name else "runc"
+        runtimes[builtin] = t.tomlkit.table()
+        runtimes[builtin]["runtime_type"] = RUNTIME_TYPE
+        if track:
+            runtimes[builtin].comment(t.TRACK_PREFIX + "added")
+        changes.append(f"{prefix}containerd.runtimes.{builtin}: containerd's built-in default written out")
+    existing = runtimes.get(name)
+    if existing is not None and not t.is_table(existing):
+        raise RuntimeConfigError(f"runtimes.{name} is not a table", path, t.key_line(text, name), FIX_BY_HAND)
+    if existing is None:
+        if source is not None:
+            new = t.deepcopy(source)
+            new.trivia.indent = ""
+            for legacy in ("runtime_engine", "runtime_root", "runtime_path"):
+                if legacy in new and not new[legacy]:
+                    continue
+                if legacy in new:
+                    del new[legacy]
+        else:
+            new = t.tomlkit.table()
+        new["runtime_type"] = RUNTIME_TYPE
+        runtimes[name] = new
+        entry = runtimes[name]
+        if source is not None:
+            entry.trivia.indent = source.trivia.indent
+        opts = t.get_table(entry, ["options"], text=text, path=path, create=False)
+        if opts is None:
+            entry["options"] = t.tomlkit.table()
+            opts = entry["options"]
+        if "BinaryName" in opts:
+            opts["BinaryName"] = runtime_path
+        else:
+            t.add_key(opts, "BinaryName", runtime_path)
+        copied = "" if source is None else " (options copied from the default runtime)"
+        changes.append(f"{prefix}containerd.runtimes.{name}: added with BinaryName {runtime_path}{copied}")
+    else:
+        entry = existing
+        if entry.get("runtime_type") != RUNTIME_TYPE:
+            changes.append(f"{prefix}containerd.runtimes.{name}.runtime_type -> {RUNTIME_TYPE}")
+            if "runtime_type" in entry:
+                entry["runtime_type"] = RUNTIME_TYPE
+            else:
+                t.add_key(entry, "runtime_type", RUNTIME_TYPE)
+        opts = t.get_table(entry, ["options"], text=text, path=path, create=True)
+        if opts.get("BinaryName") != runtime_path:
+            changes.append(f"{prefix}containerd.runtimes.{name}.options.BinaryName -> {runtime_path}")
+            if "BinaryName" in opts:
+                opts["BinaryName"] = runtime_path
+            else:
+                t.add_key(opts, "BinaryName", runtime_path)
+        src_opts = source.get("options") if source is not None else None
+        if t.is_table(src_opts):
+            for key, value in src_opts.items():
+                if key == "BinaryName":
+                    continue
+                if key not in opts or (key == "SystemdCgroup" and opts[key] != value):
+                    # SystemdCgroup must match the other runtimes (and the kubelet): it follows them.
+                    changes.append(f"{prefix}containerd.runtimes.{name}.options.{key} -> {value!r} (from default)")
+                    if key in opts:
+                        opts[key] = t.deepcopy(value)
+                    else:
+                        t.add_key(opts, key, t.deepcopy(value))
+    if set_as_default:
+        what = t.set_tracked(ctd, "default_runtime_name", name, track=track)
+        if what:
+            changes.append(f"{prefix}containerd.{what}")
+    if cdi:
+        what = t.set_tracked(cri, "enable_cdi", True, track=track)
+        if what:
+            changes.append(f"{prefix}{what}")
+    return changes
+
+
+def _finish(doc: Any, original: str, changes: List[str]) -> Edit:
+    if not changes:
+        return Edit(original, [])
+    return Edit(t.dumps(doc), changes)
+
+
+def present_main(
+    text: str,
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    cdi: bool = False,
+    path: str = DEFAULT_PATH,
+    empty_version: int = 2,
+) -> Edit:
+    """Register the runtime in the main config file itself."""
+    doc, version, empty = _load(text, path, empty_version)
+    changes: List[str] = []
+    if empty:
+        t.set_tracked(doc, "version", version)
+        changes.append(f"version = {version} (the file was empty)")
+    cri = _cri(doc, version, text=text, path=path, create=True)
+    changes += _register(
+        cri, runtime_path, name=name, set_as_default=set_as_default, cdi=cdi, track=True, text=text, path=path
+    )
+    if len(changes) == 1 and empty:
+        changes = []
+    return _finish(doc, text, [c.replace("<cri>", CRI_PLUGIN[version]) for c in changes])
+
+
+def _drop_empty_version(doc: Any) -> bool:
+    """True when only our own ``version`` key is left: the file goes back to empty."""
+    keys = list(doc)
+    return bool(keys == ["version"] and doc.item("version").trivia.comment.lstrip("#").strip().endswith("added"))
+
+
+def absent_main(
+    text: str,
+    runtime_path: Optional[str] = None,
+    *,
+    name: str = "nvidia",
+    cdi: bool = False,
+    path: str = DEFAULT_PATH,
+    empty_version: int = 2,
+) -> Edit:
+    """Undo ``present_main``: the runtime when it is ours (its ``BinaryName`` is ``runtime_path``,
+    any when not given), ``default_runtime_name`` and ``enable_cdi`` back to what our comment says
+    they were (a default naming the removed runtime without our comment goes back to ``runc``), and
+    the tables that only held them."""
+    if not text.strip():
+        return Edit(text, [])
+    doc, version, _empty = _load(text, path, empty_version)
+    cri_id = CRI_PLUGIN[version]
+    changes: List[str] = []
+    cri = _cri(doc, version, text=text, path=path, create=False)
+    if cri is not None:
+        ctd = cri.get("containerd")
+        runtimes = ctd.get("runtimes") if t.is_table(ctd) else None
+        if t.is_table(runtimes) and t.is_table(runtimes.get(name)):
+            binary = (runtimes[name].get("options") or {}).get("BinaryName")
+            if runtime_path is None or binary == runtime_path:
+                del runtimes[name]
+                changes.append(f"plugins.{cri_id}.containerd.runtimes.{name}: removed")
+                for other in list(runtimes):
+                    table = runtimes[other]
+                    if t.is_table(table) and table.trivia.comment.lstrip("#").strip() == t.TRACK_PREFIX + "added":
+                        del runtimes[other]
+                        changes.append(f"plugins.{cri_id}.containerd.runtimes.{other}: removed (we had written it)")
+        if t.is_table(ctd) and ctd.get("default_runtime_name") == name:
+            gone = not (t.is_table(runtimes) and name in runtimes)
+            what = t.unset_tracked(ctd, "default_runtime_name", fallback="runc" if gone else None)
+            if what:
+                changes.append(f"plugins.{cri_id}.containerd.{what}")
+        if cdi:
+            what = t.unset_tracked(cri, "enable_cdi")
+            if what:
+                changes.append(f"plugins.{cri_id}.{what}")
+        if changes:
+            t.prune_empty(doc, ["plugins", cri_id, "containerd", "runtimes"])
+            if t.is_table(doc.get("plugins")) and t.is_table(doc["plugins"].get(cri_id)):
+                t.make_implicit_if_bare(doc["plugins"][cri_id], "containerd")
+                t.make_implicit_if_bare(doc["plugins"], cri_id)
+    if changes and _drop_empty_version(doc):
+        return Edit("", changes)
+    if not changes:
+        return Edit(text, [])
+    was_last = t.last_header_is(text, f"runtimes.{name}")
+    return Edit(t.trim_after_last(t.dumps(doc), was_last), changes)
+
+
+def _imports_match(imports: Sequence[Any], main_path: str, drop_in: str) -> bool:
+    base = os.path.dirname(main_path)
+    for entry in imports:
+        if not isinstance(entry, str):
+            continue
+        pattern = entry if os.path.isabs(entry) else os.path.join(base, entry)
+        if pattern == drop_in or fnmatch.fnmatchcase(drop_in, pattern):
+            return True
+    return False
+
+
+def _header(name: str, whole: bool, version: int) -> str:
+    lines = [
+        f"# {MANAGED_MARKER}: registers the {name!r} runtime with containerd.",
+        "# Rewritten on every run and removed by state=absent; edit the main config file instead.",
+    ]
+    if whole:
+        lines += [
+            f'# containerd before 2.1 lets an imported plugins."{CRI_PLUGIN[version]}" table replace the',
+            "# main file's, so this file carries a copy of the whole table (refreshed on every run).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def cri_source(
+    main_text: str, imports: Sequence[Tuple[str, str]], version: int, main_path: str = DEFAULT_PATH
+) -> Optional[Any]:
+    """The CRI plugin table containerd would use without our drop-in: that of the last file (main
+    file, then ``imports`` in containerd's order, ours excluded) that defines it."""
+    found = None
+    for file_path, file_text in [(main_path, main_text), *imports]:
+        if not file_text.strip():
+            continue
+        doc = t.parse(file_text, file_path)
+        if _version_of(doc, file_text, file_path) != version:
+            continue
+        cri = _cri(doc, version, text=file_text, path=file_path, create=False)
+        if cri is not None:
+            found = cri
+    return found
+
+
+def render_drop_in(
+    runtime_path: str,
+    *,
+    version: int,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    cdi: bool = False,
+    whole_table: bool = True,
+    source_cri: Optional[Any] = None,
+    path: str = DEFAULT_DROP_IN,
+) -> str:
+    """The drop-in's full text (deterministic: the same inputs give the same bytes)."""
+    doc = t.tomlkit.parse(_header(name, whole_table and source_cri is not None, version))
+    doc.add("version", version)
+    doc.add(t.tomlkit.nl())
+    plugins = t.tomlkit.table(is_super_table=True)
+    doc["plugins"] = plugins
+    cri_id = CRI_PLUGIN[version]
+    source_runtime = None
+    if source_cri is not None:
+        ctd = source_cri.get("containerd")
+        runtimes = ctd.get("runtimes") if t.is_table(ctd) else None
+        if t.is_table(runtimes):
+            source_runtime = _source_runtime(runtimes, str(ctd.get("default_runtime_name", "runc")), name)
+    if whole_table and source_cri is not None:
+        cri = t.deepcopy(source_cri)
+        cri.trivia.indent = ""
+        doc["plugins"][cri_id] = cri
+        # our own runtime entry is rewritten from scratch, never inherited from the copy
+        ctd = cri.get("containerd")
+        if t.is_table(ctd) and t.is_table(ctd.get("runtimes")) and name in ctd["runtimes"]:
+            del ctd["runtimes"][name]
+        cri = doc["plugins"][cri_id]
+    else:
+        doc["plugins"][cri_id] = t.tomlkit.table(is_super_table=True)
+        cri = doc["plugins"][cri_id]
+    _register(
+        cri,
+        runtime_path,
+        name=name,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        track=False,
+        text="",
+        path=path,
+        source=source_runtime,
+    )
+    out = t.dumps(doc)
+    return out if out.endswith("\n") else out + "\n"
+
+
+def is_ours(drop_in_text: Optional[str]) -> bool:
+    return bool(drop_in_text) and MANAGED_MARKER in drop_in_text.split("\n", 1)[0]
+
+
+def present_drop_in(
+    main_text: str,
+    drop_in_text: Optional[str],
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    cdi: bool = False,
+    path: str = DEFAULT_PATH,
+    drop_in: str = DEFAULT_DROP_IN,
+    empty_version: int = 2,
+    whole_table: bool = True,
+    imports: Sequence[Tuple[str, str]] = (),
+) -> Tuple[Edit, Edit]:
+    """Register through a drop-in: (edit of the main file, edit of the drop-in).
+
+    ``imports`` are the other imported files as (path, text), in containerd's order, ours excluded;
+    they decide which CRI table the drop-in copies (see the module docstring)."""
+    if drop_in_text and not is_ours(drop_in_text):
+        raise RuntimeConfigError(
+            "this file exists and was not written by gpufleet.nvidia",
+            drop_in,
+            1,
+            "choose another drop_in path, or remove the file",
+        )
+    doc, version, empty = _load(main_text, path, empty_version)
+    changes: List[str] = []
+    if empty:
+        t.set_tracked(doc, "version", version)
+    imports_list = doc.get("imports")
+    if imports_list is None:
+        item = t.add_key(doc, "imports", [drop_in])
+        item.comment("gpufleet.nvidia: added")
+        changes.append(f"imports: added with {drop_in}")
+    elif not isinstance(imports_list, list):
+        raise RuntimeConfigError(
+            "imports is not an array of paths", path, t.key_line(main_text, "imports"), FIX_BY_HAND
+        )
+    elif not _imports_match(imports_list, path, drop_in):
+        imports_list.append(drop_in)
+        changes.append(f"imports: {drop_in} appended")
+    main_edit = _finish(doc, main_text, changes)
+    source = cri_source(main_text, imports, version, path)
+    new_drop_in = render_drop_in(
+        runtime_path,
+        version=version,
+        name=name,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        whole_table=whole_table,
+        source_cri=source,
+        path=drop_in,
+    )
+    if new_drop_in == (drop_in_text or ""):
+        drop_edit = Edit(drop_in_text, [])
+    else:
+        drop_edit = Edit(new_drop_in, [f"{drop_in}: {'written' if not drop_in_text else 'updated'}"])
+    return main_edit, drop_edit
+
+
+def absent_drop_in(
+    main_text: str,
+    drop_in_text: Optional[str],
+    *,
+    path: str = DEFAULT_PATH,
+    drop_in: str = DEFAULT_DROP_IN,
+    empty_version: int = 2,
+) -> Tuple[Edit, Edit]:
+    """Undo ``present_drop_in``: our entry in ``imports`` (and ``imports`` itself when we added it),
+    and the drop-in when it carries our marker (``Edit(None, ...)`` means delete it)."""
+    changes: List[str] = []
+    if main_text.strip():
+        doc, _version, _empty = _load(main_text, path, empty_version)
+        imports_list = doc.get("imports")
+        if isinstance(imports_list, list) and drop_in in imports_list:
+            imports_list.remove(drop_in)
+            changes.append(f"imports: {drop_in} removed")
+            if not imports_list:
+                what = t.unset_tracked(doc, "imports")
+                if what:
+                    changes[-1] = "imports: removed (we had added it)"
+        main_edit = Edit("", changes) if changes and _drop_empty_version(doc) else _finish(doc, main_text, changes)
+    else:
+        main_edit = Edit(main_text, [])
+    if drop_in_text is not None and is_ours(drop_in_text):
+        drop_edit = Edit(None, [f"{drop_in}: removed"])
+    else:
+        drop_edit = Edit(drop_in_text, [])
+    return main_edit, drop_edit

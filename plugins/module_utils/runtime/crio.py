@@ -1,0 +1,189 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Registering a runtime with CRI-O, as pure functions over TOML text.
+
+CRI-O reads ``/etc/crio/crio.conf`` and then every ``/etc/crio/crio.conf.d/*.conf`` in lexical order,
+merging them key by key, so the drop-in only needs our keys:
+
+* ``[crio.runtime.runtimes.<name>]`` with ``runtime_path``, ``runtime_type = "oci"`` and the monitor
+  settings (``monitor_path``, ``monitor_cgroup``, ``monitor_env``, ``monitor_exec_cgroup``) copied from
+  the default runtime as the other files define it;
+* ``[crio.runtime] default_runtime`` when asked.
+
+CDI: CRI-O has no switch for it; CDI injection is always on since CRI-O 1.23 (spec directories in
+``crio.runtime.cdi_spec_dirs``, default ``/etc/cdi`` and ``/var/run/cdi``), so ``cdi=true`` changes
+nothing here.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+from . import toml as t
+from .common import (
+    MANAGED_MARKER,
+    Edit,
+    RuntimeConfigError,
+)
+
+DEFAULT_PATH = "/etc/crio/crio.conf"
+DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-gpufleet-nvidia.conf"
+MONITOR_KEYS = ("monitor_path", "monitor_cgroup", "monitor_env", "monitor_exec_cgroup")
+CDI_NOTE = "CRI-O enables CDI by itself since 1.23 (cdi_spec_dirs); nothing to set"
+
+
+def monitor_settings(configs: Sequence[Tuple[str, str]], name: str = "nvidia") -> List[Tuple[str, Any]]:
+    """Monitor settings of the default runtime, as CRI-O would merge ``configs`` (path, text) in order."""
+    default_runtime = None
+    runtimes: dict = {}
+    for path, text in configs:
+        if not text.strip():
+            continue
+        doc = t.parse(text, path)
+        rt = t.get_table(doc, ["crio", "runtime"], text=text, path=path, create=False)
+        if rt is None:
+            continue
+        if isinstance(rt.get("default_runtime"), str):
+            default_runtime = str(rt["default_runtime"])
+        table = rt.get("runtimes")
+        if t.is_table(table):
+            for rname, rtable in table.items():
+                if t.is_table(rtable):
+                    merged = runtimes.setdefault(rname, {})
+                    merged.update({k: t.deepcopy(v) for k, v in rtable.items() if k in MONITOR_KEYS})
+    for candidate in (default_runtime, "crun", "runc"):
+        if candidate and candidate != name and candidate in runtimes:
+            return [(k, runtimes[candidate][k]) for k in MONITOR_KEYS if k in runtimes[candidate]]
+    return []
+
+
+def render_drop_in(
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    monitor: Sequence[Tuple[str, Any]] = (),
+) -> str:
+    t.require_tomlkit()
+    doc = t.tomlkit.parse(
+        f"# {MANAGED_MARKER}: registers the {name!r} runtime with CRI-O.\n"
+        "# Rewritten on every run and removed by state=absent.\n"
+    )
+    crio = t.tomlkit.table(is_super_table=True)
+    doc["crio"] = crio
+    runtime = t.tomlkit.table(is_super_table=not set_as_default)
+    if set_as_default:
+        runtime["default_runtime"] = name
+    doc["crio"]["runtime"] = runtime
+    runtimes = t.tomlkit.table(is_super_table=True)
+    doc["crio"]["runtime"]["runtimes"] = runtimes
+    entry = t.tomlkit.table()
+    entry["runtime_path"] = runtime_path
+    entry["runtime_type"] = "oci"
+    for key, value in monitor:
+        entry[key] = value
+    doc["crio"]["runtime"]["runtimes"][name] = entry
+    out = t.dumps(doc)
+    return out if out.endswith("\n") else out + "\n"
+
+
+def is_ours(text: Optional[str]) -> bool:
+    return bool(text) and MANAGED_MARKER in text.split("\n", 1)[0]
+
+
+def present_drop_in(
+    drop_in_text: Optional[str],
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    configs: Sequence[Tuple[str, str]] = (),
+    drop_in: str = DEFAULT_DROP_IN,
+) -> Edit:
+    """The drop-in's edit; ``configs`` are crio.conf and the other drop-ins (path, text), in order."""
+    if drop_in_text and not is_ours(drop_in_text):
+        raise RuntimeConfigError(
+            "this file exists and was not written by gpufleet.nvidia",
+            drop_in,
+            1,
+            "choose another drop_in path, or remove the file",
+        )
+    new = render_drop_in(
+        runtime_path, name=name, set_as_default=set_as_default, monitor=monitor_settings(configs, name)
+    )
+    if new == (drop_in_text or ""):
+        return Edit(drop_in_text, [])
+    return Edit(new, [f"{drop_in}: {'written' if not drop_in_text else 'updated'}"])
+
+
+def absent_drop_in(drop_in_text: Optional[str], *, drop_in: str = DEFAULT_DROP_IN) -> Edit:
+    if drop_in_text is not None and is_ours(drop_in_text):
+        return Edit(None, [f"{drop_in}: removed"])
+    return Edit(drop_in_text, [])
+
+
+def present_main(
+    text: str,
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    path: str = DEFAULT_PATH,
+) -> Edit:
+    """Register in crio.conf itself (``drop_in=false``); keys we change carry our trailing comment."""
+    doc = t.parse(text, path)
+    changes: List[str] = []
+    rt = t.get_table(doc, ["crio", "runtime"], text=text, path=path, create=True)
+    runtimes = t.get_table(rt, ["runtimes"], text=text, path=path, create=True)
+    monitor = monitor_settings([(path, text)], name)
+    entry = runtimes.get(name)
+    if entry is None:
+        entry = t.tomlkit.table()
+        entry["runtime_path"] = runtime_path
+        entry["runtime_type"] = "oci"
+        for key, value in monitor:
+            entry[key] = value
+        runtimes[name] = entry
+        changes.append(f"crio.runtime.runtimes.{name}: added with runtime_path {runtime_path}")
+    elif not t.is_table(entry):
+        raise RuntimeConfigError(
+            f"crio.runtime.runtimes.{name} is not a table", path, t.key_line(text, name), "fix the file by hand"
+        )
+    else:
+        for key, value in [("runtime_path", runtime_path), ("runtime_type", "oci"), *monitor]:
+            if entry.get(key) != value:
+                if key in entry:
+                    entry[key] = value
+                else:
+                    t.add_key(entry, key, value)
+                changes.append(f"crio.runtime.runtimes.{name}.{key} -> {value!r}")
+    if set_as_default:
+        what = t.set_tracked(rt, "default_runtime", name)
+        if what:
+            changes.append(f"crio.runtime.{what}")
+    return Edit(t.dumps(doc), changes) if changes else Edit(text, [])
+
+
+def absent_main(
+    text: str, runtime_path: Optional[str] = None, *, name: str = "nvidia", path: str = DEFAULT_PATH
+) -> Edit:
+    if not text.strip():
+        return Edit(text, [])
+    doc = t.parse(text, path)
+    changes: List[str] = []
+    rt = t.get_table(doc, ["crio", "runtime"], text=text, path=path, create=False)
+    if rt is None:
+        return Edit(text, [])
+    runtimes = rt.get("runtimes")
+    ours = t.is_table(runtimes) and t.is_table(runtimes.get(name))
+    if ours and (runtime_path is None or runtimes[name].get("runtime_path") == runtime_path):
+        del runtimes[name]
+        changes.append(f"crio.runtime.runtimes.{name}: removed")
+    if rt.get("default_runtime") == name:
+        gone = not (t.is_table(runtimes) and name in runtimes)
+        what = t.unset_tracked(rt, "default_runtime", fallback="runc" if gone else None)
+        if what:
+            changes.append(f"crio.runtime.{what}")
+    if changes:
+        t.prune_empty(doc, ["crio", "runtime", "runtimes"])
+        was_last = t.last_header_is(text, f"runtimes.{name}")
+        return Edit(t.trim_after_last(t.dumps(doc), was_last), changes)
+    return Edit(text, [])

@@ -1,0 +1,189 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Registering a runtime in docker's ``daemon.json``, as pure functions (standard library only).
+
+What is kept: every key we do not own, the key order, and the file's indentation (2 or 4 spaces, a
+tab, or a one-line file stays one line). What is not kept: the exact spelling of values JSON does not
+distinguish (``1.0`` vs ``1.00``, ``\\u00e9`` vs ``é``,
+inline arrays are laid out like the rest of the file) -- only when
+something changed; a file that needs no change is returned byte-identical.
+"""
+
+import json
+import re
+from collections import OrderedDict
+from typing import Any, List, Optional, Tuple, Union
+
+from .common import (
+    CDI_MIN_VERSIONS,
+    FIX_BY_HAND,
+    Edit,
+    RuntimeConfigError,
+    line_of,
+    older_than,
+)
+
+DEFAULT_PATH = "/etc/docker/daemon.json"
+# Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
+# refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
+RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+CDI_MIN_VERSION = CDI_MIN_VERSIONS["docker"]
+
+
+def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
+    """A warning for ``cdi=true`` on a docker that has no CDI support (before 25), else ``None``.
+    An unknown version gives no warning."""
+    shown = older_than(engine_version, CDI_MIN_VERSION)
+    if shown:
+        return (
+            f"cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
+            "honour it); use the nvidia runtime for GPU containers on this host"
+        )
+    return None
+
+
+def detect_indent(text: str) -> Union[str, None]:
+    """The indentation unit of a JSON text: ``"\\t"``, ``"  "``, ``"    "``...; ``None`` for a
+    one-line (compact) file; four spaces for an empty one (what dockerd's own docs show)."""
+    if not text.strip():
+        return "    "
+    for line in text.splitlines()[1:]:
+        m = re.match(r"([ \t]+)\S", line)
+        if m:
+            ws = m.group(1)
+            return "\t" if "\t" in ws else " " * len(ws)
+    if "\n" not in text.strip():
+        return None
+    return "    "
+
+
+def _load(text: str, path: str) -> "OrderedDict[str, Any]":
+    if not text.strip():
+        return OrderedDict()
+    try:
+        data = json.loads(text, object_pairs_hook=OrderedDict)
+    except ValueError as exc:
+        lineno = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", str(exc))
+        raise RuntimeConfigError(f"not valid JSON: {msg}", path, lineno, FIX_BY_HAND) from None
+    if not isinstance(data, dict):
+        raise RuntimeConfigError(
+            f"the top level is a {type(data).__name__}, dockerd expects an object", path, 1, FIX_BY_HAND
+        )
+    return data
+
+
+def _dump(data: "OrderedDict[str, Any]", original: str) -> str:
+    indent = detect_indent(original)
+    out = json.dumps(data, indent=indent, ensure_ascii=False)
+    if not original.strip() or original.endswith("\n"):
+        out += "\n"
+    return out
+
+
+def _expect(value: Any, kind: type, what: str, *, text: str, path: str, key: str) -> None:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        want = {dict: "an object", str: "a string", bool: "true or false"}[kind]
+        raise RuntimeConfigError(
+            f"{what} is {json.dumps(value)}, dockerd expects {want} there",
+            path,
+            line_of(text, f'"{key}"'),
+            FIX_BY_HAND,
+        )
+
+
+def present(
+    text: str,
+    runtime_path: str,
+    *,
+    name: str = "nvidia",
+    set_as_default: bool = False,
+    cdi: bool = False,
+    path: str = DEFAULT_PATH,
+) -> Edit:
+    """Add or update ``runtimes.<name> = {"path": runtime_path, "args": []}``, and when asked
+    ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it)."""
+    if name in RESERVED_NAMES:
+        raise RuntimeConfigError(
+            f"runtime name {name!r} is reserved by dockerd (it refuses to start with it in runtimes)",
+            path,
+            None,
+            "choose another name, e.g. nvidia; the file was left untouched",
+        )
+    data = _load(text, path)
+    changes: List[str] = []
+    runtimes = data.get("runtimes")
+    if runtimes is None:
+        runtimes = data["runtimes"] = OrderedDict()
+    _expect(runtimes, dict, "runtimes", text=text, path=path, key="runtimes")
+    entry = runtimes.get(name)
+    if entry is None:
+        runtimes[name] = OrderedDict([("path", runtime_path), ("args", [])])
+        changes.append(f"runtimes.{name}: added with path {runtime_path}")
+    else:
+        _expect(entry, dict, f"runtimes.{name}", text=text, path=path, key=name)
+        if entry.get("path") != runtime_path:
+            changes.append(f"runtimes.{name}.path: {entry.get('path')!r} -> {runtime_path!r}")
+            entry["path"] = runtime_path
+        if "args" not in entry and "runtimeArgs" not in entry:
+            entry["args"] = []
+            changes.append(f"runtimes.{name}.args: added (empty)")
+    if set_as_default:
+        current = data.get("default-runtime")
+        if current is not None:
+            _expect(current, str, "default-runtime", text=text, path=path, key="default-runtime")
+        if current != name:
+            data["default-runtime"] = name
+            changes.append(f"default-runtime: {current!r} -> {name!r}")
+    if cdi:
+        features = data.get("features")
+        if features is None:
+            features = data["features"] = OrderedDict()
+        _expect(features, dict, "features", text=text, path=path, key="features")
+        if features.get("cdi") is not True:
+            changes.append(f"features.cdi: {features.get('cdi')!r} -> true")
+            features["cdi"] = True
+    if not changes:
+        return Edit(text, [])
+    return Edit(_dump(data, text), changes)
+
+
+def absent(
+    text: str,
+    runtime_path: Optional[str] = None,
+    *,
+    name: str = "nvidia",
+    cdi: bool = False,
+    path: str = DEFAULT_PATH,
+) -> Edit:
+    """Undo ``present``: drop ``runtimes.<name>`` when it is ours (its path is ``runtime_path``, or
+    any path when ``runtime_path`` is not given), ``default-runtime`` when it names it (dockerd would
+    not start with a default that does not exist), ``features.cdi`` only when ``cdi`` is true, and the
+    ``runtimes``/``features`` objects when that leaves them empty. An object left empty becomes an
+    empty text (dockerd reads a missing file and ``{}`` the same)."""
+    data = _load(text, path)
+    changes: List[str] = []
+    runtimes = data.get("runtimes")
+    if runtimes is not None:
+        _expect(runtimes, dict, "runtimes", text=text, path=path, key="runtimes")
+        entry = runtimes.get(name)
+        if entry is not None:
+            ours = runtime_path is None or (isinstance(entry, dict) and entry.get("path") == runtime_path)
+            if ours:
+                del runtimes[name]
+                changes.append(f"runtimes.{name}: removed")
+                if not runtimes:
+                    del data["runtimes"]
+    if data.get("default-runtime") == name and name not in (data.get("runtimes") or {}):
+        del data["default-runtime"]
+        changes.append(f"default-runtime: {name!r} removed (dockerd falls back to runc)")
+    if cdi and isinstance(data.get("features"), dict) and "cdi" in data["features"]:
+        del data["features"]["cdi"]
+        changes.append("features.cdi: removed")
+        if not data["features"]:
+            del data["features"]
+    if not changes:
+        return Edit(text, [])
+    if not data:
+        return Edit("", changes)
+    return Edit(_dump(data, text), changes)

@@ -1,0 +1,90 @@
+"""gpufleet-cdi-refresh: the stamp, the decision, and a real refresh over Debian's 535 userspace."""
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import render
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
+
+GPUS = [{"index": 0, "minor": 0, "uuid": "GPU-11111111-1111-1111-1111-111111111111"}]
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_spec_stamp_reads_the_annotation_in_both_formats(fmt):
+    doc = {"cdiVersion": "0.6.0", "annotations": {"gpufleet.nvidia/driver-version": "535.261.03"}, "devices": []}
+    assert _cdi_refresh.spec_stamp(render(doc, fmt, header="x")) == "535.261.03"
+
+
+def test_spec_stamp_missing():
+    assert _cdi_refresh.spec_stamp(None) is None
+    assert _cdi_refresh.spec_stamp("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\n") is None
+
+
+@pytest.mark.parametrize(
+    ("stamp", "installed", "force", "wanted", "reason"),
+    [
+        ("535.261.03", "535.261.03", False, False, "matches"),
+        ("535.261.03", "550.163.01", False, True, "made for driver 535.261.03, installed is 550.163.01"),
+        (None, "535.261.03", False, True, "no spec"),
+        ("535.261.03", "535.261.03", True, True, "forced"),
+        ("535.261.03", None, True, False, "no NVIDIA driver userspace"),
+    ],
+)
+def test_needs_refresh(stamp, installed, force, wanted, reason):
+    got, why = _cdi_refresh.needs_refresh(stamp, installed, force)
+    assert got is wanted and reason in why
+
+
+@pytest.fixture
+def host(tmp_path, debian_driver_tree):
+    root, version = debian_driver_tree
+    os.symlink(root, str(tmp_path / "drv"))
+    options = {"root": str(tmp_path), "driver_root": "/drv", "dev_root": "/nonexistent", "gpus": GPUS}
+    return tmp_path, options, version
+
+
+def test_refresh_writes_a_missing_spec_then_leaves_it(host):
+    tmp, options, version = host
+    first = _cdi_refresh.refresh(options)
+    assert first["changed"] and first["stamp"] is None and first["installed"] == version
+    spec = tmp / "etc" / "cdi" / "nvidia.yaml"
+    assert _cdi_refresh.spec_stamp(spec.read_text()) == version
+    assert json.loads((tmp / "etc" / "gpufleet" / "cdi-nvidia.json").read_text())["driverVersion"] == version
+    assert _cdi_refresh.refresh(options)["changed"] is False
+
+
+def test_refresh_replaces_a_stale_spec_and_dry_run_does_not(host):
+    tmp, options, version = host
+    spec = tmp / "etc" / "cdi" / "nvidia.yaml"
+    _cdi_refresh.refresh(options)
+    good = spec.read_text()
+    spec.write_text(good.replace(version, "530.30.02"))
+    dry = _cdi_refresh.refresh(options, dry_run=True)
+    assert dry["changed"] and dry["stamp"] == "530.30.02" and "530.30.02" in spec.read_text()
+    assert _cdi_refresh.refresh(options)["changed"]
+    assert spec.read_text() == good  # the same bytes cdi_spec renders for this host
+
+
+def test_generate_without_gpus_names_the_dev_root(host):
+    _tmp, options, _version = host
+    with pytest.raises(_cdi_refresh.NoGpuError, match="no GPU found under /nonexistent/dev"):
+        _cdi_refresh.generate(dict(options, gpus=[]))
+
+
+def test_main_reads_the_config_and_reports(host, capsys):
+    tmp, options, version = host
+    config = tmp / "refresh.json"
+    config.write_text(json.dumps(options))
+    assert _cdi_refresh.main(["gpufleet-cdi-refresh", "--config", str(config)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == {**report, "changed": True, "installed": version, "path": "/etc/cdi/nvidia.yaml"}
+
+
+def test_main_fails_in_one_line(tmp_path, capsys):
+    config = tmp_path / "refresh.json"
+    config.write_text("[1]")
+    assert _cdi_refresh.main(["gpufleet-cdi-refresh", "--config", str(config)]) == 1
+    assert capsys.readouterr().err.strip().endswith("not a JSON object")
+    assert _cdi_refresh.main(["gpufleet-cdi-refresh", "--bogus"]) == 1
