@@ -43,7 +43,7 @@ def test_payload_imports_every_module_the_programs_need():
     """What the module imports (and so what Ansible ships) holds the computed payload, read the way the module reads."""
     modules = _host_programs.payload(host_programs.read_source)
     prefix = host_programs.PACKAGE + "."
-    assert {m for m in modules} <= {n[len(prefix) :] for n in sys.modules if n.startswith(prefix)}
+    assert set(modules) <= {n[len(prefix) :] for n in sys.modules if n.startswith(prefix)}
 
 
 def test_check_mode_writes_nothing_and_reports_every_file(call):
