@@ -132,15 +132,9 @@ class Fleet:
 def prepare_gpu_nodes(fleet, nodes):
     """What tests/integration/test_cdi_e2e.py does: host programs from this tree, the mini image, the
     CDI spec and the shim registered as docker's runtime ``nvidia``."""
-    files = {}
-    for name in ("install_host_programs.py",):
-        with open(os.path.join(REPO, "tests", "tools", name), encoding="utf-8") as f:
-            files["/tmp/gf/tests/tools/" + name] = f.read()
-    mu = os.environ.get("GPUFLEET_BENCH_MODULE_UTILS") or os.path.join(REPO, "plugins", "module_utils")
-    for name in sorted(os.listdir(mu)):
-        if name.endswith(".py"):
-            with open(os.path.join(mu, name), encoding="utf-8") as f:
-                files["/tmp/gf/plugins/module_utils/" + name] = f.read()
+    from tests.sim.fleet import host_program_files
+
+    files = host_program_files(os.environ.get("GPUFLEET_BENCH_MODULE_UTILS"))
     procs = []
     for node in nodes:
         for path, text in files.items():
@@ -318,7 +312,7 @@ def no_commands(argv):
 def scan_rows(rounds):
     """The pure ``discover()`` of a generated host tree (sysfs, procfs, /dev, NVML stub) for 1, 8, 16 GPUs."""
     from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover
-    from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils import discovery_tree as dt
+    from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery import discovery_tree as dt
 
     rows = []
     with tempfile.TemporaryDirectory() as work:

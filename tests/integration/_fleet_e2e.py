@@ -15,7 +15,6 @@ are put under ``/usr/local/libexec/gpufleet-e2e/``, and ``gpufleet-sim-mini-imag
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -103,10 +102,6 @@ PLAYBOOK = """
 """
 
 
-def _read(rel: str) -> str:
-    return (REPO / rel).read_text(encoding="utf-8")
-
-
 def prepare(fleet: Any, ansible_playbook: Callable[..., subprocess.CompletedProcess], work: Path) -> dict[str, float]:
     """Install and configure everything on every node of ``fleet`` (nodes in parallel); -> timings (seconds)."""
     timings: dict[str, float] = {}
@@ -117,12 +112,7 @@ def prepare(fleet: Any, ansible_playbook: Callable[..., subprocess.CompletedProc
     subprocess.run(["gcc", "-O2", "-o", str(probe), str(work / "probe.c")], check=True)
 
     def prepare_node(node: Any) -> None:
-        node.run("mkdir -p /tmp/gf/tests/tools /tmp/gf/plugins/module_utils " + os.path.dirname(PROBE), check=True)
-        node.put("/tmp/gf/tests/tools/install_host_programs.py", _read("tests/tools/install_host_programs.py"))
-        for name in sorted(os.listdir(REPO / "plugins" / "module_utils")):
-            if name.endswith(".py"):
-                node.put("/tmp/gf/plugins/module_utils/" + name, _read("plugins/module_utils/" + name))
-        node.run("python3 /tmp/gf/tests/tools/install_host_programs.py", check=True)
+        node.install_host_programs()
         node.put(PROBE, probe.read_bytes(), 0o755)
         node.put(NVML, NVML_PY)
         node.run(f"gpufleet-sim-mini-image {IMAGE} --python", check=True, timeout=300)

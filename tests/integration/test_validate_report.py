@@ -65,22 +65,12 @@ UNREGISTER = """
 """
 
 
-def _read(rel):
-    with open(os.path.join(REPO, rel), encoding="utf-8") as f:
-        return f.read()
-
-
 @pytest.fixture(scope="module")
 def fleet(sim_fleet_factory, ansible_playbook, tmp_path_factory):
     fleet = sim_fleet_factory(FLEET, name="i8va")
 
     def prepare(node):
-        node.run("mkdir -p /tmp/gf/tests/tools /tmp/gf/plugins/module_utils", check=True)
-        node.put("/tmp/gf/tests/tools/install_host_programs.py", _read("tests/tools/install_host_programs.py"))
-        for name in sorted(os.listdir(os.path.join(REPO, "plugins", "module_utils"))):
-            if name.endswith(".py"):
-                node.put("/tmp/gf/plugins/module_utils/" + name, _read("plugins/module_utils/" + name))
-        node.run("python3 /tmp/gf/tests/tools/install_host_programs.py", check=True)
+        node.install_host_programs()
         node.run("gpufleet-sim-mini-image", check=True, timeout=300)
 
     with ThreadPoolExecutor(len(fleet.nodes)) as pool:

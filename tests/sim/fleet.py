@@ -125,6 +125,25 @@ def build_stub(dest: Path) -> Path:
     return dest
 
 
+HOST_PROGRAM_SOURCE = "/tmp/gf"
+
+
+def host_program_files(module_utils: str | Path | None = None) -> dict[str, str]:
+    """``{path on a node: text}`` to install the host programs from a working tree on a node: the installer
+    (tests/tools/install_host_programs.py) and every module under ``plugins/module_utils`` with its subfolders.
+    ``module_utils`` names another folder (an older commit's, for the benchmarks)."""
+    repo = SIM_DIR.parent.parent
+    source = Path(module_utils) if module_utils else repo / "plugins" / "module_utils"
+    files = {
+        f"{HOST_PROGRAM_SOURCE}/tests/tools/install_host_programs.py": (
+            repo / "tests" / "tools" / "install_host_programs.py"
+        ).read_text()
+    }
+    for path in sorted(source.rglob("*.py")):
+        files[f"{HOST_PROGRAM_SOURCE}/plugins/module_utils/{path.relative_to(source).as_posix()}"] = path.read_text()
+    return files
+
+
 class Node:
     """One simulated node: `run()` execs in it, `config` is what it simulates."""
 
@@ -159,13 +178,27 @@ class Node:
         data = content.encode() if isinstance(content, str) else content
         quoted = shlex.quote(path)
         res = subprocess.run(
-            ["docker", "exec", "-i", self.container, "sh", "-c", f"cat > {quoted} && chmod {mode:o} {quoted}"],
+            [
+                "docker",
+                "exec",
+                "-i",
+                self.container,
+                "sh",
+                "-c",
+                f'mkdir -p "$(dirname {quoted})" && cat > {quoted} && chmod {mode:o} {quoted}',
+            ],
             input=data,
             check=False,
             capture_output=True,
         )
         if res.returncode != 0:
             raise RuntimeError(f"{self.name}: writing {path} failed: {res.stderr.decode(errors='replace')}")
+
+    def install_host_programs(self) -> None:
+        """The native toolkit's host programs from this working tree, installed as the toolkit role does."""
+        for path, text in host_program_files().items():
+            self.put(path, text)
+        self.run(f"python3 {HOST_PROGRAM_SOURCE}/tests/tools/install_host_programs.py", check=True)
 
     # -- bring-up ------------------------------------------------------------------------------------
     def _files(self, workdir: Path, stub: Path) -> Path:
