@@ -1,0 +1,64 @@
+"""The layers of ``module_utils`` (docs/architecture.md): each subpackage imports only its own modules and the
+layers below it, so no import runs back up and the host programs' payload stays ``hostprog/`` plus what it needs."""
+
+import ast
+import os
+
+import pytest
+
+MODULE_UTILS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))),
+    "plugins",
+    "module_utils",
+)
+# subpackage -> the subpackages it may import (besides itself)
+ALLOWED = {
+    "base": set(),
+    "cdi": {"base"},
+    "runtime": {"base"},
+    "discovery": {"base", "cdi", "runtime"},
+    "hostprog": {"base", "cdi", "discovery"},
+}
+
+
+def _modules():
+    for package in sorted(os.listdir(MODULE_UTILS)):
+        folder = os.path.join(MODULE_UTILS, package)
+        if os.path.isdir(folder) and not package.startswith("__"):
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".py"):
+                    yield package, os.path.join(folder, name)
+
+
+def _imported_packages(package, path):
+    """``(line, target subpackage or what it names)`` for every import in the file that reaches the collection."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            if node.level == 1:
+                yield node.lineno, package
+            elif node.level == 2 and node.module:
+                yield node.lineno, node.module.split(".")[0]
+            else:
+                yield node.lineno, "." * node.level + (node.module or "")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.startswith(("ansible_collections.", "ansible.")):
+                    yield node.lineno, name
+
+
+def test_every_subpackage_has_a_layer():
+    packages = {p for p, _ in _modules()}
+    assert packages == set(ALLOWED), "a new subpackage needs its place in ALLOWED and in docs/architecture.md"
+    assert not [n for n in os.listdir(MODULE_UTILS) if n.endswith(".py")], "module_utils holds subpackages only"
+
+
+@pytest.mark.parametrize(("package", "path"), list(_modules()), ids=lambda v: os.path.basename(v))
+def test_imports_only_go_down(package, path):
+    for line, target in _imported_packages(package, path):
+        assert target == package or target in ALLOWED[package], (
+            f"{os.path.relpath(path, MODULE_UTILS)}:{line} imports {target!r}; {package}/ may import only "
+            f"{sorted(ALLOWED[package] | {package})} (absolute collection or ansible imports: none)"
+        )
