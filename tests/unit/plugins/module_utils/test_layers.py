@@ -55,7 +55,7 @@ def test_every_subpackage_has_a_layer():
     assert not [n for n in os.listdir(MODULE_UTILS) if n.endswith(".py")], "module_utils holds subpackages only"
 
 
-@pytest.mark.parametrize(("package", "path"), list(_modules()), ids=lambda v: os.path.basename(v))
+@pytest.mark.parametrize(("package", "path"), list(_modules()), ids=os.path.basename)
 def test_imports_only_go_down(package, path):
     for line, target in _imported_packages(package, path):
         assert target == package or target in ALLOWED[package], (
