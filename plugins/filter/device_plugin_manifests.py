@@ -45,6 +45,7 @@ _value:
 """
 
 import json
+from typing import Any, Callable
 
 import yaml
 from ansible.errors import AnsibleFilterError
@@ -54,7 +55,7 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plug
 HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """Ansible's tagged strings and lazy containers as plain JSON types (what the API and YAML take)."""
     return json.loads(json.dumps(value))
 
@@ -63,7 +64,7 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (the plugin's config.yaml inside the ConfigMap) as readable literal blocks."""
 
 
-def _str(dumper, value):
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -71,15 +72,15 @@ def _str(dumper, value):
 _Dumper.add_representer(str, _str)
 
 
-def config_yaml(config):
+def config_yaml(config: dict[str, Any]) -> str:
     return yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
 
 
-def to_yaml(docs):
+def to_yaml(docs: list[dict[str, Any]]) -> str:
     return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
-def render(settings, nodes=None):
+def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     settings, nodes = _plain(settings or {}), _plain(nodes or [])
     normalized = dp.normalize(settings)
     groups = dp.documents(settings, nodes, dump=config_yaml)
@@ -110,7 +111,9 @@ def render(settings, nodes=None):
     }
 
 
-def device_plugin_manifests(settings, nodes=None):
+def device_plugin_manifests(
+    settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     try:
         return render(settings, nodes)
     except dp.DevicePluginError as exc:
@@ -118,5 +121,5 @@ def device_plugin_manifests(settings, nodes=None):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"device_plugin_manifests": device_plugin_manifests}

@@ -57,6 +57,7 @@ _value:
 """
 
 import json
+from typing import Any, Callable
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin import (
     DEFAULTS,
@@ -65,7 +66,12 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin impo
 )
 
 
-def device_plugin_runtime_problems(runtime, engine="containerd", strategies=None, toolkit=None):
+def device_plugin_runtime_problems(
+    runtime: dict[str, Any] | None,
+    engine: str = "containerd",
+    strategies: str | list[str] | None = None,
+    toolkit: dict[str, Any] | None = None,
+) -> list[str]:
     runtime = json.loads(json.dumps(runtime)) if runtime else None
     toolkit = json.loads(json.dumps(toolkit)) if toolkit else None
     if isinstance(strategies, str):
@@ -75,5 +81,5 @@ def device_plugin_runtime_problems(runtime, engine="containerd", strategies=None
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"device_plugin_runtime_problems": device_plugin_runtime_problems}

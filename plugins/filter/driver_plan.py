@@ -46,12 +46,14 @@ _value:
   type: dict
 """
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
 
 
-def driver_plan(facts, settings, nvidia):
+def driver_plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any] | None) -> dict[str, Any]:
     try:
         return plan(dict(facts), dict(settings), dict(nvidia or {}))
     except PlanError as exc:
@@ -59,5 +61,5 @@ def driver_plan(facts, settings, nvidia):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"driver_plan": driver_plan}

@@ -38,6 +38,8 @@ _value:
   type: dict
 """
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 try:
@@ -52,7 +54,9 @@ KEYS = {
 }
 
 
-def nvidia_toolkit_device_requests(text, path="/etc/nvidia-container-runtime/config.toml"):
+def nvidia_toolkit_device_requests(
+    text: str | None, path: str = "/etc/nvidia-container-runtime/config.toml"
+) -> dict[str, bool]:
     text = text or ""
     if tomllib is None:  # pragma: no cover
         raise AnsibleFilterError("nvidia_toolkit_device_requests needs Python 3.11 or later on the controller")
@@ -61,7 +65,7 @@ def nvidia_toolkit_device_requests(text, path="/etc/nvidia-container-runtime/con
     except tomllib.TOMLDecodeError as exc:
         msg = f"{path} is not valid TOML ({exc}); fix the file or reinstall NVIDIA's toolkit"
         raise AnsibleFilterError(msg) from exc
-    out = {}
+    out: dict[str, bool] = {}
     for name, (key, default) in KEYS.items():
         value = config.get(key, default)
         if not isinstance(value, bool):
@@ -71,5 +75,5 @@ def nvidia_toolkit_device_requests(text, path="/etc/nvidia-container-runtime/con
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"nvidia_toolkit_device_requests": nvidia_toolkit_device_requests}

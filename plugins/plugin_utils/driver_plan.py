@@ -8,7 +8,10 @@ Standard library only (target Pythons 3.8+); used on the controller through the 
 filter.
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 # NVIDIA's current repository signing keys (the file names under each repository directory).
@@ -73,7 +76,7 @@ class PlanError(ValueError):
     """A combination the role refuses, with a message saying what to change."""
 
 
-def architecture_of(gpu=None, pci_device=None):
+def architecture_of(gpu: dict[str, Any] | None = None, pci_device: dict[str, Any] | None = None) -> str | None:
     """Lower-case architecture from gpu_facts' GPU entry, else from the PCI device id; None if unknown."""
     name = str((gpu or {}).get("architecture") or "").strip().lower()
     name = _ARCH_ALIASES.get(name, name)
@@ -92,9 +95,9 @@ def architecture_of(gpu=None, pci_device=None):
     return None
 
 
-def architectures(nvidia):
+def architectures(nvidia: dict[str, Any]) -> list[str | None]:
     """Architectures of the GPUs in gpu_facts' ``nvidia`` facts (GPUs the driver sees, else the PCI bus)."""
-    found = []
+    found: list[str | None] = []
     for gpu in nvidia.get("gpus") or []:
         found.append(architecture_of(gpu=gpu))
     if not found:
@@ -104,7 +107,7 @@ def architectures(nvidia):
     return found
 
 
-def module_flavor(requested, nvidia):
+def module_flavor(requested: str, nvidia: dict[str, Any] | None) -> str:
     """``open`` or ``proprietary`` for ``requested`` in (auto, open, proprietary)."""
     archs = architectures(nvidia or {})
     known = [a for a in archs if a]
@@ -134,7 +137,7 @@ def module_flavor(requested, nvidia):
     return requested
 
 
-def distribution_key(distribution, major):
+def distribution_key(distribution: str | None, major: str | int | None) -> tuple[str, str]:
     """(family key, major version) or PlanError naming what is supported."""
     dist = str(distribution or "").strip().lower()
     major = str(major or "").strip()
@@ -150,7 +153,7 @@ def distribution_key(distribution, major):
     return dist, major
 
 
-def _branch(branch, version, default):
+def _branch(branch: str | int | None, version: str | None, default: str | None) -> tuple[str | None, str]:
     version = str(version or "").strip()
     branch = str(branch or "").strip()
     if version:
@@ -165,7 +168,9 @@ def _branch(branch, version, default):
     return branch or default, ""
 
 
-def cuda_repository(repo_distro, arch, mirror, key_url, kind):
+def cuda_repository(
+    repo_distro: str, arch: str | None, mirror: str | None, key_url: str | None, kind: str
+) -> dict[str, str]:
     base_root = (mirror or CUDA_REPO_BASE).rstrip("/")
     cuda_arch = CUDA_ARCH.get(str(arch))
     if cuda_arch is None:
@@ -175,7 +180,7 @@ def cuda_repository(repo_distro, arch, mirror, key_url, kind):
     return {"name": "cuda-" + repo_distro, "kind": kind, "url": url, "key_url": key}
 
 
-def plan(facts, settings, nvidia):
+def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]) -> dict[str, Any]:
     """Everything the role does for one host, as data.
 
     ``facts``: distribution, distribution_major_version, architecture, kernel (Ansible's names).
@@ -198,7 +203,7 @@ def plan(facts, settings, nvidia):
             "RHEL, Rocky and Alma ship no NVIDIA driver of their own: set driver_source=cuda (and"
             " driver_mirror_url for an air-gapped site)"
         )
-    out = {
+    out: dict[str, Any] = {
         "distribution": dist,
         "major": major,
         "task_file": dist + ".yml",
@@ -304,7 +309,9 @@ def plan(facts, settings, nvidia):
     return out
 
 
-def _cuda_apt_names(branch, flavor, package_set):
+def _cuda_apt_names(
+    branch: str | None, flavor: str, package_set: str
+) -> tuple[list[str], list[str], set[str], list[str]]:
     """NVIDIA's CUDA apt repository (Debian and Ubuntu): per-branch metapackages."""
     if branch == "latest":
         o = "-open" if flavor == "open" else ""
@@ -323,8 +330,16 @@ def _cuda_apt_names(branch, flavor, package_set):
     return base, module, set(base) | set(module), every
 
 
-def _apt_versions(out, base, module, pin, *, version, build_module):
-    def spec(name):
+def _apt_versions(
+    out: dict[str, Any],
+    base: list[str],
+    module: list[str],
+    pin: set[str],
+    *,
+    version: str,
+    build_module: bool,
+) -> None:
+    def spec(name: str) -> str:
         return f"{name}={version}-*" if version and name in pin else name
 
     out["packages"] = [spec(n) for n in base]

@@ -9,6 +9,8 @@ to ``json``. Same results as ``json.loads`` / ``json.dumps(obj, separators=(",",
 raises ``ValueError``.
 """
 
+from __future__ import annotations
+
 try:
     import _json
 except ImportError:  # pragma: no cover - CPython always has it
@@ -28,14 +30,14 @@ class _Context:
     memo = None
 
     @staticmethod
-    def parse_constant(name):
+    def parse_constant(name: str) -> float:
         return {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}[name]
 
 
 _scan = _json.make_scanner(_Context) if _json else None
 
 
-def loads(data, limit=None, what="JSON"):
+def loads(data: bytes | bytearray | str, limit: int | None = None, what: str = "JSON") -> object:
     """``json.loads`` of ``data`` (bytes in UTF-8, or str); every malformed input is a ``ValueError``.
 
     ``limit``: the most bytes (or characters) accepted, larger input is refused before it is parsed.
@@ -45,40 +47,41 @@ def loads(data, limit=None, what="JSON"):
     ``RecursionError`` for deep nesting; each becomes a ``ValueError`` with one line.
     """
     if limit is not None and len(data) > limit:
-        raise ValueError("%s is larger than %d bytes (%d)" % (what, limit, len(data)))
+        raise ValueError(f"{what} is larger than {limit} bytes ({len(data)})")
     if isinstance(data, (bytes, bytearray)):
         try:
             data = data.decode("utf-8-sig" if data[:3] == b"\xef\xbb\xbf" else "utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError("%s is not UTF-8 (byte %d)" % (what, exc.start)) from None
+            raise ValueError(f"{what} is not UTF-8 (byte {exc.start})") from None
     if _scan is None:  # pragma: no cover
         import json  # noqa: PLC0415
 
         try:
             return json.loads(data)
         except RecursionError:
-            raise ValueError("%s is nested too deeply" % what) from None
+            raise ValueError(f"{what} is nested too deeply") from None
     start = len(data) - len(data.lstrip(_WHITESPACE))
     try:
         value, end = _scan(data, start)
     except StopIteration as exc:
-        raise ValueError("%s: invalid JSON at character %d" % (what, exc.value)) from None
+        raise ValueError(f"{what}: invalid JSON at character {exc.value}") from None
     except RecursionError:
-        raise ValueError("%s is nested too deeply" % what) from None
+        raise ValueError(f"{what} is nested too deeply") from None
     except SystemError:  # Python <= 3.11: an unterminated string (see above)
-        raise ValueError("%s: invalid JSON (an unterminated string?)" % what) from None
+        raise ValueError(f"{what}: invalid JSON (an unterminated string?)") from None
     except ValueError as exc:  # json.JSONDecodeError, where its import works
-        raise ValueError("%s: invalid JSON (%s)" % (what, str(exc).split(":", maxsplit=1)[0])) from None
+        reason = str(exc).split(":", maxsplit=1)[0]
+        raise ValueError(f"{what}: invalid JSON ({reason})") from None
     if data[end:].strip(_WHITESPACE):
-        raise ValueError("%s: extra data after the JSON value at character %d" % (what, end))
+        raise ValueError(f"{what}: extra data after the JSON value at character {end}")
     return value
 
 
-def _default(obj):
-    raise TypeError("Object of type %s is not JSON serializable" % type(obj).__name__)
+def _default(obj: object) -> None:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def dumps(obj):
+def dumps(obj: object) -> str:
     """``json.dumps(obj, separators=(",", ":"))`` (ASCII, no sorting)."""
     if _json is None:  # pragma: no cover
         import json  # noqa: PLC0415

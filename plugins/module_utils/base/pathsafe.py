@@ -11,6 +11,8 @@ with ``lstat``/``readlink`` and treat the root as ``/``, like ``chroot`` would, 
 Standard library only; shared by the modules and the host programs.
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import posixpath
@@ -23,7 +25,7 @@ class PathEscapeError(OSError):
     """A path could not be resolved inside its root (link loop, or a component that is not a directory)."""
 
 
-def resolve_in_root(root, path, max_symlinks=MAX_SYMLINKS):
+def resolve_in_root(root: str, path: str, max_symlinks: int = MAX_SYMLINKS) -> str:
     """Return ``path`` resolved inside ``root``, as an absolute path in the root's own terms.
 
     Every symbolic link met on the way is followed as the system inside ``root`` would see it: absolute
@@ -51,25 +53,23 @@ def resolve_in_root(root, path, max_symlinks=MAX_SYMLINKS):
         if stat.S_ISLNK(st.st_mode):
             followed += 1
             if followed > max_symlinks:
-                raise PathEscapeError(
-                    errno.ELOOP, "too many levels of symbolic links resolving %s in %s" % (path, root)
-                )
+                raise PathEscapeError(errno.ELOOP, f"too many levels of symbolic links resolving {path} in {root}")
             target = os.readlink(os.path.join(root, candidate))
             if target.startswith("/"):
                 resolved = ""
             pending.extend(reversed(target.split("/")))
             continue
         if pending and not stat.S_ISDIR(st.st_mode) and any(p not in ("", ".") for p in pending):
-            raise PathEscapeError(errno.ENOTDIR, "%s is not a directory (resolving %s in %s)" % (candidate, path, root))
+            raise PathEscapeError(errno.ENOTDIR, f"{candidate} is not a directory (resolving {path} in {root})")
         resolved = candidate
     return "/" + resolved
 
 
-def host_path(root, inner_path):
+def host_path(root: str, inner_path: str) -> str:
     """The path on this machine of ``inner_path`` (absolute, in the root's terms) under ``root``."""
     return os.path.join(root, inner_path.lstrip("/")) if inner_path != "/" else os.path.abspath(root)
 
 
-def resolve_host_path(root, path):
+def resolve_host_path(root: str, path: str) -> str:
     """``resolve_in_root`` then ``host_path``: where to open ``path`` of the system under ``root``."""
     return host_path(root, resolve_in_root(root, path))

@@ -10,6 +10,8 @@ major of ``nvidia-caps`` and their minors from ``/proc/driver/nvidia-caps/mig-mi
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import os
 import re
 import stat
@@ -24,20 +26,20 @@ DeviceNode = namedtuple("DeviceNode", ["path", "major", "minor"])
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 
 
-def gpu_node(minor):
+def gpu_node(minor: int) -> DeviceNode:
     """The device node of the GPU with this minor number."""
-    return DeviceNode("/dev/nvidia%d" % minor, NVIDIA_MAJOR, minor)
+    return DeviceNode(f"/dev/nvidia{minor}", NVIDIA_MAJOR, minor)
 
 
-def gpu_minor_of(path):
+def gpu_minor_of(path: str) -> int | None:
     """The minor number in a ``/dev/nvidia<N>`` path, or None for any other node."""
     match = _GPU_NODE.match(path)
     return int(match.group(1)) if match else None
 
 
-def parse_proc_devices(text):
+def parse_proc_devices(text: str) -> dict[str, dict[str, int]]:
     """``/proc/devices`` -> ``{"character": {name: major}, "block": {name: major}}``."""
-    result = {"character": {}, "block": {}}
+    result: dict[str, dict[str, int]] = {"character": {}, "block": {}}
     section = None
     for raw in text.splitlines():
         line = raw.strip()
@@ -52,7 +54,7 @@ def parse_proc_devices(text):
     return result
 
 
-def control_nodes(char_majors, modeset=True):
+def control_nodes(char_majors: dict[str, int], modeset: bool = True) -> list[DeviceNode]:
     """The control nodes a GPU container needs, given ``/proc/devices``' character majors.
 
     ``nvidia-uvm`` nodes are listed only when the uvm module registered its major.
@@ -67,12 +69,12 @@ def control_nodes(char_majors, modeset=True):
     return nodes
 
 
-def parse_mig_minors(text):
+def parse_mig_minors(text: str) -> dict[str, int]:
     """``/proc/driver/nvidia-caps/mig-minors`` -> ``{capability-name: minor}``.
 
     Lines look like ``gpu0/gi1/ci0/access 21`` or ``config 1``.
     """
-    minors = {}
+    minors: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
@@ -80,11 +82,11 @@ def parse_mig_minors(text):
     return minors
 
 
-def scan_device_nodes(dev_dir):
+def scan_device_nodes(dev_dir: str) -> list[DeviceNode]:
     """Every NVIDIA character device under ``dev_dir`` (``<root>/dev``), as ``DeviceNode``s whose
     ``path`` is in ``/dev/...`` terms; sorted by path. Nothing there is not an error."""
-    found = []
-    candidates = []
+    found: list[DeviceNode] = []
+    candidates: list[str] = []
     try:
         candidates = [n for n in os.listdir(dev_dir) if n.startswith("nvidia")]
     except OSError:
@@ -99,7 +101,7 @@ def scan_device_nodes(dev_dir):
     return sorted(found, key=lambda n: (n.path.rstrip("0123456789"), len(n.path), n.path))
 
 
-def _append_char(found, full, inner):
+def _append_char(found: list[DeviceNode], full: str, inner: str) -> None:
     try:
         st = os.lstat(full)
     except OSError:
@@ -108,6 +110,6 @@ def _append_char(found, full, inner):
         found.append(DeviceNode(inner, os.major(st.st_rdev), os.minor(st.st_rdev)))
 
 
-def char_link(node):
+def char_link(node: DeviceNode) -> str:
     """The ``/dev/char/<major>:<minor>`` link systemd's device cgroup rules and NVML rely on."""
-    return "/dev/char/%d:%d" % (node.major, node.minor)
+    return f"/dev/char/{node.major}:{node.minor}"

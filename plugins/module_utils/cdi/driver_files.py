@@ -11,6 +11,8 @@ older driver is never injected.
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import os
 import stat
 from collections import namedtuple
@@ -126,7 +128,7 @@ class CapabilityError(ValueError):
     """A capability list names something that is not a capability."""
 
 
-def parse_capabilities(value):
+def parse_capabilities(value: str | list | tuple | None) -> tuple[str, ...]:
     """Normalise an ``NVIDIA_DRIVER_CAPABILITIES``-style value into a tuple in canonical order.
 
     ``None``, empty or blank means the default ``utility,compute``; ``all`` means every capability;
@@ -144,17 +146,15 @@ def parse_capabilities(value):
         return CAPABILITIES
     unknown = sorted(set(names) - set(CAPABILITIES))
     if unknown:
-        raise CapabilityError(
-            "unknown driver capability %s; valid: %s or all"
-            % (", ".join(repr(u) for u in unknown), ", ".join(CAPABILITIES))
-        )
+        listed, valid = ", ".join(repr(u) for u in unknown), ", ".join(CAPABILITIES)
+        raise CapabilityError(f"unknown driver capability {listed}; valid: {valid} or all")
     wanted = set(names)
     for name in names:
         wanted.update(IMPLIES.get(name, ()))
     return tuple(c for c in CAPABILITIES if c in wanted)
 
 
-def version_of(filename):
+def version_of(filename: str) -> str | None:
     """The driver version a library file name carries (``libcuda.so.535.261.03`` -> ``535.261.03``)."""
     import re  # noqa: PLC0415  # see _SONAME_RE
 
@@ -162,7 +162,7 @@ def version_of(filename):
     return match.group(1) if match else None
 
 
-def library_capability(soname):
+def library_capability(soname: str) -> str | None:
     """The capability whose list matches ``soname`` as a prefix, or None."""
     for capability in CAPABILITIES:
         for prefix in LIBRARIES[capability]:
@@ -171,7 +171,13 @@ def library_capability(soname):
     return None
 
 
-def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
+def select_libraries(
+    entries: list[LdCacheEntry],
+    capabilities: str | list | tuple | None,
+    version: str | None,
+    resolve: object,
+    arch: str = "x86_64",
+) -> list[DriverFile]:
     """Driver libraries for ``capabilities`` from ld.so.cache ``entries``, as ``DriverFile``s.
 
     ``resolve(path)`` maps a cache path to the real file, in the driver root's terms (pass a
@@ -180,7 +186,8 @@ def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
     """
     capabilities = parse_capabilities(capabilities)
     arches = [arch] + (["i386"] if "compat32" in capabilities and arch == "x86_64" else [])
-    files, seen = [], set()
+    files: list[DriverFile] = []
+    seen: set[str] = set()
     for entry in entries:
         if entry.arch not in arches:
             continue
@@ -197,7 +204,7 @@ def select_libraries(entries, capabilities, version, resolve, arch="x86_64"):
     return files
 
 
-def private_entries(driver_root, entries, resolve):
+def private_entries(driver_root: str, entries: list[LdCacheEntry], resolve: object) -> list[LdCacheEntry]:
     """Cache-like entries for the sonames in Debian's private folders that ``entries`` lack, after them.
 
     Only ``lib*.so.<N>`` names (the soname links) are taken; what they point at is still resolved inside
@@ -206,7 +213,7 @@ def private_entries(driver_root, entries, resolve):
     import re  # noqa: PLC0415  # see _SONAME_RE
 
     known = {(e.soname, e.arch) for e in entries}
-    extra = []
+    extra: list[LdCacheEntry] = []
     for arch, dirs in sorted(PRIVATE_LIBDIRS.items()):
         for directory in dirs:
             try:
@@ -220,7 +227,7 @@ def private_entries(driver_root, entries, resolve):
     return extra
 
 
-def detect_installed_version(entries, resolve, arch="x86_64"):
+def detect_installed_version(entries: list[LdCacheEntry], resolve: object, arch: str = "x86_64") -> str | None:
     """The driver version of the installed userspace: the suffix of the file behind libnvidia-ml.so.1
     (else libcuda.so.1) in the cache, or None when neither is installed."""
     for wanted in ("libnvidia-ml.so.1", "libcuda.so.1"):
@@ -232,7 +239,7 @@ def detect_installed_version(entries, resolve, arch="x86_64"):
     return None
 
 
-def _is_file(root, inner, executable=False):
+def _is_file(root: str, inner: str, executable: bool = False) -> bool:
     try:
         st = os.stat(host_path(root, inner))
     except OSError:
@@ -240,26 +247,34 @@ def _is_file(root, inner, executable=False):
     return stat.S_ISREG(st.st_mode) and (not executable or bool(st.st_mode & 0o111))
 
 
-def _is_socket(root, inner):
+def _is_socket(root: str, inner: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(host_path(root, inner)).st_mode)
     except OSError:
         return False
 
 
-def read_driver_cache(driver_root):
+def read_driver_cache(driver_root: str) -> list[LdCacheEntry]:
     """The driver root's ld.so.cache entries plus ``private_entries``: what the loader and
     libnvidia-container see, and the libraries Debian keeps out of the cache (``libnvidia-ml.so.1``).
     Raises OSError when there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
 
-    def resolve(path):
+    def resolve(path: str) -> str:
         return resolve_in_root(driver_root, path)
 
     entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
     return entries + private_entries(driver_root, entries, resolve)
 
 
-def find_driver_files(driver_root, capabilities=None, version=None, *, root=None, arch="x86_64", entries=None):
+def find_driver_files(
+    driver_root: str,
+    capabilities: str | list | tuple | None = None,
+    version: str | None = None,
+    *,
+    root: str | None = None,
+    arch: str = "x86_64",
+    entries: list[LdCacheEntry] | None = None,
+) -> tuple[str | None, list[DriverFile]]:
     """Every driver file a container gets for ``capabilities``, found on the system under ``driver_root``.
 
     ``version`` defaults to the installed userspace's (``detect_installed_version``); ``root`` (the host
@@ -269,7 +284,7 @@ def find_driver_files(driver_root, capabilities=None, version=None, *, root=None
     root = driver_root if root is None else root
     capabilities = parse_capabilities(capabilities)
 
-    def resolve(path):
+    def resolve(path: str) -> str:
         return resolve_in_root(driver_root, path)
 
     if entries is None:

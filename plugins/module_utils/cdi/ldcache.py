@@ -17,6 +17,8 @@ Two layouts exist and a file may hold both, old first:
   from the start of this header.
 """
 
+from __future__ import annotations
+
 import struct
 from collections import namedtuple
 
@@ -51,41 +53,40 @@ class LdCacheError(ValueError):
     """The bytes are not an ld.so.cache this parser can read; the message says why."""
 
 
-def entry_arch(flags):
+def entry_arch(flags: int) -> str:
     """Architecture name for an entry's flag word (``x86_64``, ``i386``, ...; ``other`` if unknown)."""
     if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
         return "other"
     return _ARCH_BY_REQUIRED.get(flags & FLAG_REQUIRED_MASK, "other")
 
 
-def _cstring(data, offset, where):
+def _cstring(data: bytes, offset: int, where: str) -> str:
     if offset >= len(data):
-        raise LdCacheError("string offset %d past the end of the cache (%d bytes) in %s" % (offset, len(data), where))
+        raise LdCacheError(f"string offset {offset} past the end of the cache ({len(data)} bytes) in {where}")
     end = data.find(b"\0", offset)
     if end < 0:
-        raise LdCacheError("unterminated string at offset %d in %s" % (offset, where))
+        raise LdCacheError(f"unterminated string at offset {offset} in {where}")
     return data[offset:end].decode("utf-8", "surrogateescape")
 
 
-def _parse_new(data, base):
+def _parse_new(data: bytes, base: int) -> list[LdCacheEntry]:
     if len(data) - base < _NEW_HEADER.size:
-        raise LdCacheError("truncated new-format header at offset %d" % base)
+        raise LdCacheError(f"truncated new-format header at offset {base}")
     magic, version, nlibs, _len_strings, endian, _ext = _NEW_HEADER.unpack_from(data, base)
     if magic != NEW_MAGIC or version != NEW_VERSION:
-        raise LdCacheError("unknown new-format magic %r%r at offset %d" % (magic, version, base))
+        raise LdCacheError(f"unknown new-format magic {magic!r}{version!r} at offset {base}")
     if endian == _ENDIAN_BIG:
         raise LdCacheError("big-endian ld.so.cache is not supported")
     if endian == _ENDIAN_INVALID:
         raise LdCacheError("ld.so.cache marks its own byte order as invalid")
     table = base + _NEW_HEADER.size
     if table + nlibs * _NEW_ENTRY.size > len(data):
-        raise LdCacheError(
-            "cache claims %d entries but has room for %d" % (nlibs, (len(data) - table) // _NEW_ENTRY.size)
-        )
+        room = (len(data) - table) // _NEW_ENTRY.size
+        raise LdCacheError(f"cache claims {nlibs} entries but has room for {room}")
     entries = []
     for i in range(nlibs):
         flags, key, value, _osv, hwcap = _NEW_ENTRY.unpack_from(data, table + i * _NEW_ENTRY.size)
-        where = "entry %d" % i
+        where = f"entry {i}"
         entries.append(
             LdCacheEntry(
                 _cstring(data, base + key, where), _cstring(data, base + value, where), flags, entry_arch(flags), hwcap
@@ -94,7 +95,7 @@ def _parse_new(data, base):
     return entries
 
 
-def _old_layout(data):
+def _old_layout(data: bytes) -> tuple[int, int, int]:
     """``(nlibs, start of the strings, offset of an embedded new-format cache or -1)`` of a cache that starts
     with the old magic: glibc < 2.32 (and ``ldconfig -c compat``) puts the new header right after the old
     table, 8-byte aligned."""
@@ -103,15 +104,15 @@ def _old_layout(data):
     nlibs = struct.unpack_from("<I", data, 12)[0]
     strings = 16 + nlibs * _OLD_ENTRY.size
     if strings > len(data):
-        raise LdCacheError("old-format cache claims %d entries, more than the file holds" % nlibs)
+        raise LdCacheError(f"old-format cache claims {nlibs} entries, more than the file holds")
     return nlibs, strings, data.find(NEW_MAGIC, strings - (strings % 8))
 
 
-def _parse_old(data, nlibs, strings):
+def _parse_old(data: bytes, nlibs: int, strings: int) -> list[LdCacheEntry]:
     entries = []
     for i in range(nlibs):
         flags, key, value = _OLD_ENTRY.unpack_from(data, 16 + i * _OLD_ENTRY.size)
-        where = "old entry %d" % i
+        where = f"old entry {i}"
         entries.append(
             LdCacheEntry(
                 _cstring(data, strings + key, where),
@@ -124,7 +125,7 @@ def _parse_old(data, nlibs, strings):
     return entries
 
 
-def parse_ld_so_cache(data):
+def parse_ld_so_cache(data: bytes) -> list[LdCacheEntry]:
     """Return the cache's entries (``LdCacheEntry``) in file order, which is the loader's search order.
 
     When the file carries both layouts, the new one wins (it is what glibc reads); raises
@@ -137,10 +138,10 @@ def parse_ld_so_cache(data):
         if new_at >= 0:
             return _parse_new(data, new_at)
         return _parse_old(data, nlibs, strings)
-    raise LdCacheError("not an ld.so.cache (magic %r)" % data[:20])
+    raise LdCacheError(f"not an ld.so.cache (magic {data[:20]!r})")
 
 
-def read_ld_so_cache(path):
+def read_ld_so_cache(path: str) -> list[LdCacheEntry]:
     """Read and parse the cache file at ``path`` (a path on this machine, already root-prefixed)."""
     with open(path, "rb") as f:
         return parse_ld_so_cache(f.read())
@@ -167,11 +168,11 @@ _EXT_HEADER = struct.Struct("<II")
 _EXT_SECTION = struct.Struct("<IIII")
 
 
-def _signed(byte):
+def _signed(byte: int) -> int:
     return byte - 256 if byte > 127 else byte
 
 
-def libcmp(p1, p2):
+def libcmp(p1: bytes, p2: bytes) -> int:
     """glibc's ``_dl_cache_libcmp`` on two byte strings: <0, 0 or >0."""
     i = j = 0
     n1, n2 = len(p1), len(p2)
@@ -200,14 +201,14 @@ def libcmp(p1, p2):
     return -_signed(p2[j]) if j < n2 else 0
 
 
-def _new_part(data):
+def _new_part(data: bytes) -> tuple[bytes, bool]:
     """``(bytes of a new-format cache, keep_extension)`` for whatever the image holds (may be empty)."""
     if not data:
         return _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, 0, 0, _ENDIAN_LITTLE, 0), False
     if data.startswith(NEW_MAGIC):
         return data, True
     if not data.startswith(OLD_MAGIC):
-        raise LdCacheError("not an ld.so.cache (magic %r)" % data[:20])
+        raise LdCacheError(f"not an ld.so.cache (magic {data[:20]!r})")
     nlibs, strings, new_at = _old_layout(data)
     if new_at >= 0:
         # Combined layout (glibc < 2.32, or ldconfig -c compat): the new part is self-contained, except that
@@ -224,55 +225,55 @@ def _new_part(data):
     return head + bytes(records) + data[strings:], False
 
 
-def add_entries(data, libraries):
+def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) -> bytes:
     """The bytes of an ld.so.cache: the cache ``data`` (the image's; ``b""`` for none) with ``libraries``
     added, each ``(soname, path, arch)`` (text). An entry of the image with the same soname and arch is
     replaced (the container asked for the host's driver). Raises ``LdCacheError`` for a cache that cannot
     be read; linear in the size of ``data``."""
     if len(data) > MAX_CACHE_BYTES:
-        raise LdCacheError("ld.so.cache is larger than %d bytes" % MAX_CACHE_BYTES)
+        raise LdCacheError(f"ld.so.cache is larger than {MAX_CACHE_BYTES} bytes")
     part, keep_extension = _new_part(bytes(data))
     if len(part) < _NEW_HEADER.size:
         raise LdCacheError("truncated new-format header")
     magic, version, nlibs, len_strings, endian, ext_offset = _NEW_HEADER.unpack_from(part, 0)
     if magic != NEW_MAGIC or version != NEW_VERSION:
-        raise LdCacheError("unknown new-format magic %r%r" % (magic, version))
+        raise LdCacheError(f"unknown new-format magic {magic!r}{version!r}")
     if endian in (_ENDIAN_INVALID, _ENDIAN_BIG):
         raise LdCacheError("ld.so.cache is not a little-endian cache")
     table_end = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
     if table_end > len(part):
-        raise LdCacheError("cache claims %d entries but has room for %d" % (nlibs, (len(part) - 48) // 24))
+        raise LdCacheError(f"cache claims {nlibs} entries but has room for {(len(part) - 48) // 24}")
     table = part[_NEW_HEADER.size : table_end]
     tail = bytearray(part[table_end:])
-    sections = []
+    sections: list[tuple[int, int, int, int]] = []
     if keep_extension and ext_offset:
         sections = _extension_sections(part, ext_offset)
     else:
         ext_offset = 0
 
-    def name_at(index):
+    def name_at(index: int) -> bytes:
         offset = struct.unpack_from("<I", table, index * _NEW_ENTRY.size + 4)[0]
         end = part.find(b"\0", offset)
         if offset >= len(part) or end < 0:
-            raise LdCacheError("entry %d: string offset %d outside the cache" % (index, offset))
+            raise LdCacheError(f"entry {index}: string offset {offset} outside the cache")
         return part[offset:end]
 
-    def flags_at(index):
+    def flags_at(index: int) -> int:
         return struct.unpack_from("<i", table, index * _NEW_ENTRY.size)[0]
 
-    def before(new_name, new_flags, index):
+    def before(new_name: bytes, new_flags: int, index: int) -> bool:
         """glibc's ``compare(entry, new) > 0``: the new entry goes before ``entry``."""
         order = libcmp(new_name, name_at(index))
         return order > 0 or (order == 0 and flags_at(index) < new_flags)
 
-    dropped = set()
+    dropped: set[int] = set()
     if not sections:  # entries that point into an extension directory that is not kept
         dropped.update(i for i in range(nlibs) if struct.unpack_from("<Q", table, i * 24 + 16)[0] & HWCAP_EXTENSION)
-    additions = []
+    additions: list[tuple[int, bytes, int, bytes]] = []
     for soname, path, arch in libraries:
         name, flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
         if flags is None or b"\0" in name or "\0" in path:
-            raise LdCacheError("cannot add %r (%s) to ld.so.cache" % (soname, arch))
+            raise LdCacheError(f"cannot add {soname!r} ({arch}) to ld.so.cache")
         lo, hi = 0, nlibs
         while lo < hi:
             mid = (lo + hi) // 2
@@ -323,18 +324,18 @@ def add_entries(data, libraries):
     return header + bytes(out_table) + bytes(tail) + bytes(new_strings)
 
 
-def _extension_sections(part, offset):
+def _extension_sections(part: bytes, offset: int) -> list[tuple[int, int, int, int]]:
     """The image's extension directory as ``[(tag, flags, offset, size)]``; every section must lie in the file."""
     if offset % 4 or offset + _EXT_HEADER.size > len(part):
-        raise LdCacheError("extension directory at %d outside the cache" % offset)
+        raise LdCacheError(f"extension directory at {offset} outside the cache")
     magic, count = _EXT_HEADER.unpack_from(part, offset)
     if magic != EXTENSION_MAGIC or count > 64 or offset + 8 + count * 16 > len(part):
-        raise LdCacheError("malformed extension directory at %d" % offset)
+        raise LdCacheError(f"malformed extension directory at {offset}")
     sections = [_EXT_SECTION.unpack_from(part, offset + 8 + i * 16) for i in range(count)]
     table_end = _NEW_HEADER.size + struct.unpack_from("<I", part, 20)[0] * _NEW_ENTRY.size
     for tag, _flags, start, size in sections:
         if start < table_end or start + size > len(part) or (tag == 1 and (start % 4 or size % 4)):
-            raise LdCacheError("extension section %d at %d+%d outside the cache" % (tag, start, size))
+            raise LdCacheError(f"extension section {tag} at {start}+{size} outside the cache")
     return sections
 
 
@@ -343,13 +344,13 @@ class _DescendingName:
 
     __slots__ = ("name",)
 
-    def __init__(self, name):
+    def __init__(self, name: bytes) -> None:
         self.name = name
 
-    def __lt__(self, other):
+    def __lt__(self, other: _DescendingName) -> bool:
         return libcmp(self.name, other.name) > 0
 
-    def __eq__(self, other):
+    def __eq__(self, other: _DescendingName) -> bool:  # type: ignore[override]
         return libcmp(self.name, other.name) == 0
 
     __hash__ = None

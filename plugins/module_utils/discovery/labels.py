@@ -10,20 +10,23 @@ them, and adds the driver's and the CUDA driver API's versions, under both the c
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 PREFIX = "nvidia.com/"
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def sanitize(value):
+def sanitize(value: object) -> str:
     """A label value as GFD writes it: spaces become ``-``, other characters outside
     ``[A-Za-z0-9_.-]`` are dropped, at most 63 characters, alphanumeric at both ends."""
     value = _INVALID.sub("", str(value).strip().replace(" ", "-"))[:63]
     return value.strip("-_.")
 
 
-def gfd_labels(facts, machine=None):
+def gfd_labels(facts: dict[str, Any], machine: str | None = None) -> dict[str, str]:
     """``{label: value}`` for the facts ``discover`` built (``gpus``, ``driver``, ``pci_gpu_count``)."""
     gpus = facts["gpus"]
     labels = {PREFIX + "gpu.present": "true" if gpus or facts.get("pci_gpu_count") else "false"}

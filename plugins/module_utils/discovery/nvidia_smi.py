@@ -16,8 +16,11 @@ exit non-zero; ``lost_gpus`` finds those addresses.
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import re
 import xml.etree.ElementTree as ET  # output of a local root-owned tool, no entities
+from typing import Any
 
 from .pci import normalize_bus_id
 
@@ -25,7 +28,7 @@ _LOST = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f
 _MIB = re.compile(r"^\s*(\d+)\s*MiB\s*$")
 
 
-def _text(element, path):
+def _text(element: ET.Element | None, path: str) -> str | None:
     if element is None:
         return None
     found = element.find(path)
@@ -35,25 +38,25 @@ def _text(element, path):
     return None if value in ("", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error") else value
 
 
-def _int(value):
+def _int(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _mib(value):
+def _mib(value: str | None) -> int | None:
     match = _MIB.match(value or "")
     return int(match.group(1)) if match else None
 
 
-def _mig_mode(value):
+def _mig_mode(value: str | None) -> str | None:
     if value is None:
         return None
     return {"enabled": "enabled", "disabled": "disabled"}.get(value.lower())
 
 
-def _device_id(value):
+def _device_id(value: str | None) -> str | None:
     """``20B010DE`` -> ``0x20b010de`` (NVML's pciDeviceId form)."""
     if not value:
         return None
@@ -62,7 +65,7 @@ def _device_id(value):
     return "0x" + value if re.fullmatch(r"[0-9a-f]{8}", value) else None
 
 
-def parse_xml(text):
+def parse_xml(text: str | bytes) -> dict[str, Any]:
     """``{"driver_version", "cuda_version", "gpus": [...]}`` from ``nvidia-smi -q -x`` output.
 
     Raises ``ValueError`` on a document that is not XML or not an ``nvidia_smi_log``.
@@ -71,13 +74,13 @@ def parse_xml(text):
     try:
         root = ET.fromstring(text)  # noqa: S314
     except ET.ParseError as exc:
-        raise ValueError("not XML: %s" % exc) from exc
+        raise ValueError(f"not XML: {exc}") from exc
     if root.tag != "nvidia_smi_log":
-        raise ValueError("not an nvidia_smi_log document (root element %s)" % root.tag)
-    gpus = []
+        raise ValueError(f"not an nvidia_smi_log document (root element {root.tag})")
+    gpus: list[dict[str, Any]] = []
     for position, gpu in enumerate(root.findall("gpu")):
         pci = gpu.find("pci")
-        record = {
+        record: dict[str, Any] = {
             "index": position,
             "name": _text(gpu, "product_name"),
             "architecture": _text(gpu, "product_architecture"),
@@ -113,9 +116,9 @@ def parse_xml(text):
     }
 
 
-def lost_gpus(text):
+def lost_gpus(text: str | None) -> list[str]:
     """PCI addresses nvidia-smi could not get a handle for (fallen off the bus), in order."""
-    found = []
+    found: list[str] = []
     for match in _LOST.finditer(text or ""):
         bus_id = normalize_bus_id(match.group(1).rstrip(":"))
         if bus_id and bus_id not in found:

@@ -11,8 +11,11 @@ handle marks a lost GPU. Only loading the library and ``nvmlInit`` are fatal to 
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import ctypes
 import re
+from typing import Any, Callable, Sequence
 
 from .pci import normalize_bus_id
 
@@ -84,10 +87,10 @@ class Memory(ctypes.Structure):
 
 
 class _Nvml:
-    def __init__(self, lib):
+    def __init__(self, lib: Any) -> None:
         self.lib = lib
 
-    def fn(self, *names):
+    def fn(self, *names: str) -> Callable[..., int] | None:
         for name in names:
             func = getattr(self.lib, name, None)
             if func is not None:
@@ -95,7 +98,7 @@ class _Nvml:
                 return func
         return None
 
-    def error_string(self, rc):
+    def error_string(self, rc: int) -> str:
         func = getattr(self.lib, "nvmlErrorString", None)
         if func is not None:
             func.restype = ctypes.c_char_p
@@ -105,43 +108,44 @@ class _Nvml:
                     return text.decode("utf-8", "replace")
             except Exception:  # noqa: S110  # a stub without it: use our own table
                 pass
-        return ERROR_STRINGS.get(rc, "NVML error %d" % rc)
+        return ERROR_STRINGS.get(rc, f"NVML error {rc}")
 
-    def call(self, names, *args):
+    def call(self, names: str | tuple[str, ...], *args: Any) -> int | None:
         """rc of the first present symbol among ``names`` (a str or tuple), or None when none is."""
         func = self.fn(*((names,) if isinstance(names, str) else names))
         if func is None:
             return None
         return func(*args)
 
-    def string(self, names, *args, size=96):
+    def string(self, names: str | tuple[str, ...], *args: Any, size: int = 96) -> tuple[int | None, str | None]:
         buf = ctypes.create_string_buffer(size)
         rc = self.call(names, *args, buf, ctypes.c_uint(size))
         return (rc, buf.value.decode("utf-8", "replace") if rc == SUCCESS else None)
 
-    def uint(self, names, *args):
+    def uint(self, names: str | tuple[str, ...], *args: Any) -> tuple[int | None, int | None]:
         value = ctypes.c_uint(0)
         rc = self.call(names, *args, ctypes.byref(value))
         return (rc, value.value if rc == SUCCESS else None)
 
 
-def _decode_cuda(version):
+def _decode_cuda(version: int) -> str:
     """NVML's CUDA driver version integer (12020) as ``12.2``."""
-    return "%d.%d" % (version // 1000, (version % 1000) // 10)
+    return f"{version // 1000}.{(version % 1000) // 10}"
 
 
-def load(library):
+def load(library: str | Sequence[str]) -> ctypes.CDLL:
     """The first of ``library`` (a name or path, or a list of them, best first) that dlopen loads."""
-    errors = []
+    errors: list[str] = []
     for candidate in [library] if isinstance(library, str) else library:
         try:
             return ctypes.CDLL(candidate)
         except OSError as exc:
-            errors.append(str(exc) if candidate in str(exc) else "%s: %s" % (candidate, exc))
-    raise NvmlUnavailable("cannot load libnvidia-ml: %s" % "; ".join(errors or ["no candidate"]))
+            errors.append(str(exc) if candidate in str(exc) else f"{candidate}: {exc}")
+    reasons = "; ".join(errors or ["no candidate"])
+    raise NvmlUnavailable(f"cannot load libnvidia-ml: {reasons}")
 
 
-def query(library, cdll=None):
+def query(library: str | Sequence[str], cdll: Any = None) -> dict[str, Any]:
     """Everything NVML says, as ``{"driver_version", "cuda_version", "gpus", "lost_count", "warnings"}``.
 
     ``library``: a name or path, or a list of them tried in order (see ``load``). ``cdll`` (tests): an
@@ -150,20 +154,27 @@ def query(library, cdll=None):
     nv = _Nvml(cdll if cdll is not None else load(library))
     rc = nv.call(("nvmlInit_v2", "nvmlInit"))
     if rc is None:
-        raise NvmlUnavailable("%s has no nvmlInit" % (getattr(nv.lib, "_name", None) or library))
+        name = getattr(nv.lib, "_name", None) or library
+        raise NvmlUnavailable(f"{name} has no nvmlInit")
     if rc in (ERROR_DRIVER_NOT_LOADED, ERROR_LIBRARY_NOT_FOUND):
-        raise NvmlUnavailable("nvmlInit: %s" % nv.error_string(rc))
+        raise NvmlUnavailable(f"nvmlInit: {nv.error_string(rc)}")
     if rc != SUCCESS:
-        raise NvmlError("nvmlInit: %s" % nv.error_string(rc))
+        raise NvmlError(f"nvmlInit: {nv.error_string(rc)}")
     try:
         return _query(nv)
     finally:
         nv.call("nvmlShutdown")
 
 
-def _query(nv):
-    warnings = []
-    result = {"driver_version": None, "cuda_version": None, "gpus": [], "lost_count": 0, "warnings": warnings}
+def _query(nv: _Nvml) -> dict[str, Any]:
+    warnings: list[str] = []
+    result: dict[str, Any] = {
+        "driver_version": None,
+        "cuda_version": None,
+        "gpus": [],
+        "lost_count": 0,
+        "warnings": warnings,
+    }
     rc, result["driver_version"] = nv.string("nvmlSystemGetDriverVersion", size=80)
     cuda = ctypes.c_int(0)
     rc = nv.call(("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"), ctypes.byref(cuda))
@@ -171,7 +182,7 @@ def _query(nv):
         result["cuda_version"] = _decode_cuda(cuda.value)
     rc, count = nv.uint(("nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"))
     if rc != SUCCESS:
-        raise NvmlError("nvmlDeviceGetCount: %s" % nv.error_string(rc if rc is not None else 13))
+        raise NvmlError(f"nvmlDeviceGetCount: {nv.error_string(rc if rc is not None else 13)}")
     for index in range(count):
         handle = ctypes.c_void_p()
         rc = nv.call(
@@ -179,14 +190,14 @@ def _query(nv):
         )
         if rc != SUCCESS:
             result["lost_count"] += 1  # counted by the driver, unreachable: GPU_IS_LOST or worse
-            warnings.append("GPU %d: no handle: %s" % (index, nv.error_string(rc if rc is not None else 13)))
+            warnings.append(f"GPU {index}: no handle: {nv.error_string(rc if rc is not None else 13)}")
             continue
         result["gpus"].append(_device(nv, handle, index, warnings))
     return result
 
 
-def _device(nv, handle, index, warnings):
-    gpu = {"index": index}
+def _device(nv: _Nvml, handle: ctypes.c_void_p, index: int, warnings: list[str]) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"index": index}
     rc, gpu["name"] = nv.string("nvmlDeviceGetName", handle)
     rc, gpu["uuid"] = nv.string("nvmlDeviceGetUUID", handle)
     rc, gpu["minor"] = nv.uint("nvmlDeviceGetMinorNumber", handle)
@@ -194,9 +205,9 @@ def _device(nv, handle, index, warnings):
     rc = nv.call(("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"), handle, ctypes.byref(pci))
     if rc == SUCCESS:
         gpu["pci_bus_id"] = normalize_bus_id(pci.busId.decode("ascii", "replace")) or normalize_bus_id(
-            "%04x:%02x:%02x.0" % (pci.domain, pci.bus, pci.device)
+            f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
         )
-        gpu["pci_device_id"] = "0x%08x" % pci.pciDeviceId
+        gpu["pci_device_id"] = f"0x{pci.pciDeviceId:08x}"
     elif rc == ERROR_GPU_IS_LOST:
         gpu["lost"] = True
     memory = Memory()
@@ -204,7 +215,7 @@ def _device(nv, handle, index, warnings):
         gpu["memory_mib"] = memory.total // (1024 * 1024)
     major, minor = ctypes.c_int(0), ctypes.c_int(0)
     if nv.call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor)) == SUCCESS:
-        gpu["compute_capability"] = "%d.%d" % (major.value, minor.value)
+        gpu["compute_capability"] = f"{major.value}.{minor.value}"
     rc, arch = nv.uint("nvmlDeviceGetArchitecture", handle)
     if arch is not None:
         gpu["architecture"] = ARCHITECTURES.get(arch)
@@ -219,12 +230,12 @@ def _device(nv, handle, index, warnings):
         if current.value == 1:
             gpu["mig_devices"] = _mig_devices(nv, handle, index, warnings)
     elif rc not in (None, ERROR_NOT_SUPPORTED):
-        warnings.append("GPU %d: nvmlDeviceGetMigMode: %s" % (index, nv.error_string(rc)))
+        warnings.append(f"GPU {index}: nvmlDeviceGetMigMode: {nv.error_string(rc)}")
     return {k: v for k, v in gpu.items() if v is not None}
 
 
-def _mig_devices(nv, handle, gpu_index, warnings):
-    devices = []
+def _mig_devices(nv: _Nvml, handle: ctypes.c_void_p, gpu_index: int, warnings: list[str]) -> list[dict[str, Any]]:
+    devices: list[dict[str, Any]] = []
     rc, count = nv.uint("nvmlDeviceGetMaxMigDeviceCount", handle)
     for slot in range(count or 0):
         mig = ctypes.c_void_p()
@@ -233,9 +244,9 @@ def _mig_devices(nv, handle, gpu_index, warnings):
             continue  # an empty slot
         if rc != SUCCESS:
             if rc is not None:
-                warnings.append("GPU %d MIG %d: %s" % (gpu_index, slot, nv.error_string(rc)))
+                warnings.append(f"GPU {gpu_index} MIG {slot}: {nv.error_string(rc)}")
             break
-        device = {"index": slot}
+        device: dict[str, Any] = {"index": slot}
         rc, device["uuid"] = nv.string("nvmlDeviceGetUUID", mig)
         rc, name = nv.string("nvmlDeviceGetName", mig)
         device["name"] = name
@@ -252,7 +263,7 @@ def _mig_devices(nv, handle, gpu_index, warnings):
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 
-def mig_profile(name):
+def mig_profile(name: str | None) -> str | None:
     """``NVIDIA A100-SXM4-40GB MIG 1g.5gb`` -> ``1g.5gb`` (None when the name carries none)."""
     match = _PROFILE.search(name or "")
     return match.group(1) if match else None
@@ -275,7 +286,7 @@ _CC_TABLE = (
 _CC_BY_ARCH = {"Volta": "7.0", "Turing": "7.5", "Hopper": "9.0", "Ada Lovelace": "8.9"}
 
 
-def guess_compute_capability(name, architecture=None):
+def guess_compute_capability(name: str | None, architecture: str | None = None) -> tuple[str | None, str | None]:
     """``(compute_capability, architecture)`` from a product name (and architecture when known)."""
     for pattern, cc, arch in _CC_TABLE:
         if name and re.search(pattern, name):

@@ -8,11 +8,14 @@ Every check is a pure function of facts already gathered plus a few files under 
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import os
 import re
+from typing import Any
 
 from ..base.pathsafe import host_path
-from ..cdi.devices import char_link
+from ..cdi.devices import DeviceNode, char_link
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CDI_SPEC_FILES = (
@@ -27,11 +30,11 @@ _STAMP = re.compile(r"""["']?gpufleet\.nvidia/driver-version["']?\s*:\s*["']?(\d
 _LIB_VERSION = re.compile(r"\.so\.(\d{3,}\.\d+(?:\.\d+)?)\b")
 
 
-def problem(code, message, fix):
+def problem(code: str, message: str, fix: str) -> dict[str, str]:
     return {"code": code, "message": message, "fix": fix}
 
 
-def secure_boot_enabled(sys_dir):
+def secure_boot_enabled(sys_dir: str) -> bool | None:
     """True/False from the EFI variable (4 attribute bytes, then 1 = on), None when not an EFI boot
     or the variable cannot be read."""
     path = os.path.join(sys_dir, "firmware", "efi", "efivars", SECURE_BOOT_VAR)
@@ -45,12 +48,12 @@ def secure_boot_enabled(sys_dir):
     return data[4] == 1
 
 
-def cdi_spec_versions(root):
+def cdi_spec_versions(root: str) -> dict[str, tuple[str | None, set[str]]]:
     """``{spec path: (stamped version or None, {versions in library file names})}`` for the NVIDIA
     CDI specs present under ``root``. Read with regular expressions: the spec is YAML or JSON and a
     YAML parser is not in the standard library; the stamp is the cdi_spec module's top-level
     annotation ``gpufleet.nvidia/driver-version``."""
-    found = {}
+    found: dict[str, tuple[str | None, set[str]]] = {}
     for inner in CDI_SPEC_FILES:
         try:
             with open(host_path(root, inner), encoding="utf-8", errors="replace") as f:
@@ -62,9 +65,16 @@ def cdi_spec_versions(root):
     return found
 
 
-def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
+def check(
+    facts: dict[str, Any],
+    root: str,
+    *,
+    nouveau_loaded: bool,
+    secure_boot: bool | None,
+    nvidia_taint: str | None,
+) -> list[dict[str, str]]:
     """Every problem in ``facts`` (the ``nvidia`` dict being built), in a stable order."""
-    found = []
+    found: list[dict[str, str]] = []
     driver = facts["driver"]
     installed, loaded_version, loaded = driver["installed_version"], driver["loaded_version"], driver["loaded"]
 
@@ -81,7 +91,7 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
         found.append(
             problem(
                 "driver_not_installed",
-                "%d NVIDIA GPU(s) on the PCI bus but no NVIDIA driver is installed" % facts["pci_gpu_count"],
+                f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but no NVIDIA driver is installed",
                 "install the driver (role gpufleet.nvidia.driver)",
             )
         )
@@ -90,8 +100,8 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
             found.append(
                 problem(
                     "secure_boot_module_not_loaded",
-                    "Secure Boot is on and the nvidia kernel module (userspace %s installed) is not loaded; "
-                    "an unsigned module is refused by a kernel enforcing signatures" % installed,
+                    f"Secure Boot is on and the nvidia kernel module (userspace {installed} installed) is not loaded; "
+                    "an unsigned module is refused by a kernel enforcing signatures",
                     "sign the module with a key enrolled in MOK (DKMS: mokutil --import the DKMS key, then "
                     "reboot and enroll it), or use signed prebuilt modules",
                 )
@@ -100,7 +110,7 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
             found.append(
                 problem(
                     "driver_not_loaded",
-                    "NVIDIA driver %s is installed but its kernel module is not loaded" % installed,
+                    f"NVIDIA driver {installed} is installed but its kernel module is not loaded",
                     "reboot, or load it with 'modprobe nvidia' and check dmesg if that fails",
                 )
             )
@@ -117,19 +127,19 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
         found.append(
             problem(
                 "driver_version_mismatch",
-                "the installed NVIDIA userspace is %s but the loaded kernel module is %s "
-                "(NVML fails with 'Driver/library version mismatch')" % (installed, loaded_version),
-                "reboot so that the %s kernel module is loaded" % installed,
+                f"the installed NVIDIA userspace is {installed} but the loaded kernel module is {loaded_version} "
+                "(NVML fails with 'Driver/library version mismatch')",
+                f"reboot so that the {installed} kernel module is loaded",
             )
         )
     missing_links = [n for n in facts["device_nodes"] if not n.get("char_link_present", True)]
     if missing_links:
+        listed = ", ".join(f"{n['path']} ({n['char_link']})" for n in missing_links)
         found.append(
             problem(
                 "device_char_links_missing",
-                "device node(s) without their /dev/char link: %s; containers lose GPU access "
-                "('Failed to initialize NVML: Unknown Error') after 'systemctl daemon-reload'"
-                % ", ".join("%s (%s)" % (n["path"], n["char_link"]) for n in missing_links),
+                f"device node(s) without their /dev/char link: {listed}; containers lose GPU access "
+                "('Failed to initialize NVML: Unknown Error') after 'systemctl daemon-reload'",
                 "create the /dev/char/<major>:<minor> links (role gpufleet.nvidia.runtime does), "
                 "or run 'nvidia-ctk system create-dev-char-symlinks --create-all'",
             )
@@ -138,7 +148,7 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
         found.append(
             problem(
                 "no_gpu_visible",
-                "%d NVIDIA GPU(s) on the PCI bus but the loaded driver sees none" % facts["pci_gpu_count"],
+                f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but the loaded driver sees none",
                 "check dmesg for NVRM errors (unsupported GPU, RmInitAdapter failed, GPU excluded)",
             )
         )
@@ -146,17 +156,17 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
         found.append(
             problem(
                 "gpus_not_visible",
-                "%d NVIDIA GPU(s) on the PCI bus but the driver sees %d" % (facts["pci_gpu_count"], facts["gpu_count"]),
+                f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but the driver sees {facts['gpu_count']}",
                 "check dmesg for NVRM/Xid errors; a GPU may have fallen off the bus",
             )
         )
     lost = [g for g in facts["gpus"] if g.get("lost")]
     if lost:
+        lost_ids = ", ".join(g["pci_bus_id"] or str(g["minor"]) for g in lost)
         found.append(
             problem(
                 "gpu_lost",
-                "GPU(s) %s fell off the bus ('GPU is lost' / 'Unable to determine the device handle')"
-                % ", ".join(g["pci_bus_id"] or str(g["minor"]) for g in lost),
+                f"GPU(s) {lost_ids} fell off the bus ('GPU is lost' / 'Unable to determine the device handle')",
                 "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs",
             )
         )
@@ -172,13 +182,13 @@ def check(facts, root, *, nouveau_loaded, secure_boot, nvidia_taint):
                 found.append(
                     problem(
                         "cdi_spec_stale",
-                        "CDI spec %s was generated for driver %s but %s is installed" % (path, seen, installed),
+                        f"CDI spec {path} was generated for driver {seen} but {installed} is installed",
                         "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
                     )
                 )
     return found
 
 
-def char_link_present(root, node):
+def char_link_present(root: str, node: DeviceNode) -> bool:
     """Whether ``/dev/char/<major>:<minor>`` exists (as any kind of entry) under ``root``."""
     return os.path.lexists(host_path(root, char_link(node)))

@@ -39,6 +39,8 @@ container's ``/proc`` already mounted, on a root file system the image's author 
   most ``_ldcache.MAX_CACHE_BYTES``; its parsing is linear in its size.
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import stat
@@ -61,13 +63,13 @@ class HookError(Exception):
     """The container must not start; the message says why."""
 
 
-def sanitize_environment():
+def sanitize_environment() -> None:
     """Replace this process's environment by ``SAFE_ENV`` (no ``LD_*``, no ``PYTHON*``, nothing else)."""
     os.environ.clear()
     os.environ.update(SAFE_ENV)
 
 
-def parse_args(argv):
+def parse_args(argv: list[str]) -> dict:
     """The hook's options: ``folders``, ``libraries`` (``(arch, soname, container path)``), ``links``
     (``(target name, container path)``) and ``legacy`` (an older spec that still names ``--ldconfig``)."""
     args = list(argv[1:])
@@ -78,30 +80,30 @@ def parse_args(argv):
     while i < len(args):
         flag = args[i]
         if i + 1 >= len(args):
-            raise HookError("%s needs a value" % flag)
+            raise HookError(f"{flag} needs a value")
         value = args[i + 1]
         if "\0" in value or "\n" in value:
-            raise HookError("%s %r: a newline or NUL in a value" % (flag, value))
+            raise HookError(f"{flag} {value!r}: a newline or NUL in a value")
         if flag == "--ldconfig":
             options["legacy"] = True  # written by an older gpufleet: no program is run any more
         elif flag == "--folder":
             if not value.startswith("/"):
-                raise HookError("--folder %r: not an absolute path" % value)
+                raise HookError(f"--folder {value!r}: not an absolute path")
             options["folders"].append(value)
         elif flag == "--library":
             arch, sep1, rest = value.partition("::")
             soname, sep2, path = rest.partition("::")
             malformed = not (sep1 and sep2) or arch not in FLAGS_BY_ARCH or not soname or "/" in soname
             if malformed or not path.startswith("/") or path.endswith("/"):
-                raise HookError("--library %r: expected <arch>::<soname>::<absolute container path>" % value)
+                raise HookError(f"--library {value!r}: expected <arch>::<soname>::<absolute container path>")
             options["libraries"].append((arch, soname, path))
         elif flag == "--link":
             target, sep, link = value.partition("::")
             if not sep or "/" in target or not link.startswith("/"):
-                raise HookError("--link %r: expected <target name>::<absolute link path>" % value)
+                raise HookError(f"--link {value!r}: expected <target name>::<absolute link path>")
             options["links"].append((target, link))
         else:
-            raise HookError("unknown option %r" % flag)
+            raise HookError(f"unknown option {flag!r}")
         i += 2
     if options["legacy"] and options["folders"] and not options["libraries"]:
         raise HookError(
@@ -111,7 +113,7 @@ def parse_args(argv):
     return options
 
 
-def read_state(stream):
+def read_state(stream: object) -> str:
     """The OCI state runc writes on the hook's stdin: a JSON object naming an absolute ``bundle``."""
     state = loads(stream.read(MAX_STATE_BYTES + 1) or "{}", MAX_STATE_BYTES, "the OCI state on stdin")
     bundle = state.get("bundle") if isinstance(state, dict) else None
@@ -120,25 +122,25 @@ def read_state(stream):
     return bundle
 
 
-def container_root(bundle):
+def container_root(bundle: str) -> tuple[str | None, set[str]]:
     """``(root, mount destinations)`` of the container from the bundle's ``config.json``."""
     config = read_config(os.path.join(bundle, "config.json"))  # refuses a config.json without root.path
     return root_of(bundle, config), mount_destinations(config)
 
 
-def root_of(bundle, config):
+def root_of(bundle: str, config: dict) -> str | None:
     """The container's root on this machine (``root.path`` of a type-checked ``config``, relative to the
     bundle), or None when ``config`` names none."""
     path = (config.get("root") or {}).get("path")
     return os.path.normpath(os.path.join(bundle, path)) if path else None
 
 
-def mount_destinations(config):
+def mount_destinations(config: dict) -> set[str]:
     """The normalized destinations of the bind mounts in an OCI ``config`` (already type-checked)."""
     return {os.path.normpath(m["destination"]) for m in config.get("mounts") or () if m.get("destination")}
 
 
-def open_dir(root_fd, root, path, create=False):
+def open_dir(root_fd: int, root: str, path: str, create: bool = False) -> int | None:
     """A descriptor of directory ``path`` (container terms) inside the root, never leaving it.
 
     ``path`` is first resolved inside ``root``; the result is then opened component by component with
@@ -163,7 +165,7 @@ def open_dir(root_fd, root, path, create=False):
                 next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise HookError("%s changed while the hook ran (a link appeared at %s)" % (path, part)) from None
+                    raise HookError(f"{path} changed while the hook ran (a link appeared at {part})") from None
                 raise
             os.close(fd)
             fd = next_fd
@@ -173,9 +175,9 @@ def open_dir(root_fd, root, path, create=False):
     return fd
 
 
-def write_file(dir_fd, name, data):
+def write_file(dir_fd: int, name: str, data: bytes) -> None:
     """Replace ``name`` in ``dir_fd`` by ``data`` (bytes): O_EXCL|O_NOFOLLOW temp file, then renameat."""
-    tmp = ".%s.%d" % (name, os.getpid())
+    tmp = f".{name}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         os.write(fd, data)
@@ -189,7 +191,7 @@ def write_file(dir_fd, name, data):
         raise
 
 
-def create_link(root_fd, root, target, link):
+def create_link(root_fd: int, root: str, target: str, link: str) -> bool:
     """``link -> target`` (same directory) inside the root, when ``target`` exists there and ``link`` is free.
 
     Returns True when created. An existing link with the same target is kept; any other existing file
@@ -213,7 +215,7 @@ def create_link(root_fd, root, target, link):
         os.close(dir_fd)
 
 
-def _ensure_soname_link(dir_fd, name, target):
+def _ensure_soname_link(dir_fd: int, name: str, target: str) -> bool:
     """``name -> target`` in ``dir_fd``; True when it is that link now. An image's link of the same name is
     replaced (as ldconfig would); any other file there is the image's own and is left alone (False)."""
     try:
@@ -228,7 +230,7 @@ def _ensure_soname_link(dir_fd, name, target):
         return False
     if os.readlink(name, dir_fd=dir_fd) == target:
         return True
-    tmp = ".%s.gpufleet-%d" % (name, os.getpid())
+    tmp = f".{name}.gpufleet-{os.getpid()}"
     os.symlink(target, tmp, dir_fd=dir_fd)
     try:
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -238,7 +240,7 @@ def _ensure_soname_link(dir_fd, name, target):
     return True
 
 
-def read_image_cache(etc_fd):
+def read_image_cache(etc_fd: int) -> bytes:
     """The image's ``ld.so.cache`` bytes, or ``b""`` when it has none that is a regular file. A link, FIFO,
     device or socket there is never opened (it is replaced by the new cache); an oversized file is refused."""
     try:
@@ -264,14 +266,14 @@ def read_image_cache(etc_fd):
         os.close(fd)
 
 
-def mounted(libraries, destinations):
+def mounted(libraries: list[tuple[str, str, str]], destinations: set[str] | None) -> list[tuple[str, str, str]]:
     """The ``--library`` entries whose file this container gets (a mount lands on its path)."""
     if destinations is None:
         return list(libraries)
     return [lib for lib in libraries if os.path.normpath(lib[2]) in destinations]
 
 
-def apply(options, root, destinations=None):
+def apply(options: dict, root: str, destinations: set[str] | None = None) -> None:
     """Do the hook's work in the container ``root`` (a path on this machine). ``destinations``: the mount
     destinations of the container (only libraries mounted there are made known); None for all."""
     root_fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
@@ -283,7 +285,7 @@ def apply(options, root, destinations=None):
                 write_file(conf_fd, CONF_NAME, text.encode())
             finally:
                 os.close(conf_fd)
-        entries = []
+        entries: list[tuple[str, str, str]] = []
         for arch, soname, path in mounted(options["libraries"], destinations):
             directory, base = os.path.split(path)
             dir_fd = open_dir(root_fd, root, directory, create=True)
@@ -309,7 +311,7 @@ def apply(options, root, destinations=None):
         os.close(root_fd)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     sanitize_environment()
     try:
@@ -317,9 +319,9 @@ def main(argv=None):
         root, destinations = container_root(read_state(sys.stdin))
         apply(options, root, destinations)
     except (HookError, OSError, ValueError) as exc:
-        sys.stderr.write("%s: %s\n" % (NAME, exc))
+        sys.stderr.write(f"{NAME}: {exc}\n")
         return 1
     except Exception as exc:  # never a traceback in the engine's log: one line, the start fails
-        sys.stderr.write("%s: internal error (%s: %s)\n" % (NAME, type(exc).__name__, exc))
+        sys.stderr.write(f"{NAME}: internal error ({type(exc).__name__}: {exc})\n")
         return 1
     return 0

@@ -18,28 +18,31 @@ when the driver binds.
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
+from typing import Any
 
-from ..cdi.devices import char_link, scan_device_nodes
+from ..cdi.devices import DeviceNode, char_link, scan_device_nodes
 
 NAME = "gpufleet-dev-char-links"
 
 
-def link_target(node_path):
+def link_target(node_path: str) -> str:
     """The relative target of the ``/dev/char`` link of ``node_path`` (``/dev/nvidia0`` -> ``../nvidia0``)."""
     return os.path.relpath(node_path, "/dev/char")
 
 
-def plan(nodes, existing):
+def plan(nodes: list[DeviceNode], existing: dict[str, str | None]) -> list[tuple[str, str, str]]:
     """What to do for each node.
 
     ``nodes``: ``DeviceNode``s; ``existing``: ``{link path: target or None (not a link) }`` of the
     ``/dev/char`` entries that exist. Returns ``[(action, link, target)]`` with action ``ok``,
     ``create``, ``replace`` or ``conflict``, in the nodes' order.
     """
-    actions = []
+    actions: list[tuple[str, str, str]] = []
     for node in nodes:
         link = char_link(node)
         target = link_target(node.path)
@@ -54,8 +57,8 @@ def plan(nodes, existing):
     return actions
 
 
-def _existing(char_dir, links):
-    found = {}
+def _existing(char_dir: str, links: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
     for link in links:
         full = os.path.join(char_dir, os.path.basename(link))
         if os.path.islink(full):
@@ -65,13 +68,13 @@ def _existing(char_dir, links):
     return found
 
 
-def apply(dev_root="/", dry_run=False):
+def apply(dev_root: str = "/", dry_run: bool = False) -> dict[str, Any]:
     """Create the links under ``<dev_root>/dev/char``; returns the report printed by ``main``."""
     dev_dir = os.path.join(dev_root, "dev")
     char_dir = os.path.join(dev_dir, "char")
     nodes = scan_device_nodes(dev_dir)
     actions = plan(nodes, _existing(char_dir, [char_link(n) for n in nodes]))
-    report = {"links": 0, "created": [], "replaced": [], "conflicts": [], "errors": []}
+    report: dict[str, Any] = {"links": 0, "created": [], "replaced": [], "conflicts": [], "errors": []}
     if not dry_run and any(a[0] in ("create", "replace") for a in actions):
         os.makedirs(char_dir, 0o755, exist_ok=True)
     for action, link, target in actions:
@@ -80,12 +83,12 @@ def apply(dev_root="/", dry_run=False):
             report["conflicts"].append(link)
             continue
         if action != "ok" and not dry_run:
-            tmp = "%s.gpufleet-%d" % (full, os.getpid())
+            tmp = f"{full}.gpufleet-{os.getpid()}"
             try:
                 os.symlink(target, tmp)
                 os.replace(tmp, full)
             except OSError as exc:
-                report["errors"].append("%s: %s" % (link, exc.strerror or exc))
+                report["errors"].append(f"{link}: {exc.strerror or exc}")
                 continue
         if action == "create":
             report["created"].append(link)
@@ -95,9 +98,9 @@ def apply(dev_root="/", dry_run=False):
     return report
 
 
-def parse_args(argv):
+def parse_args(argv: list[str]) -> dict[str, Any]:
     args = list(argv[1:])
-    options = {"dev_root": "/", "dry_run": False}
+    options: dict[str, Any] = {"dev_root": "/", "dry_run": False}
     while args:
         arg = args.pop(0)
         if arg == "--dry-run":
@@ -107,19 +110,19 @@ def parse_args(argv):
         elif arg.startswith("--dev-root="):
             options["dev_root"] = arg.split("=", 1)[1]
         else:
-            raise ValueError("unknown argument %r (usage: %s [--dev-root DIR] [--dry-run])" % (arg, NAME))
+            raise ValueError(f"unknown argument {arg!r} (usage: {NAME} [--dev-root DIR] [--dry-run])")
     return options
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     try:
         options = parse_args(argv)
     except ValueError as exc:
-        sys.stderr.write("%s: %s\n" % (NAME, exc))
+        sys.stderr.write(f"{NAME}: {exc}\n")
         return 2
     report = apply(options["dev_root"], options["dry_run"])
     sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
     for problem in report["conflicts"]:
-        sys.stderr.write("%s: %s exists and is not a link; left alone\n" % (NAME, problem))
+        sys.stderr.write(f"{NAME}: {problem} exists and is not a link; left alone\n")
     return 1 if report["conflicts"] or report["errors"] else 0
