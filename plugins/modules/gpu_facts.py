@@ -409,7 +409,7 @@ def main() -> None:
         supports_check_mode=True,
     )
 
-    def run_command(argv):
+    def run_command(argv: list[str]) -> tuple[int, str, str]:
         return module.run_command(argv, check_rc=False)
 
     try:

@@ -2,6 +2,8 @@
 # Copyright (c) gpufleet developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 module: host_programs
 short_description: Install the collection's host programs (runtime shim, CDI hook, CDI refresh, /dev/char links)
@@ -193,7 +195,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import sh
 PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
 
 
-def read_source(module):
+def read_source(module: str) -> str:
     """A module's source text, from wherever this module's code was loaded (an AnsiballZ payload or a checkout)."""
     data = pkgutil.get_data(PACKAGE, module.replace(".", "/") + ".py")  # a regular package (the AnsiballZ payload's)
     if data is not None:
@@ -201,24 +203,24 @@ def read_source(module):
     loaded = importlib.import_module(PACKAGE + "." + module)  # a namespace package (a collection checkout)
     source = loaded.__loader__.get_source(loaded.__name__) if hasattr(loaded.__loader__, "get_source") else None
     if source is None:
-        raise OSError("cannot read %s.py from the module's payload" % module)
+        raise OSError(f"cannot read {module}.py from the module's payload")
     return source
 
 
-def default_runtime():
+def default_runtime() -> str:
     for candidate in _shim.RUNTIME_CANDIDATES:
         if os.access(candidate, os.X_OK):
             return candidate
     return _host_programs.DEFAULT_RUNTIME
 
 
-def _current(path):
+def _current(path: str) -> tuple[str | None, int | None]:
     """``(text or None, mode or None)`` of a file; a non-regular file counts as absent (it is replaced)."""
     text, mode, _uid = _current_owned(path)
     return text, mode
 
 
-def _current_owned(path):
+def _current_owned(path: str) -> tuple[str | None, int | None, int | None]:
     """``(text or None, mode or None, owner uid or None)`` of a file; a non-regular file counts as absent."""
     try:
         with open(path, "rb") as f:
@@ -229,7 +231,7 @@ def _current_owned(path):
         return None, None, None
 
 
-def config_dir_problem(path):
+def config_dir_problem(path: str) -> str | None:
     """Why the shim would refuse a configuration written in ``path``'s directory; ``None`` when it would not.
 
     A missing directory is created ``0755`` by the writer, which is fine.
@@ -240,20 +242,19 @@ def config_dir_problem(path):
     except FileNotFoundError:
         return None
     if info.st_uid not in (0, os.geteuid()):
-        return "%s is owned by uid %d, not root: the runtime shim refuses a configuration there; chown root %s" % (
-            directory,
-            info.st_uid,
-            directory,
+        return (
+            f"{directory} is owned by uid {info.st_uid}, not root: the runtime shim refuses a configuration there; "
+            f"chown root {directory}"
         )
     if info.st_mode & 0o022:
-        return "%s is writable by group or others (mode %o): the runtime shim refuses a configuration there; " % (
-            directory,
-            info.st_mode & 0o7777,
-        ) + ("chmod go-w %s, or choose another config_path" % directory)
+        return (
+            f"{directory} is writable by group or others (mode {info.st_mode & 0o7777:o}): the runtime shim refuses "
+            f"a configuration there; chmod go-w {directory}, or choose another config_path"
+        )
     return None
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -281,10 +282,10 @@ def main():
             p["bindir"], p["libdir"], read_source, p["python"], programs=programs, runtime=runtime
         )
     except (OSError, ValueError, KeyError) as exc:
-        module.fail_json(msg="cannot render the host programs: %s" % exc, **result)
+        module.fail_json(msg=f"cannot render the host programs: {exc}", **result)
     with_config = _host_programs.SHIM in programs
     result["files"] = [path for path, _text, _mode in files] + ([p["config_path"]] if with_config else [])
-    diffs = []
+    diffs: list[dict[str, str]] = []
 
     if p["state"] == "absent":
         package_dir = os.path.join(p["libdir"], _host_programs.PACKAGE)
@@ -303,13 +304,13 @@ def main():
                 for path in gone:
                     shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
             except OSError as exc:
-                module.fail_json(msg="cannot remove %s: %s" % (exc.filename, exc.strerror or exc), **result)
+                module.fail_json(msg=f"cannot remove {exc.filename}: {exc.strerror or exc}", **result)
         module.exit_json(**result)
 
     result["runtime"] = runtime
     digest = hashlib.sha256()
     for path, text, mode in files:
-        digest.update(("%s\0%o\0" % (path, mode)).encode() + text.encode("utf-8") + b"\0")
+        digest.update(f"{path}\0{mode:o}\0".encode() + text.encode("utf-8") + b"\0")
     result["digest"] = digest.hexdigest()[:12]
     if with_config:
         try:
@@ -317,7 +318,7 @@ def main():
                 p["accept_envvar_unprivileged"], p["accept_volume_mounts"]
             )
         except ValueError as exc:  # pragma: no cover - the argument spec already gives booleans
-            module.fail_json(msg="cannot render %s: %s" % (p["config_path"], exc), **result)
+            module.fail_json(msg=f"cannot render {p['config_path']}: {exc}", **result)
         result["runtime_config"] = {
             "path": p["config_path"],
             "accept_envvar_unprivileged": p["accept_envvar_unprivileged"],
@@ -325,8 +326,8 @@ def main():
         }
         problem = config_dir_problem(p["config_path"])
         if problem:
-            module.fail_json(msg="cannot write the runtime shim's configuration: %s" % problem, **result)
-    changes = []
+            module.fail_json(msg=f"cannot write the runtime shim's configuration: {problem}", **result)
+    changes: list[tuple[str, str, int]] = []
     for path, text, mode in files:
         before, before_mode = _current(path)
         if before != text or before_mode != mode:
@@ -337,7 +338,7 @@ def main():
                         "before_header": path if before is not None else "/dev/null",
                         "after_header": path,
                         "before": before or "",
-                        "after": text if before != text else text + "(mode %o -> %o)\n" % (before_mode or 0, mode),
+                        "after": text if before != text else text + f"(mode {before_mode or 0:o} -> {mode:o})\n",
                     }
                 )
     if with_config:
@@ -353,8 +354,8 @@ def main():
             if module._diff:
                 note = ""
                 if before == config_text:
-                    note = "(mode %o -> %o)\n" % (before_mode or 0, mode) if before_mode != mode else ""
-                    note += "(owner uid %s -> %d)\n" % (before_uid, os.geteuid()) if wrong_owner else ""
+                    note = f"(mode {before_mode or 0:o} -> {mode:o})\n" if before_mode != mode else ""
+                    note += f"(owner uid {before_uid} -> {os.geteuid()})\n" if wrong_owner else ""
                     note += "(a symbolic link -> a regular file)\n" if link else ""
                 diffs.append(
                     {
@@ -373,8 +374,8 @@ def main():
                 _cdi_refresh.write_text(path, text, mode)  # the one atomic writer of the host programs
         except OSError as exc:
             module.fail_json(
-                msg="cannot write %s: %s (is %s writable by the connecting user? use become)"
-                % (exc.filename or "?", exc.strerror or exc, os.path.dirname(exc.filename or p["bindir"])),
+                msg=f"cannot write {exc.filename or '?'}: {exc.strerror or exc} (is "
+                f"{os.path.dirname(exc.filename or p['bindir'])} writable by the connecting user? use become)",
                 **result,
             )
     module.exit_json(**result)

@@ -15,10 +15,13 @@ Settings are the role's variables without the ``device_plugin_`` prefix. Every c
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import copy
 import hashlib
 import json
 import re
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 # Real, published tags (NVIDIA's NGC registry): the device plugin (which also carries GFD and the MPS
 # control daemon since v0.15) and the DCGM exporter. Air-gapped sites override the registry.
@@ -113,17 +116,17 @@ class DevicePluginError(ValueError):
     """A setting that cannot work; the message names the role variable."""
 
 
-def _fail(key, msg):
+def _fail(key: str, msg: str) -> NoReturn:
     raise DevicePluginError(f"device_plugin_{key}: {msg}")
 
 
-def _as_list(value):
+def _as_list(value: str | Iterable[Any] | None) -> list[Any]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     return list(value or [])
 
 
-def _sharing(kind, raw):
+def _sharing(kind: str, raw: dict[str, Any] | None) -> dict[str, Any]:
     """Normalize ``time_slicing``/``mps``: ``{replicas, rename, rename_by_default,
     fail_requests_greater_than_one, resources}``; ``{}`` means off."""
     if not raw:
@@ -171,7 +174,7 @@ def _sharing(kind, raw):
     }
 
 
-def normalize(settings):
+def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
     """The settings with defaults filled in and every option checked."""
     unknown = sorted(set(settings or {}) - set(DEFAULTS))
     if unknown:
@@ -240,15 +243,15 @@ def normalize(settings):
     return s
 
 
-def uses_cdi(s):
+def uses_cdi(s: dict[str, Any]) -> bool:
     return any(strategy in CDI_STRATEGIES for strategy in s["device_list_strategy"])
 
 
-def image(s, key="image"):
+def image(s: dict[str, Any], key: str = "image") -> str:
     return f"{s[key + '_registry']}/{s[key + '_repository']}:{s[key + '_tag']}"
 
 
-def _sharing_config(sharing, with_fail_flag):
+def _sharing_config(sharing: dict[str, Any], with_fail_flag: bool) -> dict[str, Any]:
     out = {"renameByDefault": sharing["rename_by_default"]}
     if with_fail_flag:
         out["failRequestsGreaterThanOne"] = sharing["fail_requests_greater_than_one"]
@@ -256,7 +259,7 @@ def _sharing_config(sharing, with_fail_flag):
     return out
 
 
-def plugin_config(s):
+def plugin_config(s: dict[str, Any]) -> dict[str, Any]:
     """The device plugin's and GFD's ``config.yaml`` (NVIDIA's ``version: v1`` format) as a dict."""
     strategies = s["device_list_strategy"]
     config = {
@@ -289,30 +292,36 @@ def plugin_config(s):
     return config
 
 
-def dump_config(config):
+def dump_config(config: dict[str, Any]) -> str:
     """The config as file text: JSON is YAML, so the plugin reads it; sorted for stable checksums."""
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
-def _labels(component):
+def _labels(component: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": "gpufleet-nvidia"}
 
 
-def _meta(name, s, component, namespaced=True):
+def _meta(name: str, s: dict[str, Any], component: str, namespaced: bool = True) -> dict[str, Any]:
     meta = {"name": name, "labels": _labels(component)}
     if namespaced:
         meta["namespace"] = s["namespace"]
     return meta
 
 
-def _host_path(name, path, kind=None):
+def _host_path(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
     volume = {"name": name, "hostPath": {"path": path}}
     if kind:
         volume["hostPath"]["type"] = kind
     return volume
 
 
-def _pod_spec(s, containers, volumes, service_account=None, host_pid=False):
+def _pod_spec(
+    s: dict[str, Any],
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    service_account: str | None = None,
+    host_pid: bool = False,
+) -> dict[str, Any]:
     spec = {
         "nodeSelector": dict(s["node_selector"]),
         "tolerations": copy.deepcopy(s["tolerations"]),
@@ -334,7 +343,9 @@ def _pod_spec(s, containers, volumes, service_account=None, host_pid=False):
     return spec
 
 
-def _daemonset(name, s, component, pod_spec, annotations=None):
+def _daemonset(
+    name: str, s: dict[str, Any], component: str, pod_spec: dict[str, Any], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     template_meta = {"labels": _labels(component)}
     if annotations:
         template_meta["annotations"] = annotations
@@ -350,15 +361,15 @@ def _daemonset(name, s, component, pod_spec, annotations=None):
     }
 
 
-def _env(pairs):
+def _env(pairs: Iterable[tuple[str, object]]) -> list[dict[str, Any]]:
     return [{"name": k, "value": str(v)} for k, v in pairs]
 
 
-def _config_volume():
+def _config_volume() -> dict[str, Any]:
     return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
 
 
-def plugin_security(s):
+def plugin_security(s: dict[str, Any]) -> dict[str, Any]:
     """The plugin container's securityContext (the same in the manifests and in the Helm values)."""
     if s["pass_device_specs"]:
         # Device specs name /dev nodes the plugin must see and hand to kubelet: privileged, as NVIDIA's own
@@ -367,7 +378,7 @@ def plugin_security(s):
     return copy.deepcopy(PLUGIN_SECURITY)
 
 
-def device_plugin_daemonset(s, checksum):
+def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     mounts = [
         {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
         {"name": "config", "mountPath": "/config", "readOnly": True},
@@ -409,7 +420,7 @@ def device_plugin_daemonset(s, checksum):
     )
 
 
-def gfd_daemonset(s, checksum):
+def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     container = {
         "name": "gpu-feature-discovery",
         "image": image(s),
@@ -442,7 +453,7 @@ def gfd_daemonset(s, checksum):
     )
 
 
-def gfd_rbac(s):
+def gfd_rbac(s: dict[str, Any]) -> list[dict[str, Any]]:
     """GFD writes NodeFeature objects (node-feature-discovery's API) only when asked; then it needs these."""
     meta = _meta("gpu-feature-discovery", s, "gpu-feature-discovery", namespaced=False)
     return [
@@ -478,7 +489,7 @@ def gfd_rbac(s):
     ]
 
 
-def mps_daemonset(s, checksum):
+def mps_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     container = {
         "name": "mps-control-daemon",
         "image": image(s),
@@ -516,7 +527,7 @@ def mps_daemonset(s, checksum):
     )
 
 
-def dcgm_exporter_docs(s):
+def dcgm_exporter_docs(s: dict[str, Any]) -> list[dict[str, Any]]:
     component = "nvidia-dcgm-exporter"
     container = {
         "name": "dcgm-exporter",
@@ -568,7 +579,7 @@ def dcgm_exporter_docs(s):
     return docs
 
 
-def runtime_class(s):
+def runtime_class(s: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",
@@ -577,11 +588,11 @@ def runtime_class(s):
     }
 
 
-def node_name_ok(name):
+def node_name_ok(name: str | None) -> bool:
     return bool(name) and len(name) <= 253 and all(_DNS_LABEL.match(p) for p in name.split("."))
 
 
-def node_labels_doc(node):
+def node_labels_doc(node: dict[str, Any]) -> dict[str, Any]:
     """A partial Node carrying ``gpu_facts``' labels: a merge patch for the API, a server-side apply for GitOps."""
     name, labels = node["name"], node.get("labels") or {}
     if not node_name_ok(name):
@@ -594,13 +605,13 @@ def node_labels_doc(node):
     }
 
 
-def validation_pod_name(node_name):
+def validation_pod_name(node_name: str) -> str:
     digest = hashlib.sha256(node_name.encode()).hexdigest()[:8]
     base = re.sub(r"[^a-z0-9-]", "-", node_name.lower())[:40].strip("-")
     return f"gpufleet-validate-{base}-{digest}"
 
 
-def validation_pod(s, node_name):
+def validation_pod(s: dict[str, Any], node_name: str) -> dict[str, Any]:
     container = {
         "name": "gpu-check",
         "image": image(s, "validate_image"),
@@ -633,7 +644,11 @@ def validation_pod(s, node_name):
     }
 
 
-def documents(settings, nodes=(), dump=dump_config):
+def documents(
+    settings: dict[str, Any] | None,
+    nodes: Iterable[dict[str, Any]] = (),
+    dump: Callable[[dict[str, Any]], str] = dump_config,
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
     """``[(group, file_name, [documents])]`` in apply order; groups are ``cluster``, ``nodes`` and
     ``validation``. ``nodes`` is a list of ``{name, labels}``; ``dump`` turns the config into file text
     (JSON here; the controller's filter writes YAML)."""
@@ -692,7 +707,7 @@ def documents(settings, nodes=(), dump=dump_config):
     return out
 
 
-def helm_values(settings, dump=dump_config):
+def helm_values(settings: dict[str, Any] | None, dump: Callable[[dict[str, Any]], str] = dump_config) -> dict[str, Any]:
     """Values for NVIDIA's ``nvidia-device-plugin`` chart carrying the same settings as the manifests."""
     s = normalize(settings)
     values = {
@@ -720,7 +735,7 @@ def helm_values(settings, dump=dump_config):
     return values
 
 
-def toolkit_problems(toolkit, strategies):
+def toolkit_problems(toolkit: dict[str, Any] | None, strategies: Sequence[str]) -> list[str]:
     """Why the device requests the node's runtime honours (the ``toolkit`` role's ``gpufleet_toolkit`` fact) and the
     plugin's device list strategies do not fit together; ``[]`` when they do, or when the fact says nothing."""
     if not toolkit:
@@ -761,7 +776,7 @@ def toolkit_problems(toolkit, strategies):
     return problems
 
 
-def runtime_problems(runtime, engine, strategies):
+def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: Iterable[str]) -> list[str]:
     """Why the ``runtime`` role's facts (``gpufleet_runtime``) say this node cannot run the plugin;
     ``[]`` when it can."""
     if not runtime:
