@@ -3,6 +3,7 @@
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -109,10 +110,62 @@ HOSTVARS = {
 }
 HOSTS = ["good", "bad", "stage", "cpu", "novalidate", "down", "notinhostvars"]
 
+# The corners the renderers branch on: a skipped engine, a validation without timing, an engine with no
+# version, an engine only the runtime role knows, check mode (validation skipped), a multi-line message
+# with Markdown markup, a GPU whose fields are unknown, no timestamp.
+EDGE_HOSTVARS = {
+    "edge-1": {
+        "ansible_facts": {
+            "nvidia": dict(
+                _nvidia(
+                    [dict(_gpu(0), name="T4 | *x*\nsecond line", memory_mib=None, mig_mode=None, uuid=None)],
+                    {"crio": {"version": None}, "docker": {"runtimes": ["nvidia"], "default_runtime": "nvidia"}},
+                    [{"code": "c_1", "message": "m `x` [y](z)", "fix": "f #1"}, {"code": "c2"}],
+                ),
+                driver={"installed_version": None, "loaded": False},
+            )
+        },
+        "gpufleet_runtime": {"engines": {"nerdctl": {"registered": True, "version": "1.7"}}},
+        "gpufleet_validate": {
+            "passed": True,
+            "skipped": False,
+            "message": "line one\nline | two",
+            "engines": {
+                "crio": {"passed": False, "skipped": True, "message": "crio: skipped (needs a pod)"},
+                "docker": {"passed": True, "skipped": False, "seconds": 0, "message": "docker: ok"},
+                "nerdctl": {"passed": False, "skipped": False, "seconds": 12.345, "message": "nerdctl: <fail>"},
+            },
+        },
+        "gpufleet_toolkit": {"version": "1.17.8"},
+        "gpufleet_device_plugin": {"node": True},
+    },
+    "edge-2": {
+        "ansible_facts": {"nvidia": _nvidia([_gpu(0)], {"podman": {}})},
+        "gpufleet_validate": {"passed": False, "skipped": True, "message": "check mode", "engines": {}},
+    },
+    "edge-3": {"ansible_facts": {"nvidia": None}, "gpufleet_failed": {"stage": "discover"}},
+    "edge-4": {"ansible_facts": {"nvidia": _nvidia([], {})}, "gpufleet_failed": {"stage": "x", "msg": "a\nb"}},
+}
+EDGE_HOSTS = ["edge-1", "edge-2", "edge-3", "edge-4"]
+GOLDEN = Path(__file__).parent / "fixtures" / "fleet_report"
+
 
 @pytest.fixture
 def model():
     return fleet_report_model(HOSTVARS, HOSTS, generated="2026-01-01 00:00:00 UTC")
+
+
+@pytest.fixture
+def edge_model():
+    return fleet_report_model(EDGE_HOSTVARS, EDGE_HOSTS)
+
+
+@pytest.mark.parametrize("ext", ["md", "html", "json"])
+def test_renderings_match_the_golden_files(model, edge_model, ext):
+    """The shipped renderings, byte for byte (tests/unit/plugins/filter/fixtures/fleet_report/)."""
+    render = {"md": to_report_markdown, "html": to_report_html, "json": to_report_json}[ext]
+    assert render(model) == (GOLDEN / f"fleet.{ext}").read_text(encoding="utf-8")
+    assert render(edge_model) == (GOLDEN / f"edge.{ext}").read_text(encoding="utf-8")
 
 
 def test_filters_registered():
