@@ -14,216 +14,23 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-ENGINES = ("docker", "containerd", "crio", "podman")
-STATUS_TEXT = {
-    "passed": "passed",
-    "failed": "FAILED",
-    "stage_failed": "FAILED (stage)",
-    "not_validated": "not validated",
-    "cpu_only": "CPU-only",
-    "no_facts": "unreachable / no facts",
-}
-
-
-def _plain(value):
-    """Deep copy into plain dict/list/str/int/float/bool/None (hostvars hold lazy or tagged values)."""
-    if isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
-        return {str(k): _plain(value[k]) for k in list(value.keys())}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return str(value)
-
-
-def _get(mapping, key, default=None):
-    try:
-        value = mapping[key]
-    except (KeyError, TypeError, AttributeError):
-        return default
-    return default if value is None else value
-
-
-def _host_vars(hostvars, host):
-    try:
-        hv = hostvars[host]
-    except (KeyError, TypeError):
-        return {}
-    wanted = (
-        "ansible_facts",
-        "gpufleet_toolkit",
-        "gpufleet_runtime",
-        "gpufleet_validate",
-        "gpufleet_device_plugin",
-        "gpufleet_failed",
-    )
-    out = {}
-    for key in wanted:
-        value = _get(hv, key)
-        if key == "ansible_facts":
-            value = {"nvidia": _get(value, "nvidia")} if value is not None else None
-        if value is not None:
-            out[key] = _plain(value)
-    return out
-
-
-def _gpus(nvidia):
-    gpus = []
-    for gpu in _get(nvidia, "gpus", []):
-        gpus.append(
-            {
-                "index": _get(gpu, "index"),
-                "name": _get(gpu, "name", "unknown"),
-                "uuid": _get(gpu, "uuid"),
-                "pci_bus_id": _get(gpu, "pci_bus_id"),
-                "memory_mib": _get(gpu, "memory_mib"),
-                "mig_mode": _get(gpu, "mig_mode"),
-            }
-        )
-    if not gpus:
-        # Driver not loaded: only the PCI scan knows them.
-        for dev in _get(nvidia, "pci_devices", []):
-            if _get(dev, "is_gpu", False):
-                gpus.append(
-                    {
-                        "index": None,
-                        "name": "PCI device %s (driver not loaded)" % _get(dev, "device_id", "?"),
-                        "uuid": None,
-                        "pci_bus_id": _get(dev, "pci_bus_id"),
-                        "memory_mib": None,
-                        "mig_mode": None,
-                    }
-                )
-    return gpus
-
-
-def _engines(nvidia, runtime, validate):
-    found = _get(nvidia, "engines", {})
-    registered = _get(runtime, "engines", {})
-    checked = _get(validate, "engines", {})
-    names = [e for e in ENGINES if _get(_get(found, e, {}), "installed") or e in registered or e in checked]
-    names += sorted(e for e in list(registered) + list(checked) if e not in names)
-    out = []
-    for name in names:
-        fact, reg, val = _get(found, name, {}), _get(registered, name, {}), _get(checked, name)
-        runtimes = _get(fact, "runtimes", [])
-        out.append(
-            {
-                "name": name,
-                "version": _get(reg, "version") or _get(fact, "version"),
-                "registered": bool(_get(reg, "registered", "nvidia" in runtimes)),
-                "default": bool(_get(reg, "default", _get(fact, "default_runtime") == "nvidia")),
-                "cdi": bool(_get(reg, "cdi", _get(fact, "cdi_enabled", False))),
-                "runtimes": list(runtimes),
-                "config_path": _get(reg, "config_path") or _get(fact, "config_path"),
-                "runtime_message": _get(reg, "message", ""),
-                "validation": None
-                if val is None
-                else {
-                    "passed": bool(_get(val, "passed", False)),
-                    "skipped": bool(_get(val, "skipped", False)),
-                    "message": _get(val, "message", ""),
-                    "seconds": _get(val, "seconds"),
-                    "device_nodes": list(_get(val, "device_nodes", [])),
-                    "libcuda": bool(_get(val, "libcuda", False)),
-                },
-            }
-        )
-    return out
-
-
-def _host(name, hv):
-    nvidia = _get(_get(hv, "ansible_facts", {}), "nvidia")
-    failed = _get(hv, "gpufleet_failed")
-    validate = _get(hv, "gpufleet_validate")
-    entry = {
-        "name": name,
-        "facts": nvidia is not None,
-        "gpu_count": 0,
-        "gpus": [],
-        "driver": None,
-        "engines": [],
-        "validation": None,
-        "problems": [],
-        "failed": None,
-        "toolkit": _get(hv, "gpufleet_toolkit"),
-        "device_plugin": _get(hv, "gpufleet_device_plugin"),
-        "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec"),
-    }
-    if failed is not None:
-        entry["failed"] = {
-            "stage": str(_get(failed, "stage", "?")),
-            "task": str(_get(failed, "task", "?")),
-            "msg": str(_get(failed, "msg", "")),
-        }
-    if nvidia is None:
-        entry["status"] = "stage_failed" if failed else "no_facts"
-        return entry
-    driver = _get(nvidia, "driver", {})
-    entry.update(
-        gpu_count=int(_get(nvidia, "pci_gpu_count", 0) or _get(nvidia, "gpu_count", 0) or 0),
-        gpus=_gpus(nvidia),
-        driver={
-            "installed_version": _get(driver, "installed_version"),
-            "loaded_version": _get(driver, "loaded_version"),
-            "loaded": bool(_get(driver, "loaded", False)),
-            "cuda_version": _get(driver, "cuda_version"),
-            "reboot_required": bool(_get(driver, "reboot_required", False)),
-        },
-        engines=_engines(nvidia, _get(hv, "gpufleet_runtime", {}), validate or {}),
-        problems=[
-            {"code": _get(p, "code", ""), "message": _get(p, "message", ""), "fix": _get(p, "fix", "")}
-            for p in _get(nvidia, "problems", [])
-        ],
-    )
-    if validate is not None:
-        entry["validation"] = {
-            "passed": bool(_get(validate, "passed", False)),
-            "skipped": bool(_get(validate, "skipped", False)),
-            "message": _get(validate, "message", ""),
-        }
-    if entry["gpu_count"] == 0:
-        entry["status"] = "stage_failed" if failed else "cpu_only"
-    elif failed is not None:
-        entry["status"] = "stage_failed"
-    elif validate is None or entry["validation"]["skipped"]:
-        entry["status"] = "not_validated"
-    else:
-        entry["status"] = "passed" if entry["validation"]["passed"] else "failed"
-    return entry
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import report
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.report import STATUS_TEXT
 
 
 def fleet_report_model(hostvars, hosts, generated=""):
     """The report's data; see the filter's documentation (``fleet_report_model.yml``)."""
-    if hosts is None or isinstance(hosts, (str, bytes)):
-        raise AnsibleFilterError("fleet_report_model: hosts must be a list of host names (groups['all'])")
-    entries = [_host(str(h), _host_vars(hostvars, h)) for h in hosts]
-    count = {s: sum(1 for e in entries if e["status"] == s) for s in STATUS_TEXT}
-    summary = {
-        "hosts": len(entries),
-        "gpu_nodes": sum(1 for e in entries if e["gpu_count"] > 0),
-        "gpus": sum(e["gpu_count"] for e in entries),
-        "cpu_only": count["cpu_only"],
-        "no_facts": count["no_facts"],
-        "passed": count["passed"],
-        "failed": count["failed"],
-        "stage_failed": count["stage_failed"],
-        "not_validated": count["not_validated"],
-        "problems": sum(len(e["problems"]) for e in entries),
-    }
-    summary["ok"] = summary["failed"] == 0 and summary["stage_failed"] == 0 and summary["no_facts"] == 0
-    line = (
-        "{hosts} hosts: {gpu_nodes} GPU nodes ({gpus} GPUs), {cpu_only} CPU-only, {no_facts} unreachable/no facts; "
-        "validation: {passed} passed, {failed} failed, {not_validated} not validated; {stage_failed} failed a stage; "
-        "{problems} problems"
-    ).format(**summary)
-    return {"generated": str(generated or ""), "summary": summary, "summary_line": line, "hosts": entries}
+    try:
+        return report.fleet_report_model(hostvars, hosts, generated)
+    except report.ReportError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def _check(model):
-    if not isinstance(model, dict) or "hosts" not in model or "summary_line" not in model:
-        raise AnsibleFilterError("the input must be the output of gpufleet.nvidia.fleet_report_model")
-    return model
+    try:
+        return report.check_model(model)
+    except report.ReportError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def _md(text):
