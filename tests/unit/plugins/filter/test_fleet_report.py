@@ -98,3 +98,21 @@ def test_html_escapes_and_is_self_contained(model, fleet):
 
 def test_json_round_trip(model):
     assert json.loads(to_report_json(model)) == model
+
+
+def test_templates_dir_replaces_templates_by_file_name(model, fleet, tmp_path):
+    (tmp_path / "report.md.j2").write_text("{{ summary_line }} ({{ hosts | length }} rows)\n", encoding="utf-8")
+    (tmp_path / "report.css.j2").write_text("body{margin:0}", encoding="utf-8")
+    assert to_report_markdown(model, templates_dir=str(tmp_path)) == model["summary_line"] + " (7 rows)\n"
+    page = to_report_html(model, templates_dir=tmp_path)
+    assert "<style>body{margin:0}</style>" in page and fleet.HOSTILE not in page  # shipped page, escaped
+    # Empty or None: the shipped templates (what the playbook passes when report_templates_dir is unset).
+    assert to_report_markdown(model, templates_dir="") == to_report_markdown(model, None)
+
+
+def test_template_errors_are_filter_errors(model, tmp_path):
+    with pytest.raises(AnsibleFilterError, match=r"to_report_html: report_templates_dir .* is not a directory"):
+        to_report_html(model, templates_dir=str(tmp_path / "missing"))
+    (tmp_path / "report.md.j2").write_text("{{ nope }}", encoding="utf-8")
+    with pytest.raises(AnsibleFilterError, match=r"to_report_markdown: report template report\.md\.j2: Undefined"):
+        to_report_markdown(model, templates_dir=str(tmp_path))
