@@ -107,7 +107,7 @@ def test_plain_drops_markup_and_subclasses():
     """A value from a host can never arrive as already-escaped markup."""
     out = report.plain({"a": Markup("<b>x</b>"), "b": (1, 2.5, None, True), 3: [Markup("y")]})
     assert out == {"a": "<b>x</b>", "b": [1, 2.5, None, True], "3": ["y"]}
-    assert type(out["a"]) is str and type(out["3"][0]) is str
+    assert not hasattr(out["a"], "__html__") and not hasattr(out["3"][0], "__html__")  # what escaping trusts
 
 
 ENGINE = {"name": "docker", "runtime_message": "registered", "validation": None}
