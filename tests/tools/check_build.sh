@@ -22,3 +22,10 @@ if [ "$(echo "$modules" | sort | sed '/^$/d')" != "$(echo "$expected" | sed '/^$
   echo "build-check: ansible-doc -l lists [$modules], the tree has [$expected]" >&2; exit 1
 fi
 echo "build-check: installed into an empty folder; ansible-doc -l lists $(echo "$modules" | sed '/^$/d' | wc -l) module(s)"
+# The report's templates (playbooks/templates/report/) travel in the tarball and the installed filters find them.
+page=$(ANSIBLE_COLLECTIONS_PATH="$work/installed" ANSIBLE_NOCOLOR=1 ansible localhost -c local -o -m ansible.builtin.debug \
+  -a "msg={{ {} | gpufleet.nvidia.fleet_report_model([]) | gpufleet.nvidia.to_report_html }}" 2>&1) || true
+if ! grep -q 'border-collapse' <<<"$page" || ! grep -q '<h1>GPU fleet report</h1>' <<<"$page"; then
+  echo "build-check: the installed collection cannot render the fleet report: $page" >&2; exit 1
+fi
+echo "build-check: the installed collection renders the fleet report from its shipped templates"

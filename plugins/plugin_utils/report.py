@@ -1,0 +1,320 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet report's model: what ``playbooks/report.yml`` says about each host, from hostvars.
+
+Controller only, pure (no I/O). ``fleet_report_model(hostvars, hosts, generated)`` reads only
+``ansible_facts.nvidia`` (gpu_facts), ``gpufleet_toolkit``, ``gpufleet_runtime``, ``gpufleet_validate``,
+``gpufleet_device_plugin`` and ``gpufleet_failed`` of each host and returns plain dicts and lists (the JSON
+report is this model serialised). The text helpers below (``status_text``, ``driver_text`` ...) derive what a
+rendering shows from the model; the templates of ``report_render`` get them as Jinja filters, so every format
+says the same thing and a user's template need not repeat the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ENGINES = ("docker", "containerd", "crio", "podman")
+STATUS_TEXT = {
+    "passed": "passed",
+    "failed": "FAILED",
+    "stage_failed": "FAILED (stage)",
+    "not_validated": "not validated",
+    "cpu_only": "CPU-only",
+    "no_facts": "unreachable / no facts",
+}
+# The per-host facts the model reads; nothing else of hostvars reaches the report.
+HOST_VARS = (
+    "ansible_facts",
+    "gpufleet_toolkit",
+    "gpufleet_runtime",
+    "gpufleet_validate",
+    "gpufleet_device_plugin",
+    "gpufleet_failed",
+)
+SUMMARY_LINE = (
+    "{hosts} hosts: {gpu_nodes} GPU nodes ({gpus} GPUs), {cpu_only} CPU-only, {no_facts} unreachable/no facts; "
+    "validation: {passed} passed, {failed} failed, {not_validated} not validated; {stage_failed} failed a stage; "
+    "{problems} problems"
+)
+
+Model = dict[str, Any]
+
+
+class ReportError(ValueError):
+    """The input is not what the report needs (the filter turns it into an AnsibleFilterError)."""
+
+
+def plain(value: Any) -> Any:
+    """Deep copy into plain dict/list/str/int/float/bool/None.
+
+    Hostvars hold lazy or tagged values; a ``str`` subclass (ansible's tagged strings, ``markupsafe.Markup``)
+    comes back as an exact ``str``, so nothing from a host can claim to be already escaped.
+    """
+    if isinstance(value, Mapping) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
+        return {str(k): plain(value[k]) for k in list(value.keys())}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)
+
+
+def _get(mapping: Any, key: str, default: Any = None) -> Any:
+    try:
+        value = mapping[key]
+    except (KeyError, TypeError, AttributeError, IndexError):
+        return default
+    return default if value is None else value
+
+
+def _host_vars(hostvars: Any, host: Any) -> dict[str, Any]:
+    try:
+        hv = hostvars[host]
+    except (KeyError, TypeError):
+        return {}
+    out = {}
+    for key in HOST_VARS:
+        value = _get(hv, key)
+        if key == "ansible_facts":
+            value = {"nvidia": _get(value, "nvidia")} if value is not None else None
+        if value is not None:
+            out[key] = plain(value)
+    return out
+
+
+def _gpus(nvidia: Mapping[str, Any]) -> list[dict[str, Any]]:
+    gpus = [
+        {
+            "index": _get(gpu, "index"),
+            "name": _get(gpu, "name", "unknown"),
+            "uuid": _get(gpu, "uuid"),
+            "pci_bus_id": _get(gpu, "pci_bus_id"),
+            "memory_mib": _get(gpu, "memory_mib"),
+            "mig_mode": _get(gpu, "mig_mode"),
+        }
+        for gpu in _get(nvidia, "gpus", [])
+    ]
+    if gpus:
+        return gpus
+    # Driver not loaded: only the PCI scan knows them.
+    return [
+        {
+            "index": None,
+            "name": f"PCI device {_get(dev, 'device_id', '?')} (driver not loaded)",
+            "uuid": None,
+            "pci_bus_id": _get(dev, "pci_bus_id"),
+            "memory_mib": None,
+            "mig_mode": None,
+        }
+        for dev in _get(nvidia, "pci_devices", [])
+        if _get(dev, "is_gpu", False)
+    ]
+
+
+def _engine_names(found: Mapping[str, Any], registered: Mapping[str, Any], checked: Mapping[str, Any]) -> list[str]:
+    """The known engines in their usual order, then any other engine the runtime or validate role named, once."""
+    names = [e for e in ENGINES if _get(_get(found, e, {}), "installed") or e in registered or e in checked]
+    return names + sorted({e for e in [*registered, *checked] if e not in names})
+
+
+def _engines(nvidia: Mapping[str, Any], runtime: Mapping[str, Any], validate: Mapping[str, Any]) -> list[dict]:
+    found = _get(nvidia, "engines", {})
+    registered = _get(runtime, "engines", {})
+    checked = _get(validate, "engines", {})
+    out = []
+    for name in _engine_names(found, registered, checked):
+        fact, reg, val = _get(found, name, {}), _get(registered, name, {}), _get(checked, name)
+        runtimes = _get(fact, "runtimes", [])
+        out.append(
+            {
+                "name": name,
+                "version": _get(reg, "version") or _get(fact, "version"),
+                "registered": bool(_get(reg, "registered", "nvidia" in runtimes)),
+                "default": bool(_get(reg, "default", _get(fact, "default_runtime") == "nvidia")),
+                "cdi": bool(_get(reg, "cdi", _get(fact, "cdi_enabled", False))),
+                "runtimes": list(runtimes),
+                "config_path": _get(reg, "config_path") or _get(fact, "config_path"),
+                "runtime_message": _get(reg, "message", ""),
+                "validation": None
+                if val is None
+                else {
+                    "passed": bool(_get(val, "passed", False)),
+                    "skipped": bool(_get(val, "skipped", False)),
+                    "message": _get(val, "message", ""),
+                    "seconds": _get(val, "seconds"),
+                    "device_nodes": list(_get(val, "device_nodes", [])),
+                    "libcuda": bool(_get(val, "libcuda", False)),
+                },
+            }
+        )
+    return out
+
+
+def _status(entry: Mapping[str, Any], failed: Any, validate: Any) -> str:
+    if entry["gpu_count"] == 0:
+        return "stage_failed" if failed else "cpu_only"
+    if failed is not None:
+        return "stage_failed"
+    if validate is None or entry["validation"]["skipped"]:
+        return "not_validated"
+    return "passed" if entry["validation"]["passed"] else "failed"
+
+
+def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
+    """One host of the model from its (plain) report variables (``HOST_VARS``)."""
+    nvidia = _get(_get(hv, "ansible_facts", {}), "nvidia")
+    failed = _get(hv, "gpufleet_failed")
+    validate = _get(hv, "gpufleet_validate")
+    entry = {
+        "name": name,
+        "facts": nvidia is not None,
+        "gpu_count": 0,
+        "gpus": [],
+        "driver": None,
+        "engines": [],
+        "validation": None,
+        "problems": [],
+        "failed": None,
+        "toolkit": _get(hv, "gpufleet_toolkit"),
+        "device_plugin": _get(hv, "gpufleet_device_plugin"),
+        "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec"),
+    }
+    if failed is not None:
+        entry["failed"] = {
+            "stage": str(_get(failed, "stage", "?")),
+            "task": str(_get(failed, "task", "?")),
+            "msg": str(_get(failed, "msg", "")),
+        }
+    if nvidia is None:
+        entry["status"] = "stage_failed" if failed else "no_facts"
+        return entry
+    driver = _get(nvidia, "driver", {})
+    entry.update(
+        gpu_count=int(_get(nvidia, "pci_gpu_count", 0) or _get(nvidia, "gpu_count", 0) or 0),
+        gpus=_gpus(nvidia),
+        driver={
+            "installed_version": _get(driver, "installed_version"),
+            "loaded_version": _get(driver, "loaded_version"),
+            "loaded": bool(_get(driver, "loaded", False)),
+            "cuda_version": _get(driver, "cuda_version"),
+            "reboot_required": bool(_get(driver, "reboot_required", False)),
+        },
+        engines=_engines(nvidia, _get(hv, "gpufleet_runtime", {}), validate or {}),
+        problems=[
+            {"code": _get(p, "code", ""), "message": _get(p, "message", ""), "fix": _get(p, "fix", "")}
+            for p in _get(nvidia, "problems", [])
+        ],
+    )
+    if validate is not None:
+        entry["validation"] = {
+            "passed": bool(_get(validate, "passed", False)),
+            "skipped": bool(_get(validate, "skipped", False)),
+            "message": _get(validate, "message", ""),
+        }
+    entry["status"] = _status(entry, failed, validate)
+    return entry
+
+
+def summarize(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fleet's counts; ``ok`` when no host failed validation or a stage and every host answered."""
+    count = {s: sum(1 for e in entries if e["status"] == s) for s in STATUS_TEXT}
+    summary = {
+        "hosts": len(entries),
+        "gpu_nodes": sum(1 for e in entries if e["gpu_count"] > 0),
+        "gpus": sum(e["gpu_count"] for e in entries),
+        "cpu_only": count["cpu_only"],
+        "no_facts": count["no_facts"],
+        "passed": count["passed"],
+        "failed": count["failed"],
+        "stage_failed": count["stage_failed"],
+        "not_validated": count["not_validated"],
+        "problems": sum(len(e["problems"]) for e in entries),
+    }
+    summary["ok"] = summary["failed"] == 0 and summary["stage_failed"] == 0 and summary["no_facts"] == 0
+    return summary
+
+
+def fleet_report_model(hostvars: Any, hosts: Iterable[Any] | None, generated: Any = "") -> Model:
+    """The report's data; see the filter's documentation (``plugins/filter/fleet_report_model.yml``)."""
+    if hosts is None or isinstance(hosts, (str, bytes)):
+        raise ReportError("fleet_report_model: hosts must be a list of host names (groups['all'])")
+    entries = [host_entry(str(h), _host_vars(hostvars, h)) for h in hosts]
+    summary = summarize(entries)
+    return {
+        "generated": str(generated or ""),
+        "summary": summary,
+        "summary_line": SUMMARY_LINE.format(**summary),
+        "hosts": entries,
+    }
+
+
+def check_model(model: Any) -> Model:
+    """The model itself, or ReportError when ``model`` is not the output of ``fleet_report_model``."""
+    if not isinstance(model, Mapping) or "hosts" not in model or "summary_line" not in model:
+        raise ReportError("the input must be the output of gpufleet.nvidia.fleet_report_model")
+    return model
+
+
+# What a rendering shows, derived from the model (Jinja filters in the templates).
+
+
+def status_text(status: str) -> str:
+    """``failed`` -> ``FAILED``, ``no_facts`` -> ``unreachable / no facts`` ..."""
+    return STATUS_TEXT.get(status, str(status))
+
+
+def driver_text(driver: Mapping[str, Any] | None) -> str:
+    """``installed 535.261.03, loaded 535.261.03, CUDA 12.2[, reboot required]``; ``unknown`` without facts."""
+    if not driver:
+        return "unknown"
+    text = f"installed {driver['installed_version'] or 'none'}, loaded {driver['loaded_version'] or 'none'}"
+    if driver["cuda_version"]:
+        text += f", CUDA {driver['cuda_version']}"
+    if driver["reboot_required"]:
+        text += ", reboot required"
+    return text
+
+
+def engine_validation(engine: Mapping[str, Any]) -> str:
+    """``passed (0.4 s)``, ``FAILED``, ``skipped`` or ``not run``."""
+    val = engine["validation"]
+    if val is None:
+        return "not run"
+    if val["skipped"]:
+        return "skipped"
+    return ("passed" if val["passed"] else "FAILED") + (f" ({val['seconds']:.1f} s)" if val["seconds"] else "")
+
+
+def engine_result(engine: Mapping[str, Any]) -> str:
+    """The engine's validation as a class: ``passed``, ``failed`` or ``skipped`` (also when not run)."""
+    val = engine["validation"]
+    if val is None or val["skipped"]:
+        return "skipped"
+    return "passed" if val["passed"] else "failed"
+
+
+def engine_detail(engine: Mapping[str, Any]) -> str:
+    """The validation's message, else the runtime role's."""
+    return engine["validation"]["message"] if engine["validation"] else engine["runtime_message"]
+
+
+def passed_engines(host: Mapping[str, Any]) -> str:
+    """The engines of a host whose validation passed, in the model's order (``docker, containerd``), or ``-``."""
+    return ", ".join(e["name"] for e in host["engines"] if e["validation"] and e["validation"]["passed"]) or "-"
+
+
+def yes_no(value: Any) -> str:
+    return "yes" if value else "no"
+
+
+TEXT_FILTERS = {
+    "status_text": status_text,
+    "driver_text": driver_text,
+    "engine_validation": engine_validation,
+    "engine_result": engine_result,
+    "engine_detail": engine_detail,
+    "passed_engines": passed_engines,
+    "yes_no": yes_no,
+}

@@ -1,0 +1,116 @@
+"""playbooks/report.yml through ansible-playbook on the controller: a hand-made fleet (its facts published by a
+stand-in for gpu_facts, nothing touched; a crafted GPU name among them) and a report_templates_dir that replaces
+the Markdown template and the style sheet while the HTML page stays the collection's."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_report import (
+    fleet_report_model,
+    to_report_html,
+    to_report_markdown,
+)
+
+pytestmark = pytest.mark.controller
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+
+FAKE_GPU_FACTS = """
+from ansible.module_utils.basic import AnsibleModule
+
+module = AnsibleModule(argument_spec={"nvidia": {"type": "raw", "required": True}})
+module.exit_json(changed=False, ansible_facts={"nvidia": module.params["nvidia"]})
+"""
+PLAY = """
+- name: Facts as gpu_facts publishes them
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Stand-in for gpufleet.nvidia.gpu_facts
+      fake_gpu_facts:
+        nvidia: "{{{{ fake_nvidia }}}}"
+      when: fake_nvidia is defined
+
+- name: Fleet report
+  ansible.builtin.import_playbook: {report}
+"""
+HOSTILE = "<script>alert('x')</script> | *T4*"
+
+
+def _nvidia(*names):
+    engines = {"docker": {"installed": True, "runtimes": ["nvidia", "runc"], "version": "26.1"}}
+    gpus = [
+        {"index": i, "name": n, "uuid": f"GPU-{i}", "pci_bus_id": f"0000:{i:02x}:00.0"} for i, n in enumerate(names)
+    ]
+    return {"pci_gpu_count": len(gpus), "gpus": gpus, "engines": engines, "driver": {"installed_version": "550"}}
+
+
+def _validate(passed):
+    docker = {"passed": passed, "skipped": False, "seconds": 1.5, "message": "docker: ok" if passed else "rc 125"}
+    return {"passed": passed, "skipped": False, "engines": {"docker": docker}, "message": docker["message"]}
+
+
+HOSTVARS = {
+    "good": {"fake_nvidia": _nvidia("A100", "A100"), "gpufleet_validate": _validate(True)},
+    "bad": {"fake_nvidia": _nvidia(HOSTILE), "gpufleet_validate": _validate(False)},
+    "cpu": {"fake_nvidia": _nvidia()},
+    "down": {"ansible_host": "192.0.2.1"},
+}
+MARKDOWN = "{% for h in hosts %}- {{ h.name }}: {{ h.status | status_text }}\n{% endfor %}"
+CSS = "body{background:#000}"
+
+
+def test_report_templates_dir_through_the_playbook(tmp_path):
+    inventory = {
+        "all": {
+            "hosts": HOSTVARS,
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+        }
+    }
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "fake_gpu_facts.py").write_text(FAKE_GPU_FACTS)
+    (tmp_path / "play.yml").write_text(PLAY.format(report=REPO / "playbooks" / "report.yml"))
+    templates = tmp_path / "my-templates"
+    templates.mkdir()
+    (templates / "report.md.j2").write_text(MARKDOWN)
+    (templates / "report.css.j2").write_text(CSS)
+    out = tmp_path / "out"
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        # report_templates_dir relative: to the directory ansible-playbook runs in.
+        [
+            str(PLAYBOOK_BIN),
+            "-i",
+            "inventory.json",
+            "play.yml",
+            "-e",
+            f"report_dir={out}",
+            "-e",
+            "report_templates_dir=my-templates",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads((out / "fleet-report.json").read_text())
+    facts = {h: {"ansible_facts": {"nvidia": hv.get("fake_nvidia")}, **hv} for h, hv in HOSTVARS.items()}
+    assert report == fleet_report_model(facts, list(HOSTVARS), generated=report["generated"])
+    assert report["summary_line"].startswith("4 hosts: 2 GPU nodes (3 GPUs), 1 CPU-only, 1 unreachable/no facts")
+    # The user's Markdown template, the shipped HTML page with the user's style sheet.
+    assert (out / "fleet-report.md").read_text() == (
+        "- good: passed\n- bad: FAILED\n- cpu: CPU-only\n- down: unreachable / no facts\n"
+    )
+    page = (out / "fleet-report.html").read_text()
+    assert page == to_report_html(report, templates_dir=templates)
+    assert f"<style>{CSS}</style>" in page and "<script>" not in page and "&lt;script&gt;" in page
+    assert page.replace(CSS, "") != to_report_html(report).replace(CSS, "")  # the shipped style is gone
+    assert to_report_markdown(report).startswith("# GPU fleet report\n")

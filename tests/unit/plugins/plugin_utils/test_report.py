@@ -1,0 +1,145 @@
+"""The fleet report's model (plugins/plugin_utils/report.py) on hand-made hostvars (tests/unit/plugins/conftest.py)."""
+
+import json
+
+import pytest
+from markupsafe import Markup
+
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import report
+
+
+@pytest.fixture
+def model(fleet):
+    return report.fleet_report_model(fleet.HOSTVARS, fleet.HOSTS, generated=fleet.GENERATED)
+
+
+def test_status_and_summary(model):
+    status = {h["name"]: h["status"] for h in model["hosts"]}
+    assert status == {
+        "good": "passed",
+        "bad": "failed",
+        "stage": "stage_failed",
+        "cpu": "cpu_only",
+        "novalidate": "not_validated",
+        "down": "no_facts",
+        "notinhostvars": "no_facts",
+    }
+    s = model["summary"]
+    assert (s["hosts"], s["gpu_nodes"], s["gpus"], s["cpu_only"], s["no_facts"]) == (7, 4, 5, 1, 2)
+    assert (s["passed"], s["failed"], s["stage_failed"], s["not_validated"], s["problems"]) == (1, 1, 1, 1, 1)
+    assert s["ok"] is False
+    assert model["summary_line"].startswith(
+        "7 hosts: 4 GPU nodes (5 GPUs), 1 CPU-only, 2 unreachable/no facts; "
+        "validation: 1 passed, 1 failed, 1 not validated; 1 failed a stage"
+    )
+
+
+def test_host_details(model, fleet):
+    hosts = {h["name"]: h for h in model["hosts"]}
+    good = hosts["good"]
+    assert [g["name"] for g in good["gpus"]] == ["NVIDIA A100-SXM4-40GB"] * 2
+    engines = {e["name"]: e for e in good["engines"]}
+    assert list(engines) == ["docker", "containerd"]
+    assert engines["docker"]["registered"] and engines["docker"]["version"] == "20.10.24"
+    assert engines["containerd"]["default"] and engines["containerd"]["validation"]["passed"]
+    assert good["cdi_spec"]["path"] == "/etc/cdi/nvidia.yaml" and good["failed"] is None
+    bad = hosts["bad"]
+    # Without gpufleet_runtime, registration comes from discovery (runtimes list).
+    assert [(e["name"], e["registered"], e["validation"]["passed"]) for e in bad["engines"]] == [
+        ("docker", False, False),
+        ("podman", False, True),
+    ]
+    assert bad["problems"] == [fleet.PROBLEM]
+    stage = hosts["stage"]
+    assert stage["failed"] == {"stage": "driver", "task": "Install the driver", "msg": "E: Unable to locate <pkg>"}
+    assert stage["gpus"][0]["name"].startswith("PCI device 0x20b0") and stage["driver"]["reboot_required"]
+    assert hosts["cpu"]["gpu_count"] == 0 and hosts["down"]["facts"] is False
+
+
+def test_an_engine_named_by_two_roles_is_listed_once(fleet):
+    """nerdctl is in gpufleet_runtime.engines and gpufleet_validate.engines (it was listed twice)."""
+    edge = report.fleet_report_model(fleet.EDGE_HOSTVARS, ["edge-1"])
+    assert [e["name"] for e in edge["hosts"][0]["engines"]] == ["docker", "crio", "nerdctl"]
+
+
+@pytest.mark.parametrize("name", ["fleet", "edge"])
+def test_model_matches_the_golden_json(fleet, name):
+    """The JSON report is the model serialised (plugin_utils/fixtures/report/*.json)."""
+    if name == "fleet":
+        model = report.fleet_report_model(fleet.HOSTVARS, fleet.HOSTS, generated=fleet.GENERATED)
+    else:
+        model = report.fleet_report_model(fleet.EDGE_HOSTVARS, fleet.EDGE_HOSTS)
+    assert json.loads((fleet.GOLDEN / f"{name}.json").read_text(encoding="utf-8")) == model
+
+
+def test_all_good_fleet_is_ok(fleet):
+    m = report.fleet_report_model({"good": fleet.HOSTVARS["good"], "cpu": fleet.HOSTVARS["cpu"]}, ["good", "cpu"])
+    assert m["summary"]["ok"] and m["summary"]["passed"] == 1 and m["summary"]["cpu_only"] == 1
+
+
+def test_bad_input(fleet):
+    with pytest.raises(report.ReportError, match="list of host names"):
+        report.fleet_report_model(fleet.HOSTVARS, "all")
+    with pytest.raises(report.ReportError, match="list of host names"):
+        report.fleet_report_model(fleet.HOSTVARS, None)
+    for not_a_model in ({"hosts": []}, [], None, "x"):
+        with pytest.raises(report.ReportError, match="fleet_report_model"):
+            report.check_model(not_a_model)
+
+
+def test_lazy_mapping_hostvars(fleet):
+    class Lazy:
+        def __init__(self, data):
+            self._d = data
+
+        def keys(self):
+            return self._d.keys()
+
+        def __getitem__(self, key):
+            value = self._d[key]
+            return Lazy(value) if isinstance(value, dict) else value
+
+    m = report.fleet_report_model(Lazy({"good": fleet.HOSTVARS["good"]}), ["good"])
+    assert m["hosts"][0]["status"] == "passed" and "unrelated" not in json.dumps(m)
+
+
+def test_plain_drops_markup_and_subclasses():
+    """A value from a host can never arrive as already-escaped markup."""
+    out = report.plain({"a": Markup("<b>x</b>"), "b": (1, 2.5, None, True), 3: [Markup("y")]})
+    assert out == {"a": "<b>x</b>", "b": [1, 2.5, None, True], "3": ["y"]}
+    assert not hasattr(out["a"], "__html__") and not hasattr(out["3"][0], "__html__")  # what escaping trusts
+
+
+ENGINE = {"name": "docker", "runtime_message": "registered", "validation": None}
+
+
+@pytest.mark.parametrize(
+    ("validation", "text", "result", "detail"),
+    [
+        (None, "not run", "skipped", "registered"),
+        ({"passed": False, "skipped": True, "seconds": None, "message": "m"}, "skipped", "skipped", "m"),
+        ({"passed": True, "skipped": False, "seconds": 0.44, "message": "ok"}, "passed (0.4 s)", "passed", "ok"),
+        ({"passed": True, "skipped": False, "seconds": 0, "message": "ok"}, "passed", "passed", "ok"),
+        ({"passed": False, "skipped": False, "seconds": None, "message": "rc 1"}, "FAILED", "failed", "rc 1"),
+    ],
+)
+def test_engine_texts(validation, text, result, detail):
+    engine = dict(ENGINE, validation=validation)
+    assert report.engine_validation(engine) == text
+    assert report.engine_result(engine) == result
+    assert report.engine_detail(engine) == detail
+
+
+def test_host_texts():
+    driver = {"installed_version": "535", "loaded_version": None, "cuda_version": None, "reboot_required": True}
+    assert report.driver_text(driver) == "installed 535, loaded none, reboot required"
+    assert report.driver_text(dict(driver, loaded_version="535", cuda_version="12.2", reboot_required=False)) == (
+        "installed 535, loaded 535, CUDA 12.2"
+    )
+    assert report.driver_text(None) == "unknown"
+    ok = {"validation": {"passed": True}}
+    host = {"engines": [dict(ok, name="docker"), {"name": "crio", "validation": None}, dict(ok, name="podman")]}
+    assert report.passed_engines(host) == "docker, podman"
+    assert report.passed_engines({"engines": []}) == "-"
+    assert report.status_text("no_facts") == "unreachable / no facts" and report.status_text("new") == "new"
+    assert (report.yes_no(1), report.yes_no(None)) == ("yes", "no")
