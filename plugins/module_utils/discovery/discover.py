@@ -25,6 +25,7 @@ from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import scan_device_nodes
 from ..cdi.driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files, read_driver_cache
 from . import engines as _engines
+from .container import detect_container
 from . import labels as _labels
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
@@ -46,6 +47,12 @@ GPU_FIELDS = (
     "mig_mode",
     "numa_node",
 )
+
+
+def is_gpu_node(pci_gpu_count: object) -> bool:
+    """Whether the host "has a GPU": an NVIDIA GPU on the PCI bus, driver or not (the ``gpu_node`` fact). The one statement of the
+    rule every stage of ``site.yml`` and every role acts on; ``pci_gpu_count`` may come as a string from Jinja."""
+    return int(pci_gpu_count or 0) > 0
 
 
 def parse_sources(sources):
@@ -314,11 +321,13 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
         "gpus": gpus,
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus),
+        "gpu_node": is_gpu_node(len(pci_gpus)),
         "pci_devices": pci,
         "driver": driver,
         "device_nodes": device_nodes,
         "libraries": libraries,
         "engines": _engines.detect(root, run_command, warnings),
+        "container": detect_container(root),
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }
