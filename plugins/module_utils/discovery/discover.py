@@ -25,13 +25,13 @@ from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import scan_device_nodes
 from ..cdi.driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files, read_driver_cache
 from . import engines as _engines
-from .container import detect_container
 from . import labels as _labels
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
+from .container import detect_container
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
 GPU_FIELDS = (
@@ -50,8 +50,8 @@ GPU_FIELDS = (
 
 
 def is_gpu_node(pci_gpu_count: object) -> bool:
-    """Whether the host "has a GPU": an NVIDIA GPU on the PCI bus, driver or not (the ``gpu_node`` fact). The one statement of the
-    rule every stage of ``site.yml`` and every role acts on; ``pci_gpu_count`` may come as a string from Jinja."""
+    """Whether the host "has a GPU": an NVIDIA GPU on the PCI bus, driver or not (the ``gpu_node`` fact). The one
+    statement of the rule every stage of ``site.yml`` and every role acts on; the count may be a string from Jinja."""
     return int(pci_gpu_count or 0) > 0
 
 
