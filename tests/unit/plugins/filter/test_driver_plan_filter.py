@@ -17,10 +17,10 @@ driver_plan = FilterModule().filters()["driver_plan"]
 @pytest.mark.parametrize(
     ("dist", "major", "source", "task_file"),
     [
-        ("Debian", "12", "distro", "debian.yml"),
-        ("Debian", "13", "cuda", "debian.yml"),
-        ("Ubuntu", "22", "distro", "ubuntu.yml"),
-        ("Ubuntu", "24", "cuda", "ubuntu.yml"),
+        ("Debian", "12", "distro", "apt.yml"),
+        ("Debian", "13", "cuda", "apt.yml"),
+        ("Ubuntu", "22", "distro", "apt.yml"),
+        ("Ubuntu", "24", "cuda", "apt.yml"),
         ("RedHat", "8", "cuda", "redhat.yml"),
         ("Rocky", "9", "cuda", "redhat.yml"),
         ("AlmaLinux", "9", "cuda", "redhat.yml"),
