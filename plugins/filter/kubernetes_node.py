@@ -1,8 +1,6 @@
 # Copyright (c) gpufleet developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubernetes_node: whether a host is a Kubernetes node; device_plugin_node: whether the device plugin acts on it (a
-Kubernetes node with a GPU). The rules site.yml and the roles share; device_plugin_node is documented in
-device_plugin_node.yml."""
+"""kubernetes_node: whether a host is a Kubernetes node, the one rule site.yml and the roles share."""
 
 from __future__ import annotations
 
@@ -58,8 +56,6 @@ from typing import Any, Mapping, Optional
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import is_gpu_node
-
 DEFAULT_NODE_GROUP = "kube_nodes"
 
 
@@ -77,33 +73,6 @@ def is_kubernetes_node(
     return str(host) in [str(member) for member in members]
 
 
-def has_gpu(nvidia: Optional[Mapping[str, Any]]) -> bool:
-    """``gpu_facts``' ``gpu_node``; for facts that lack it (set by hand, ``device_plugin_gpu_facts``, or from a fact
-    cache older than the field) the same rule applied to their ``pci_gpu_count``."""
-    nvidia = nvidia or {}
-    if "gpu_node" in nvidia:
-        return bool(boolean(nvidia["gpu_node"], strict=False))
-    return is_gpu_node(nvidia.get("pci_gpu_count"))
-
-
-def device_plugin_node(
-    host: Any,
-    groups: Optional[Mapping[str, Any]],
-    node_group: Optional[str] = DEFAULT_NODE_GROUP,
-    enabled: Any = None,
-    nvidia: Optional[Mapping[str, Any]] = None,
-) -> dict:
-    """``{node, reason}``: whether the device plugin acts on ``host`` (a Kubernetes node with a GPU) and, when not,
-    why (the reason the device_plugin role records)."""
-    group = node_group or DEFAULT_NODE_GROUP
-    if not is_kubernetes_node(host, groups, group, enabled):
-        reason = f"not in the Kubernetes group {group} (device_plugin_node_group) and device_plugin_enabled is not true"
-        return {"node": False, "reason": reason}
-    if not has_gpu(nvidia):
-        return {"node": False, "reason": "no NVIDIA GPU on the PCI bus (ansible_facts.nvidia.pci_gpu_count is 0)"}
-    return {"node": True, "reason": None}
-
-
 class FilterModule:
     def filters(self):
-        return {"kubernetes_node": is_kubernetes_node, "device_plugin_node": device_plugin_node}
+        return {"kubernetes_node": is_kubernetes_node}
