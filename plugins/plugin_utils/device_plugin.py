@@ -89,7 +89,7 @@ _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za
 _IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
 
-def role_defaults(path: Path = ROLE_DEFAULTS) -> dict:
+def role_defaults(path: Path = ROLE_DEFAULTS) -> dict[str, Any]:
     """The builder's settings and their defaults: the role's defaults without ``device_plugin_`` and ``ROLE_ONLY``."""
     values = yaml.safe_load(path.read_text())
     names = {name[len("device_plugin_") :]: value for name, value in values.items()}
