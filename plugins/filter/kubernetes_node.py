@@ -51,11 +51,17 @@ _value:
   type: bool
 """
 
+from typing import Any, Mapping, Optional
+
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
+DEFAULT_NODE_GROUP = "kube_nodes"
 
-def is_kubernetes_node(host, groups, node_group="kube_nodes", enabled=None):
+
+def is_kubernetes_node(
+    host: Any, groups: Optional[Mapping[str, Any]], node_group: Optional[str] = DEFAULT_NODE_GROUP, enabled: Any = None
+) -> bool:
     """``enabled`` when it is set (a bool or a boolean string such as ``"false"`` from ``-e``), else whether
     ``host`` is in ``groups[node_group]`` (a missing group holds no host)."""
     if enabled is not None and enabled != "":
@@ -63,7 +69,7 @@ def is_kubernetes_node(host, groups, node_group="kube_nodes", enabled=None):
             return boolean(enabled, strict=True)
         except TypeError as exc:
             raise AnsibleFilterError(f"device_plugin_enabled: {enabled!r} is not true, false or null ({exc})") from exc
-    members = (groups or {}).get(node_group or "kube_nodes") or []
+    members = (groups or {}).get(node_group or DEFAULT_NODE_GROUP) or []
     return str(host) in [str(member) for member in members]
 
 

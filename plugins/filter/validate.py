@@ -5,12 +5,16 @@
 Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 
 * ``validate_plan(nvidia, runtime=None, toolkit=None, **options)`` -> list of checks, one per engine and mode;
+* ``validate_images(plan, present_results, ...)`` -> which engines lack the image, and what to load or pull;
 * ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact;
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
   decision to turn CDI on; the rule itself is ``_runtime_common.reads_cdi``).
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any, Iterable, Mapping, Optional
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 
@@ -161,6 +165,45 @@ def validate_plan(
     return checks
 
 
+def validate_images(
+    plan: Iterable[Mapping[str, Any]],
+    present_results: Optional[Iterable[Mapping[str, Any]]] = None,
+    *,
+    pull: str = "missing",
+    archive: str = "",
+) -> dict:
+    """``{missing, load, pull}``: the engines whose probe (``present_argv``, registered in a loop over the checks that
+    have one) says the image is absent, the checks whose ``load_argv`` loads the archive into them (one per engine,
+    when ``archive`` is set), and the checks whose ``pull_argv`` pulls it (containerd: every engine under
+    ``pull=always``; under ``missing`` the engines lacking it unless an archive is loaded instead)."""
+    plan = list(plan or [])
+    missing: list = []
+    for res in present_results or []:
+        check = res.get("item") or {}
+        if "rc" not in res or not check:
+            continue  # skipped or not run
+        absent = res["rc"] != 0 if check.get("present_rc0") else (res.get("stdout") or "") == ""
+        if absent and check["engine"] not in missing:
+            missing.append(check["engine"])
+    load, loaded = [], set()
+    if archive:
+        for check in plan:
+            if check.get("load_argv") and check["engine"] in missing and check["engine"] not in loaded:
+                loaded.add(check["engine"])
+                load.append(check)
+    if pull == "always":
+        pulled = [c["engine"] for c in plan]
+    elif pull == "missing" and not archive:
+        pulled = missing
+    else:
+        pulled = []
+    return {
+        "missing": missing,
+        "load": load,
+        "pull": [c for c in plan if c.get("pull_argv") and c["engine"] in pulled],
+    }
+
+
 def _seconds(delta):
     """``0:00:01.234567`` (command's ``delta``) -> 1.235."""
     m = re.match(r"^(\d+):(\d+):(\d+(?:\.\d+)?)$", str(delta or ""))
@@ -296,8 +339,11 @@ def validate_result(plan, results, device_nodes=None, check_mode=False):
     }
 
 
-def required_device_nodes(nvidia):
-    """``/dev/nvidiactl``, ``/dev/nvidia<minor>`` of every GPU, and ``/dev/nvidia-uvm`` when the host has it."""
+def required_device_nodes(nvidia: Optional[Mapping[str, Any]], configured: Optional[Iterable[str]] = None) -> list:
+    """``configured`` (``validate_device_nodes``) when it names any; else ``/dev/nvidiactl``, ``/dev/nvidia<minor>``
+    of every GPU, and ``/dev/nvidia-uvm`` when the host has it."""
+    if configured:
+        return list(configured)
     nvidia = nvidia or {}
     nodes = ["/dev/nvidiactl"]
     for gpu in nvidia.get("gpus") or []:
@@ -312,6 +358,7 @@ class FilterModule:
     def filters(self):
         return {
             "validate_plan": validate_plan,
+            "validate_images": validate_images,
             "validate_result": validate_result,
             "validate_device_nodes": required_device_nodes,
             "engine_reads_cdi": reads_cdi,

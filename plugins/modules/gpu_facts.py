@@ -233,6 +233,22 @@ ansible_facts:
           description: NVIDIA display and 3D controllers on the PCI bus.
           type: int
           returned: always
+        gpu_node:
+          description:
+            - Whether the host has an NVIDIA GPU on the PCI bus (C(pci_gpu_count > 0)), driver or not. Every stage of
+              C(site.yml) and every role acts on GPU nodes only; this is the one statement of that rule.
+          type: bool
+          returned: always
+        container:
+          description:
+            - The container manager the host under O(root) runs in (C(docker), C(podman), C(lxc), C(systemd-nspawn),
+              C(openvz), C(containerd) ...), or null on a host that is not a container.
+            - Read from the marks managers leave in files (C(/run/systemd/container), C(container=) in PID 1's
+              environment, C(/.dockerenv), C(/run/.containerenv), C(/proc/vz), PID 1's cgroup). A container can
+              neither build nor load the kernel module, so the driver role manages the userspace only there.
+          type: str
+          returned: always
+          sample: docker
         pci_devices:
           description: Every NVIDIA PCI function (GPUs, their audio/USB functions, NVSwitches).
           type: list

@@ -12,7 +12,10 @@ for NVIDIA's chart come from the same settings.
 Settings are the role's variables without the ``device_plugin_`` prefix. Every check raises
 ``DevicePluginError`` whose message names the variable and what to set instead.
 
-Standard library only (target Pythons 3.8+).
+The defaults (the images' real, published NGC tags among them) are the role's ``defaults/main.yml``, read
+here: one home for each value, which ``meta/argument_specs.yml`` and the README's table are tested against.
+
+Controller-only (plugin_utils): the standard library and PyYAML.
 """
 
 from __future__ import annotations
@@ -21,18 +24,34 @@ import copy
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
-# Real, published tags (NVIDIA's NGC registry): the device plugin (which also carries GFD and the MPS
-# control daemon since v0.15) and the DCGM exporter. Air-gapped sites override the registry.
-DEVICE_PLUGIN_IMAGE = {"registry": "nvcr.io", "repository": "nvidia/k8s-device-plugin", "tag": "v0.17.1"}
-DCGM_EXPORTER_IMAGE = {
-    "registry": "nvcr.io",
-    "repository": "nvidia/k8s/dcgm-exporter",
-    "tag": "4.2.3-4.1.3-ubuntu22.04",
-}
-VALIDATION_IMAGE = {"registry": "nvcr.io", "repository": "nvidia/k8s/cuda-sample", "tag": "vectoradd-cuda12.5.0"}
-HELM_CHART_VERSION = "0.17.1"
+import yaml
+
+ROLE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "device_plugin" / "defaults" / "main.yml"
+# The role's variables that steer the role itself (where to send the documents, which hosts), not the documents.
+ROLE_ONLY = frozenset(
+    {
+        "api_delegate_to",
+        "check_runtime",
+        "context",
+        "enabled",
+        "gpu_facts",
+        "helm_binary",
+        "helm_chart_ref",
+        "helm_chart_repo_url",
+        "helm_chart_version",
+        "helm_release_name",
+        "kubeconfig",
+        "mode",
+        "node_group",
+        "node_name",
+        "render_dir",
+        "validate_keep_pods",
+        "validate_timeout",
+    }
+)
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
@@ -69,47 +88,15 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
-DEFAULTS = {
-    "namespace": "nvidia-device-plugin",
-    "create_namespace": True,
-    "image_registry": DEVICE_PLUGIN_IMAGE["registry"],
-    "image_repository": DEVICE_PLUGIN_IMAGE["repository"],
-    "image_tag": DEVICE_PLUGIN_IMAGE["tag"],
-    "image_pull_policy": "IfNotPresent",
-    "image_pull_secrets": [],
-    "runtime_class_name": "nvidia",
-    "runtime_class_create": True,
-    "node_selector": {PRESENT_LABEL: "true"},
-    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-    "priority_class_name": "system-node-critical",
-    "mig_strategy": "none",
-    # Not NVIDIA's default (envvar): the one that works where a container's own NVIDIA_VISIBLE_DEVICES is no
-    # allocation (see VOLUME_MOUNTS_ROOT), and needs no CDI in the engine.
-    "device_list_strategy": ["volume-mounts"],
-    "device_id_strategy": "uuid",
-    "fail_on_init_error": True,
-    "pass_device_specs": False,
-    "nvidia_driver_root": "/",
-    "time_slicing": {},
-    "mps": {},
-    "gfd_enabled": True,
-    "gfd_sleep_interval": "60s",
-    "gfd_node_feature_api": False,
-    "dcgm_exporter_enabled": False,
-    "dcgm_exporter_image_registry": DCGM_EXPORTER_IMAGE["registry"],
-    "dcgm_exporter_image_repository": DCGM_EXPORTER_IMAGE["repository"],
-    "dcgm_exporter_image_tag": DCGM_EXPORTER_IMAGE["tag"],
-    "dcgm_exporter_port": 9400,
-    "dcgm_exporter_service_monitor": False,
-    "dcgm_exporter_service_monitor_interval": "15s",
-    "node_labels": True,
-    "validate": True,
-    "validate_image_registry": VALIDATION_IMAGE["registry"],
-    "validate_image_repository": VALIDATION_IMAGE["repository"],
-    "validate_image_tag": VALIDATION_IMAGE["tag"],
-    "validate_command": [],
-    "container_engine": "containerd",
-}
+
+def role_defaults(path: Path = ROLE_DEFAULTS) -> dict[str, Any]:
+    """The builder's settings and their defaults: the role's defaults without ``device_plugin_`` and ``ROLE_ONLY``."""
+    values = yaml.safe_load(path.read_text())
+    names = {name[len("device_plugin_") :]: value for name, value in values.items()}
+    return {name: value for name, value in names.items() if name not in ROLE_ONLY}
+
+
+DEFAULTS = role_defaults()
 
 
 class DevicePluginError(ValueError):

@@ -206,7 +206,7 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
     out: dict[str, Any] = {
         "distribution": dist,
         "major": major,
-        "task_file": dist + ".yml",
+        "task_file": "redhat.yml" if dist == "redhat" else "apt.yml",  # Debian and Ubuntu share apt.yml
         "source": source,
         "flavor": flavor,
         "package_set": package_set,

@@ -31,6 +31,7 @@ from . import nvidia_smi as _nvidia_smi
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
+from .container import detect_container
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
 GPU_FIELDS = (
@@ -46,6 +47,12 @@ GPU_FIELDS = (
     "mig_mode",
     "numa_node",
 )
+
+
+def is_gpu_node(pci_gpu_count: object) -> bool:
+    """Whether the host "has a GPU": an NVIDIA GPU on the PCI bus, driver or not (the ``gpu_node`` fact). The one
+    statement of the rule every stage of ``site.yml`` and every role acts on; the count may be a string from Jinja."""
+    return int(pci_gpu_count or 0) > 0
 
 
 def parse_sources(sources):
@@ -314,11 +321,13 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
         "gpus": gpus,
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus),
+        "gpu_node": is_gpu_node(len(pci_gpus)),
         "pci_devices": pci,
         "driver": driver,
         "device_nodes": device_nodes,
         "libraries": libraries,
         "engines": _engines.detect(root, run_command, warnings),
+        "container": detect_container(root),
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }

@@ -22,7 +22,7 @@ PLAY = """
   tasks:
     - name: A GPU host, as gpu_facts would say (cacheable, so it lands in ansible_facts)
       ansible.builtin.set_fact:
-        nvidia: {{pci_gpu_count: 1}}
+        nvidia: {{pci_gpu_count: 1, gpu_node: true}}
         cacheable: true
 
 - hosts: all

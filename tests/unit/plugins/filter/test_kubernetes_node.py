@@ -40,18 +40,20 @@ def test_registered_under_its_name():
 
 
 def test_site_and_roles_use_the_filter_not_a_copy_of_the_rule():
-    """The rule lives in the filter: site.yml's device_plugin stage and the device_plugin and toolkit roles call it,
-    and no other task file tests membership of device_plugin_node_group itself."""
+    """The rules live in the filters: site.yml's device_plugin stage and the device_plugin role call
+    device_plugin_node, the toolkit role kubernetes_node; no other task file tests membership of
+    device_plugin_node_group itself, and none compares pci_gpu_count (gpu_facts' gpu_node says it)."""
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[4]
     users = {
-        "playbooks/site.yml",
-        "roles/device_plugin/tasks/main.yml",
-        "roles/toolkit/tasks/toolkit.yml",
+        "playbooks/site.yml": "gpufleet.nvidia.device_plugin_node(",
+        "roles/device_plugin/tasks/main.yml": "gpufleet.nvidia.device_plugin_node(",
+        "roles/toolkit/tasks/toolkit.yml": "gpufleet.nvidia.kubernetes_node(",
     }
-    for name in users:
-        assert "gpufleet.nvidia.kubernetes_node(" in (repo / name).read_text(), name
+    for name, call in users.items():
+        assert call in (repo / name).read_text(), name
     for path in [*repo.glob("playbooks/**/*.yml"), *repo.glob("roles/*/tasks/*.yml")]:
         text = path.read_text()
         assert "groups[device_plugin_node_group" not in text, path
+        assert "pci_gpu_count |" not in text, path

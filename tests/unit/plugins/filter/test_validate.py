@@ -1,4 +1,5 @@
-"""validate_plan / validate_result: what the validate role runs per engine, and how it judges the output."""
+"""validate_plan / validate_images / validate_result: what the validate role runs per engine, what it loads or pulls
+first, and how it judges the output."""
 
 import pytest
 
@@ -10,6 +11,7 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
     containerd_ref,
     parse_output,
     required_device_nodes,
+    validate_images,
     validate_plan,
     validate_result,
 )
@@ -44,7 +46,13 @@ ALL = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia-uvm"]
 
 def test_filters_registered():
     filters = FilterModule().filters()
-    assert set(filters) == {"validate_plan", "validate_result", "validate_device_nodes", "engine_reads_cdi"}
+    assert set(filters) == {
+        "validate_plan",
+        "validate_images",
+        "validate_result",
+        "validate_device_nodes",
+        "engine_reads_cdi",
+    }
     # the runtime role's CDI decision is the module_utils rule itself, not a copy
     assert filters["engine_reads_cdi"]("containerd", "1.7.24~ds1") is True
     assert filters["engine_reads_cdi"]("containerd", "1.6.20~ds1") is False
@@ -176,6 +184,58 @@ def test_containerd_ref(image, ref):
 def test_required_device_nodes():
     assert required_device_nodes(_nvidia()) == ALL
     assert required_device_nodes({"gpus": [{"minor": 1}], "device_nodes": []}) == ["/dev/nvidiactl", "/dev/nvidia1"]
+    # validate_device_nodes, when it names any, wins; an empty list means discovered
+    assert required_device_nodes(_nvidia(), ["/dev/nvidia7"]) == ["/dev/nvidia7"]
+    assert required_device_nodes(_nvidia(), []) == ALL
+
+
+def _present(plan, answers):
+    """What the role's "Is the image there" loop registers: one result per check with a present_argv."""
+    results = []
+    for check in plan:
+        if check["present_argv"]:
+            rc, stdout = answers[check["engine"]]
+            results.append({"item": check, "rc": rc, "stdout": stdout})
+    return results
+
+
+def _images_plan(pull="missing"):
+    nvidia = _nvidia(
+        docker=_engine("27.3.1", cdi=True), podman=_engine("5.2.0"), containerd=_engine("1.7.24"), crio=_engine("1.31")
+    )
+    return validate_plan(nvidia, image=IMAGE, pull=pull)
+
+
+@pytest.mark.parametrize(
+    ("pull", "archive", "answers", "expected"),
+    [
+        # docker lacks it (rc 1, both its modes probe), containerd lacks it (empty ls -q), podman has it
+        ("missing", "", {"docker": (1, ""), "podman": (0, ""), "containerd": (0, "")}, (["docker", "containerd"], [],
+         ["containerd"])),
+        # an archive is loaded instead of pulling, once per engine
+        ("missing", "/tmp/img.tar", {"docker": (1, ""), "podman": (0, ""), "containerd": (0, "")},
+         (["docker", "containerd"], ["docker", "containerd"], [])),
+        # containerd has it: nothing to pull under missing; always pulls regardless
+        ("missing", "", {"docker": (0, ""), "podman": (0, ""), "containerd": (0, "sha256:1")}, ([], [], [])),
+        ("always", "", {"docker": (0, ""), "podman": (0, ""), "containerd": (0, "sha256:1")}, ([], [], ["containerd"])),
+        ("never", "", {"docker": (0, ""), "podman": (125, ""), "containerd": (0, "")}, (["podman", "containerd"], [],
+         [])),
+    ],
+)  # fmt: skip
+def test_validate_images(pull, archive, answers, expected):
+    missing, load, pulled = expected
+    plan = _images_plan(pull)
+    got = validate_images(plan, _present(plan, answers), pull=pull, archive=archive)
+    assert sorted(got["missing"]) == sorted(missing)
+    assert [c["engine"] for c in got["load"]] == load
+    assert [c["engine"] for c in got["pull"]] == pulled
+    assert all(c["load_argv"] for c in got["load"]) and all(c["pull_argv"] for c in got["pull"])
+
+
+def test_validate_images_ignores_skipped_probes():
+    plan = _images_plan()
+    assert validate_images(plan, [{"skipped": True, "item": plan[0]}, {"changed": False}])["missing"] == []
+    assert validate_images(plan, None) == {"missing": [], "load": [], "pull": []}
 
 
 def test_parse_output_ldcache_file_and_incomplete():

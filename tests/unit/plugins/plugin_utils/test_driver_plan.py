@@ -70,7 +70,7 @@ def test_module_flavor_refusals_name_the_variable(requested, nvidia, words):
 
 def test_debian12_distro_compute_set_is_the_default():
     p = plan(facts("Debian", "12"), {}, A100)
-    assert p["task_file"] == "debian.yml"
+    assert p["task_file"] == "apt.yml"
     assert (p["branch"], p["flavor"], p["source"]) == ("535", "open", "distro")
     assert p["packages"] == [
         "libcuda1",
@@ -165,7 +165,7 @@ def test_debian_cuda_repository_and_mirror():
 )
 def test_ubuntu_distro_compute_uses_signed_precompiled_modules(major, flavor_req, gpus, packages, module):
     p = plan(facts("Ubuntu", major, kernel="5.15.0-125-generic"), {"module_flavor": flavor_req}, gpus)
-    assert p["task_file"] == "ubuntu.yml"
+    assert p["task_file"] == "apt.yml"
     assert p["packages"] == packages
     assert p["module_packages"] == module
     assert p["headers"] == []  # nothing is built

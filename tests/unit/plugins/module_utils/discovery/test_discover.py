@@ -68,6 +68,7 @@ def test_host_without_gpus(tmp_path):
     commands = Commands()
     facts = discover(str(tmp_path), run_command=commands)
     assert (facts["gpus"], facts["gpu_count"], facts["pci_gpu_count"], facts["device_nodes"]) == ([], 0, 0, [])
+    assert (facts["gpu_node"], facts["container"]) == (False, None)
     assert facts["driver"] == {
         "installed_version": None,
         "loaded_version": None,
@@ -82,8 +83,8 @@ def test_host_without_gpus(tmp_path):
     assert facts["sources"]["answered"] == ["sysfs"]
     assert commands.calls == []
     assert set(facts) == {
-        "gpus", "gpu_count", "pci_gpu_count", "pci_devices", "driver", "device_nodes", "libraries",
-        "engines", "labels", "problems", "sources", "warnings",
+        "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
+        "engines", "container", "labels", "problems", "sources", "warnings",
     }  # fmt: skip
 
 
@@ -93,6 +94,7 @@ def test_gpus_on_the_bus_and_no_driver(tmp_path):
     tree.module("nouveau", version=None, taint=None)
     facts = discover(tree.root, run_command=Commands())
     assert (facts["gpu_count"], facts["pci_gpu_count"], len(facts["pci_devices"])) == (0, 1, 2)
+    assert facts["gpu_node"] is True  # a GPU on the bus makes a GPU node, driver or not
     assert codes(facts) == ["nouveau_loaded", "driver_not_installed"]
     assert facts["labels"]["nvidia.com/gpu.present"] == "true"
 

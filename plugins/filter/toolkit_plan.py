@@ -1,0 +1,134 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""toolkit_plan: the toolkit role's choices (provider, what the runtime trusts, NVIDIA's repository and key)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: toolkit_plan
+short_description: The toolkit role's choices for a host (provider, trusted device requests, NVIDIA's repository)
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Given the C(gpufleet.nvidia.toolkit) role's variables (without their C(toolkit_) prefix), decides what the role
+    installs and how the runtime trusts device requests on the host.
+  - C(provider) - O(_input.provider) unless it is C(auto); then C(nvidia) when a mirror is set
+    (O(_input.nvidia_mirror_url)) or the host already has NVIDIA's container toolkit repository (O(repo_files) > 0),
+    else C(native) (the collection's own runtime shim and CDI hook).
+  - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from
+    O(kubernetes_node) (on a Kubernetes node the device plugin hands out GPUs, so an unprivileged container's
+    C(NVIDIA_VISIBLE_DEVICES) is ignored and the plugin's volume mounts are honoured; elsewhere NVIDIA's behaviour).
+  - C(repo) / C(key) - NVIDIA's repository (the mirror, else O(_input.nvidia_repo_url), without trailing slashes) and
+    its key (O(_input.nvidia_key_url), else C(gpgkey) next to the repository's parent).
+options:
+  _input:
+    description: The role's settings.
+    type: dict
+    required: true
+    suboptions:
+      provider:
+        description: C(toolkit_provider) (C(auto), C(native) or C(nvidia)).
+        type: str
+        default: auto
+      nvidia_mirror_url:
+        description: C(toolkit_nvidia_mirror_url).
+        type: str
+        default: ""
+      nvidia_repo_url:
+        description: C(toolkit_nvidia_repo_url).
+        type: str
+        default: https://nvidia.github.io/libnvidia-container/stable
+      nvidia_key_url:
+        description: C(toolkit_nvidia_key_url).
+        type: str
+        default: ""
+      accept_envvar_unprivileged:
+        description: C(toolkit_accept_envvar_unprivileged); null derives it.
+        type: raw
+      accept_volume_mounts:
+        description: C(toolkit_accept_volume_mounts); null derives it.
+        type: raw
+  kubernetes_node:
+    description: Whether the host is a Kubernetes node (the P(gpufleet.nvidia.kubernetes_node#filter) rule).
+    type: bool
+    default: false
+  repo_files:
+    description: How many of the host's package source files name NVIDIA's container toolkit repository.
+    type: int
+    default: 0
+"""
+
+EXAMPLES = r"""
+- name: Plan the toolkit
+  ansible.builtin.set_fact:
+    _toolkit_plan: >-
+      {{ {'provider': toolkit_provider, 'nvidia_mirror_url': toolkit_nvidia_mirror_url,
+          'accept_envvar_unprivileged': toolkit_accept_envvar_unprivileged}
+         | gpufleet.nvidia.toolkit_plan(kubernetes_node=true, repo_files=0) }}
+"""
+
+RETURN = r"""
+_value:
+  description: The plan.
+  type: dict
+  contains:
+    provider:
+      description: C(native) or C(nvidia).
+      type: str
+    kubernetes_node:
+      description: O(kubernetes_node), as a bool.
+      type: bool
+    accept_envvar_unprivileged:
+      description: Whether the runtime honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container.
+      type: bool
+    accept_volume_mounts:
+      description: Whether the runtime honours the device plugin's volume-mount requests.
+      type: bool
+    repo:
+      description: NVIDIA's repository URL.
+      type: str
+    key:
+      description: NVIDIA's repository key URL.
+      type: str
+"""
+
+import re
+from typing import Any, Mapping
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
+
+PROVIDERS = ("native", "nvidia")
+NVIDIA_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
+
+
+def _setting(value: Any, derived: bool) -> bool:
+    """The role variable as Ansible's ``bool`` filter reads it; null means derived."""
+    return derived if value is None else boolean(value, strict=False)
+
+
+def toolkit_plan(settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0) -> dict:
+    """The role's choices; see DOCUMENTATION."""
+    settings = settings or {}
+    provider = settings.get("provider") or "auto"
+    mirror = str(settings.get("nvidia_mirror_url") or "")
+    if provider == "auto":
+        provider = "nvidia" if mirror or int(repo_files or 0) > 0 else "native"
+    elif provider not in PROVIDERS:
+        raise AnsibleFilterError(f"toolkit_provider: {provider!r} is not auto, native or nvidia")
+    node = boolean(kubernetes_node, strict=False)
+    repo = re.sub(r"/+$", "", mirror or str(settings.get("nvidia_repo_url") or NVIDIA_REPO_URL))
+    key = str(settings.get("nvidia_key_url") or "") or f"{re.sub(r'/[^/]+$', '', repo)}/gpgkey"
+    return {
+        "provider": provider,
+        "kubernetes_node": node,
+        "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
+        "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),
+        "repo": repo,
+        "key": key,
+    }
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"toolkit_plan": toolkit_plan}

@@ -1,0 +1,76 @@
+"""toolkit_plan: the toolkit role's provider, trusted device requests and NVIDIA repository, decided in Python."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.controller
+
+from ansible.errors import AnsibleFilterError  # noqa: E402
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.toolkit_plan import FilterModule, toolkit_plan  # noqa: E402
+
+DEFAULTS = {
+    "provider": "auto",
+    "nvidia_mirror_url": "",
+    "nvidia_repo_url": "https://nvidia.github.io/libnvidia-container/stable",
+    "nvidia_key_url": "",
+    "accept_envvar_unprivileged": None,
+    "accept_volume_mounts": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "mirror", "repo_files", "expected"),
+    [
+        ("auto", "", 0, "native"),  # nothing of NVIDIA's on the host: the collection's own toolkit
+        ("auto", "", 2, "nvidia"),  # NVIDIA's repository is already configured
+        ("auto", "https://mirror.example/nct/", 0, "nvidia"),  # a mirror asks for NVIDIA's packages
+        ("native", "https://mirror.example/nct", 3, "native"),  # an explicit provider wins
+        ("nvidia", "", 0, "nvidia"),
+    ],
+)
+def test_provider(provider: str, mirror: str, repo_files: int, expected: str) -> None:
+    settings = dict(DEFAULTS, provider=provider, nvidia_mirror_url=mirror)
+    assert toolkit_plan(settings, repo_files=repo_files)["provider"] == expected
+
+
+def test_unknown_provider_is_an_error() -> None:
+    with pytest.raises(AnsibleFilterError, match="toolkit_provider"):
+        toolkit_plan(dict(DEFAULTS, provider="docker"))
+
+
+@pytest.mark.parametrize(
+    ("node", "envvar", "volume", "expected"),
+    [
+        (True, None, None, (False, True)),  # a Kubernetes node: the device plugin's volume mounts only
+        (False, None, None, (True, False)),  # elsewhere NVIDIA's behaviour
+        (True, True, None, (True, True)),  # the role variables win
+        (False, None, "yes", (True, True)),
+        (True, "false", "no", (False, False)),
+        ("True", None, None, (False, True)),  # kubernetes_node as Jinja may hand it over
+    ],
+)
+def test_trusted_requests(node: object, envvar: object, volume: object, expected: tuple) -> None:
+    plan = toolkit_plan(
+        dict(DEFAULTS, accept_envvar_unprivileged=envvar, accept_volume_mounts=volume), kubernetes_node=node
+    )
+    assert (plan["accept_envvar_unprivileged"], plan["accept_volume_mounts"]) == expected
+    assert plan["kubernetes_node"] is (node in (True, "True"))
+
+
+def test_repository_and_key() -> None:
+    plan = toolkit_plan(DEFAULTS)
+    assert plan["repo"] == "https://nvidia.github.io/libnvidia-container/stable"
+    assert plan["key"] == "https://nvidia.github.io/libnvidia-container/gpgkey"
+    mirrored = toolkit_plan(dict(DEFAULTS, nvidia_mirror_url="https://mirror.example/lnc/stable//"))
+    assert (mirrored["repo"], mirrored["key"]) == (
+        "https://mirror.example/lnc/stable",
+        "https://mirror.example/lnc/gpgkey",
+    )
+    keyed = toolkit_plan(dict(DEFAULTS, nvidia_key_url="https://keys.example/k.gpg"))
+    assert keyed["key"] == "https://keys.example/k.gpg"
+
+
+def test_registered_under_its_name() -> None:
+    assert FilterModule().filters()["toolkit_plan"] is toolkit_plan
