@@ -26,6 +26,7 @@ import os
 import re
 
 from ..base.pathsafe import host_path
+from ..base.version import parse as parse_version
 
 try:
     import tomllib as _toml
@@ -88,10 +89,6 @@ def dpkg_versions(text, packages):
             version = _VERSION.match(match.group(1))
             found[name.strip()] = version.group(1) if version else match.group(1)
     return found
-
-
-def version_tuple(version):
-    return tuple(int(p) for p in (version or "").split(".") if p.isdigit()) if version else ()
 
 
 def _toml_file(root, inner, warnings, label):
@@ -158,7 +155,7 @@ def _docker(root, info, warnings):
             warnings.append("docker: %s: %s" % (info["config_path"], exc))
     info["runtimes"] = sorted(set(runtimes) | {"runc"})
     info["default_runtime"] = default or "runc"
-    info["cdi_enabled"] = cdi if cdi is not None else version_tuple(info["version"]) >= (28, 2)
+    info["cdi_enabled"] = cdi if cdi is not None else (parse_version(info["version"]) or ()) >= (28, 2, 0)
 
 
 def _containerd(root, info, warnings):
@@ -179,7 +176,7 @@ def _containerd(root, info, warnings):
             runtimes.update(more)
             default = more_default or default
             cdi = more_cdi if more_cdi is not None else cdi
-    major = version_tuple(info["version"])[:1]
+    major = (parse_version(info["version"]) or ())[:1]
     info["config_version"] = containerd_config_version(data) or (3 if major >= (2,) else 2)
     info["runtimes"] = sorted(runtimes | {"runc"})
     info["default_runtime"] = default or "runc"
@@ -203,7 +200,7 @@ def _crio(root, info, warnings):
         runtimes.update(runtime.get("runtimes") or {})
         default = runtime.get("default_runtime") or default
     # CRI-O's built-in default runtime: runc, crun from 1.31 on.
-    info["default_runtime"] = default or ("crun" if version_tuple(info["version"]) >= (1, 31) else "runc")
+    info["default_runtime"] = default or ("crun" if (parse_version(info["version"]) or ()) >= (1, 31, 0) else "runc")
     info["runtimes"] = sorted(runtimes | {info["default_runtime"]})
     info["cdi_enabled"] = True
 

@@ -11,12 +11,12 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import crio
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import (
     RuntimeConfigError,
-    parse_version,
     reads_cdi,
 )
 
