@@ -98,7 +98,7 @@ def _configured(root, name, info, warnings):
     adapter = ADAPTERS[name]
     info["config_path"] = adapter.config_path
     main, unreadable = _parse(root, adapter.config_path, adapter, warnings)
-    if unreadable and adapter.config_format == "toml" and name == "containerd":
+    if unreadable and name == "containerd":
         return  # the main file decides the config version and the imports: leave the fields None
     files = [(inner, _parse(root, inner, adapter, warnings)[0]) for inner in adapter.files_before_main()]
     files.append((adapter.config_path, main))
