@@ -225,9 +225,10 @@ def test_config_file_names_where_the_runtime_is_registered_changed_or_not(tmp_pa
 
 def test_backup_is_a_timestamped_copy_with_the_files_mode(tmp_path, result):
     cfg = tmp_path / "daemon.json"
-    cfg.write_text('{\n  "log-driver": "journald"\n}\n')
+    original = '{\n  "log-driver": "journald"\n}\n'
+    cfg.write_text(original)
     cfg.chmod(0o600)
     r = result(engine="docker", config_path=str(cfg), backup=True, validate=False)
     (copy,) = r["backup_files"]
-    assert Path(copy).read_text() == cfg.read_text()
+    assert Path(copy).read_text() == original and cfg.read_text() != original
     assert os.stat(copy).st_mode & 0o777 == 0o600 and cfg.stat().st_mode & 0o777 == 0o600
