@@ -154,6 +154,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import read_text
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
@@ -165,14 +166,6 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refre
     generate,
     write_text,
 )
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def main():
@@ -207,7 +200,7 @@ def main():
     targets = [(spec_file, p["path"])] + ([(index_file, p["index_path"])] if index_file else [])
 
     if p["state"] == "absent":
-        before = _read(spec_file)
+        before = read_text(spec_file)
         existing = [path for path, _label in targets if os.path.lexists(path)]
         result["changed"] = bool(existing)
         if module._diff:
@@ -224,9 +217,9 @@ def main():
     except (ValueError, KeyError, TypeError, CapabilityError) as exc:
         module.fail_json(msg="cannot build the CDI spec: %s" % exc, **result)
 
-    before = _read(spec_file)
+    before = read_text(spec_file)
     changes = [(spec_file, spec_text)] if before != spec_text else []
-    if index_file and _read(index_file) != index_text:
+    if index_file and read_text(index_file) != index_text:
         changes.append((index_file, index_text))
     for path, _label in targets:
         if path not in [c[0] for c in changes] and os.path.exists(path) and os.stat(path).st_mode & 0o7777 != 0o644:

@@ -174,6 +174,13 @@ changes:
   elements: str
   sample:
     - 'plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia: added with BinaryName /usr/bin/nvidia-shim'
+config_file:
+  description:
+    - The file that holds the runtime's registration, the drop-in or (with no drop-in, and always for docker)
+      the main file. Returned whether or not it changed; the runtime role records it.
+  returned: always
+  type: str
+  sample: /etc/containerd/conf.d/99-gpufleet-nvidia.toml
 files:
   description: The files written or removed.
   returned: always
@@ -197,7 +204,7 @@ engine_version:
   sample: 1.6.20
 validated_by:
   description:
-    - How the candidate configuration was checked
+    - How the candidate configuration was checked.
     - One of C(dockerd --validate), C(containerd config dump), C(crio config), C(parse).
   returned: when something changed and O(validate=true)
   type: str
@@ -212,317 +219,129 @@ diff:
   elements: dict
 """
 
-import glob
 import os
-import shutil
 import tempfile
-import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import (
-    RuntimeConfigError,
-    parse_version,
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, backup, read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import text_of
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Engine
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE, adapter
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.service import Service, restart_with_rollback
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import (
     MISSING_TOMLKIT_HINT,
     TOMLKIT_IMPORT_ERROR,
 )
 
-DEFAULTS = {
-    "docker": {"config": dock.DEFAULT_PATH, "drop_in": None, "unit": "docker", "binary": "dockerd"},
-    "containerd": {
-        "config": ctd.DEFAULT_PATH,
-        "drop_in": ctd.DEFAULT_DROP_IN,
-        "unit": "containerd",
-        "binary": "containerd",
-    },
-    "crio": {"config": crio.DEFAULT_PATH, "drop_in": crio.DEFAULT_DROP_IN, "unit": "crio", "binary": "crio"},
-}
-
-
-def read(path):
-    """(text, existed)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), True
-    except FileNotFoundError:
-        return "", False
-
 
 class Runner:
-    def __init__(self, module):
+    """One run of the module against one engine adapter: plan, validate, write, restart (the ``job`` of
+    ``runtime.base.Engine``)."""
+
+    def __init__(self, module: AnsibleModule, engine: Engine) -> None:
         self.module = module
         self.p = module.params
-        self.engine = self.p["engine"]
-        self.defaults = DEFAULTS[self.engine]
-        self.config_path = self.p["config_path"] or self.defaults["config"]
+        self.engine = engine
+        self.config_path = self.p["config_path"] or engine.config_path
         self.drop_in = self._drop_in()
         self.version = parse_version(self.p["engine_version"]) if self.p["engine_version"] else self._detect_version()
         self.changes = []
         self.planned = {}  # path -> (old_text, existed, new_text or None to delete)
-        self.result = {"changed": False, "files": [], "backup_files": [], "restarted": False, "changes": []}
-        self.result["engine_version"] = ".".join(str(n) for n in self.version) if self.version else ""
+        self.result = {
+            "changed": False,
+            "config_file": engine.target(self.config_path, self.drop_in),
+            "files": [],
+            "backup_files": [],
+            "restarted": False,
+            "changes": [],
+            "engine_version": text_of(self.version),
+        }
 
     def _drop_in(self):
         value = self.p["drop_in"]
-        if self.engine == "docker":
+        if self.engine.drop_in is None:
             return None
         if value is None:
-            return self.defaults["drop_in"]
+            return self.engine.drop_in
         if isinstance(value, bool) or str(value).lower() in BOOLEANS_FALSE or str(value).lower() in BOOLEANS_TRUE:
             truthy = value is True or str(value).lower() in BOOLEANS_TRUE
-            return self.defaults["drop_in"] if truthy else None
+            return self.engine.drop_in if truthy else None
         value = str(value)
         if not os.path.isabs(value):
             self.module.fail_json(msg=f"drop_in must be an absolute path or false, got {value!r}")
         return value
 
     def _detect_version(self):
-        binary = self.module.get_bin_path(self.defaults["binary"])
+        binary = self.module.get_bin_path(self.engine.binary)
         if not binary:
             return None
         rc, out, err = self.module.run_command([binary, "--version"])
         return parse_version(out or err) if rc == 0 else None
 
-    # ---- planning -------------------------------------------------------------------------------------
-    def plan(self, path, edit, old, existed):
-        self.changes += edit.changes
-        if not edit.changed:
-            return
-        new = edit.text
-        if new == "" and self.engine in ("docker", "containerd") and path == self.config_path:
-            new = None  # an empty main file means the built-in defaults, as a missing one does
-        if new is None and not existed:
-            return
-        self.planned[path] = (old, existed, new)
+    # ---- what the adapters call -----------------------------------------------------------------------
+    def read(self, path):
+        """(text, existed)."""
+        text = read_text(path)
+        return ("", False) if text is None else (text, True)
 
-    def compute(self):
-        p = self.p
-        present = p["state"] == "present"
-        main_text, main_exists = read(self.config_path)
-        if present and p["cdi"] and self.engine in ("docker", "containerd"):
-            warning = (dock if self.engine == "docker" else ctd).cdi_warning(self.version)
-            if warning:
-                self.module.warn(warning)
-        if self.engine == "docker":
-            if present:
-                edit = dock.present(
-                    main_text,
-                    p["path"],
-                    name=p["name"],
-                    set_as_default=p["set_as_default"],
-                    cdi=p["cdi"],
-                    path=self.config_path,
-                )
-            else:
-                edit = dock.absent(main_text, p["path"], name=p["name"], cdi=p["cdi"], path=self.config_path)
-            self.plan(self.config_path, edit, main_text, main_exists)
-            return
-        if TOMLKIT_IMPORT_ERROR:
-            self.module.fail_json(
-                msg=missing_required_lib("tomlkit") + " " + MISSING_TOMLKIT_HINT, exception=TOMLKIT_IMPORT_ERROR
-            )
-        if self.engine == "containerd":
-            empty_version = ctd.default_version(self.version)
-            self.result["config_version"] = ctd.detect_version(main_text, self.config_path, empty_version)
-            if self.drop_in is None:
-                kw = {"name": p["name"], "cdi": p["cdi"], "path": self.config_path, "empty_version": empty_version}
-                if present:
-                    edit = ctd.present_main(main_text, p["path"], set_as_default=p["set_as_default"], **kw)
-                else:
-                    edit = ctd.absent_main(main_text, p["path"], **kw)
-                self.plan(self.config_path, edit, main_text, main_exists)
-                return
-            drop_text, drop_exists = read(self.drop_in)
-            if present:
-                m_edit, d_edit = ctd.present_drop_in(
-                    main_text,
-                    drop_text if drop_exists else None,
-                    p["path"],
-                    name=p["name"],
-                    set_as_default=p["set_as_default"],
-                    cdi=p["cdi"],
-                    path=self.config_path,
-                    drop_in=self.drop_in,
-                    empty_version=empty_version,
-                    whole_table=ctd.whole_table_needed(self.version),
-                    imports=self._containerd_imports(main_text),
-                )
-            else:
-                m_edit, d_edit = ctd.absent_drop_in(
-                    main_text,
-                    drop_text if drop_exists else None,
-                    path=self.config_path,
-                    drop_in=self.drop_in,
-                    empty_version=empty_version,
-                )
-            self.plan(self.config_path, m_edit, main_text, main_exists)
-            self.plan(self.drop_in, d_edit, drop_text, drop_exists)
-            return
-        # crio
-        if p["cdi"]:
-            self.module.warn(crio.CDI_NOTE)
-        if self.drop_in is None:
-            if present:
-                edit = crio.present_main(
-                    main_text, p["path"], name=p["name"], set_as_default=p["set_as_default"], path=self.config_path
-                )
-            else:
-                edit = crio.absent_main(main_text, p["path"], name=p["name"], path=self.config_path)
-            self.plan(self.config_path, edit, main_text, main_exists)
-            return
-        drop_text, drop_exists = read(self.drop_in)
-        if present:
-            configs = [(self.config_path, main_text)] + [
-                (f, read(f)[0])
-                for f in sorted(glob.glob(os.path.join(os.path.dirname(self.drop_in), "*.conf")))
-                if f != self.drop_in
-            ]
-            edit = crio.present_drop_in(
-                drop_text if drop_exists else None,
-                p["path"],
-                name=p["name"],
-                set_as_default=p["set_as_default"],
-                configs=configs,
-                drop_in=self.drop_in,
-            )
-        else:
-            edit = crio.absent_drop_in(drop_text if drop_exists else None, drop_in=self.drop_in)
-        self.plan(self.drop_in, edit, drop_text, drop_exists)
+    def warn(self, msg):
+        self.module.warn(msg)
 
-    def _containerd_imports(self, main_text):
-        """The other imported files (path, text), in containerd's order, ours excluded."""
-        if not main_text.strip():
-            return []
-        try:
-            import tomlkit  # noqa: PLC0415 - only reached when tomlkit imported fine above
+    def bin_path(self, name):
+        return self.module.get_bin_path(name)
 
-            entries = tomlkit.parse(main_text).get("imports") or []
-        except Exception:  # the editor reports parse errors with the line
-            return []
-        found = []
-        for entry in entries:
-            if not isinstance(entry, str):
-                continue
-            pattern = entry if os.path.isabs(entry) else os.path.join(os.path.dirname(self.config_path), entry)
-            for f in sorted(glob.glob(pattern)):
-                if f != self.drop_in and os.path.isfile(f):
-                    found.append((f, read(f)[0]))
-        return found
-
-    # ---- validation -----------------------------------------------------------------------------------
-    def validate(self):
-        present = self.p["state"] == "present"
-        with tempfile.TemporaryDirectory(prefix="gpufleet-runtime-") as tmp:
-            if self.engine == "docker":
-                new = self.planned[self.config_path][2] or "{}"
-                cand = os.path.join(tmp, "daemon.json")
-                with open(cand, "w", encoding="utf-8") as f:
-                    f.write(new)
-                dockerd = self.module.get_bin_path("dockerd")
-                if dockerd and self.version and self.version >= (23, 0, 0):
-                    self._check([dockerd, "--validate", "--config-file", cand], "dockerd --validate")
-                else:
-                    self.result["validated_by"] = "parse"  # the editor parsed and re-serialised it
-                return
-            if self.engine == "containerd":
-                binary = self.module.get_bin_path("containerd")
-                if not binary:
-                    self.result["validated_by"] = "parse"
-                    return
-                main_new = self._new_text(self.config_path)
-                drop_new = self._new_text(self.drop_in) if self.drop_in else None
-                cand_main = os.path.join(tmp, "config.toml")
-                text = main_new
-                if self.drop_in and drop_new is not None:
-                    cand_drop = os.path.join(tmp, os.path.basename(self.drop_in))
-                    with open(cand_drop, "w", encoding="utf-8") as f:
-                        f.write(drop_new)
-                    text = self._retarget_imports(main_new, cand_drop)
-                elif self.drop_in:
-                    text = self._retarget_imports(main_new, None)
-                with open(cand_main, "w", encoding="utf-8") as f:
-                    f.write(text)
-                out = self._check([binary, "--config", cand_main, "config", "dump"], "containerd config dump")
-                if present and f"runtimes.{self.p['name']}]" not in out:
-                    self.module.fail_json(
-                        msg=(
-                            "containerd reads the candidate config but does not see runtime "
-                            f"{self.p['name']!r} in it (a config version this containerd does not know, or an "
-                            "import after the drop-in that replaces the CRI plugin table); nothing was written"
-                        ),
-                        config_dump=out,
-                        changes=self.changes,
-                    )
-                return
-            binary = self.module.get_bin_path("crio")
-            if not binary:
-                self.result["validated_by"] = "parse"
-                return
-            conf_dir = os.path.join(tmp, "crio.conf.d")
-            os.mkdir(conf_dir)
-            main_new = self._new_text(self.config_path)
-            cand_main = os.path.join(tmp, "crio.conf")
-            with open(cand_main, "w", encoding="utf-8") as f:
-                f.write(main_new)
-            if self.drop_in:
-                for f in glob.glob(os.path.join(os.path.dirname(self.drop_in), "*.conf")):
-                    if f != self.drop_in:
-                        shutil.copy(f, conf_dir)
-                drop_new = self._new_text(self.drop_in)
-                if drop_new is not None:
-                    with open(os.path.join(conf_dir, os.path.basename(self.drop_in)), "w", encoding="utf-8") as f:
-                        f.write(drop_new)
-            self._check([binary, "--config", cand_main, "--config-dir", conf_dir, "config"], "crio config")
-
-    def _new_text(self, path):
+    def new_text(self, path):
+        """The candidate text of ``path`` ("" for a file about to be removed)."""
         if path in self.planned:
             return self.planned[path][2] or ""
-        return read(path)[0]
+        return self.read(path)[0]
 
-    def _retarget_imports(self, text, cand_drop):
-        """The candidate main file with our drop-in's import pointing at the candidate drop-in, and
-        relative imports made absolute (the candidate lives in a temporary directory)."""
-        if not text.strip():
-            return text
-        import tomlkit  # noqa: PLC0415
-
-        doc = tomlkit.parse(text)
-        imports = doc.get("imports")
-        if not isinstance(imports, list):
-            return text
-        base = os.path.dirname(self.config_path)
-        new = []
-        for entry in imports:
-            if entry == self.drop_in:
-                if cand_drop:
-                    new.append(cand_drop)
-                continue
-            new.append(entry if os.path.isabs(entry) else os.path.join(base, entry))
-        if cand_drop and cand_drop not in new:
-            new.append(cand_drop)  # our drop-in matched through a glob: the candidate must win over the live copy
-        doc["imports"] = new
-        return tomlkit.dumps(doc)
-
-    def _check(self, cmd, how):
+    def check(self, cmd, how):
         rc, out, err = self.module.run_command(cmd)
         self.result["validated_by"] = how
         if rc != 0:
-            self.module.fail_json(
-                msg=f"{how} refused the candidate configuration; nothing was written: {(err or out).strip()}",
+            self.fail(
+                f"{how} refused the candidate configuration; nothing was written: {(err or out).strip()}",
                 rc=rc,
                 stdout=out,
                 stderr=err,
-                changes=self.changes,
             )
         return out
+
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg=msg, changes=self.changes, **extra)
+
+    # ---- planning -------------------------------------------------------------------------------------
+    def compute(self):
+        p = self.p
+        if p["state"] == "present" and p["cdi"]:
+            warning = self.engine.cdi_warning(self.version)
+            if warning:
+                self.warn(warning)
+        if self.engine.config_format == "toml" and TOMLKIT_IMPORT_ERROR:
+            self.module.fail_json(
+                msg=missing_required_lib("tomlkit") + " " + MISSING_TOMLKIT_HINT, exception=TOMLKIT_IMPORT_ERROR
+            )
+        for path, edit, old, existed in self.engine.plan(self):
+            self.changes += edit.changes
+            if not edit.changed:
+                continue
+            new = edit.text
+            if new == "" and self.engine.empty_main_is_default and path == self.config_path:
+                new = None  # an empty main file means the built-in defaults, as a missing one does
+            if new is None and not existed:
+                continue
+            self.planned[path] = (old, existed, new)
+
+    def validate(self):
+        with tempfile.TemporaryDirectory(prefix="gpufleet-runtime-") as tmp:
+            self.engine.validate(self, tmp)
 
     # ---- writing --------------------------------------------------------------------------------------
     def write_all(self):
@@ -531,7 +350,7 @@ class Runner:
             # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
             # file is backed up.
             if self.p["backup"] and existed and not os.path.dirname(path).endswith(".d"):
-                self.result["backup_files"].append(self.module.backup_local(path))
+                self.result["backup_files"].append(backup(path))
             self.write(path, new)
 
     def write(self, path, new):
@@ -539,19 +358,13 @@ class Runner:
             if os.path.exists(path):
                 os.unlink(path)
             return
-        directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            os.makedirs(directory, mode=0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".gpufleet-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(new)
-            if not os.path.exists(path):
-                os.chmod(tmp, 0o644)
-            self.module.atomic_move(tmp, path, unsafe_writes=False)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        context = self.module.selinux_context(path) if os.path.exists(path) else None
+
+        def keep_context(tmp):
+            if context is not None:
+                self.module.set_context_if_different(tmp, context, False)
+
+        atomic_write(path, new, makedirs=True, prepare=keep_context)
 
     def restore(self):
         for path, (old, existed, _new) in self.planned.items():
@@ -559,73 +372,28 @@ class Runner:
 
     # ---- restart --------------------------------------------------------------------------------------
     def restart(self):
-        unit = self.p["unit"] or self.defaults["unit"]
+        unit = self.p["unit"] or self.engine.unit
         systemctl = self.module.get_bin_path("systemctl", required=True)
-        since = int(time.time())
-        # systemd refuses a start after a few in a short time (StartLimitBurst, 3 in 60s for docker 26 and later)
-        # without ever running the engine: clear that counter so the engine itself judges the new configuration.
-        self.module.run_command([systemctl, "reset-failed", unit])
-        self.module.run_command([systemctl, "restart", unit])
-        if self._wait(systemctl, unit):
+        service = Service(
+            self.module.run_command,
+            systemctl,
+            unit,
+            probe=self.engine.probe(self.bin_path),
+            timeout=self.p["restart_timeout"],
+            journalctl=self.module.get_bin_path("journalctl"),
+        )
+        outcome = restart_with_rollback(service, self.restore)
+        if outcome.restarted:
             self.result["restarted"] = True
             return
-        journal = self._journal(unit, since)
-        self.restore()
-        self.module.run_command([systemctl, "reset-failed", unit])
-        self.module.run_command([systemctl, "restart", unit])
-        back = self._wait(systemctl, unit)
-        self.module.fail_json(
-            msg=(
-                f"{unit} did not come back within {self.p['restart_timeout']}s with the new configuration; "
-                f"the previous files were put back and {unit} was restarted "
-                f"({'it answers again' if back else 'it does NOT answer either: look at the journal'}). "
-                f"Engine output: {journal}"
-            ),
-            changes=self.changes,
+        self.fail(
+            f"{unit} did not come back within {self.p['restart_timeout']}s with the new configuration; "
+            f"the previous files were put back and {unit} was restarted "
+            f"({'it answers again' if outcome.engine_back else 'it does NOT answer either: look at the journal'}). "
+            f"Engine output: {outcome.journal}",
             rolled_back=True,
-            engine_back=back,
+            engine_back=outcome.engine_back,
         )
-
-    def _probe(self, systemctl, unit):
-        if self.engine == "docker" and self.module.get_bin_path("docker"):
-            return [self.module.get_bin_path("docker"), "info"]
-        if self.engine == "containerd" and self.module.get_bin_path("ctr"):
-            return [self.module.get_bin_path("ctr"), "version"]
-        if self.engine == "crio" and self.module.get_bin_path("crictl"):
-            return [
-                self.module.get_bin_path("crictl"),
-                "--runtime-endpoint",
-                "unix:///var/run/crio/crio.sock",
-                "version",
-            ]
-        return [systemctl, "is-active", unit]
-
-    def _wait(self, systemctl, unit):
-        probe = self._probe(systemctl, unit)
-        deadline = time.monotonic() + self.p["restart_timeout"]
-        while True:
-            rc, _out, _err = self.module.run_command(probe)
-            if rc == 0:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            # A unit that systemd gave up on (no Restart=, or its start limit hit) will not answer: no use waiting
-            # out the timeout. "activating" (an automatic restart pending) keeps us waiting.
-            _rc, state, _err = self.module.run_command([systemctl, "is-active", unit])
-            if state.strip() == "failed":
-                return False
-            time.sleep(1)
-
-    def _journal(self, unit, since=None):
-        """The unit's journal from the restart on (what the engine said when it refused to start)."""
-        journalctl = self.module.get_bin_path("journalctl")
-        if not journalctl:
-            return "(no journalctl)"
-        cmd = [journalctl, "-u", unit, "-n", "20", "--no-pager", "-o", "cat"]
-        if since is not None:
-            cmd += ["--since", f"@{since}"]
-        _rc, out, _err = self.module.run_command(cmd)
-        return out.strip()
 
     def run(self):
         self.compute()
@@ -654,31 +422,34 @@ class Runner:
         self.module.exit_json(**self.result)
 
 
+ARGUMENT_SPEC = {
+    "engine": {"type": "str", "required": True, "choices": list(CONFIGURABLE)},
+    "name": {"type": "str", "default": "nvidia"},
+    "path": {"type": "path"},
+    "set_as_default": {"type": "bool", "default": False},
+    "cdi": {"type": "bool", "default": False},
+    "config_path": {"type": "path"},
+    "drop_in": {"type": "raw"},
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+    "backup": {"type": "bool", "default": False},
+    "validate": {"type": "bool", "default": True},
+    "restart": {"type": "bool", "default": False},
+    "restart_timeout": {"type": "int", "default": 60},
+    "unit": {"type": "str"},
+    "engine_version": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "engine": {"type": "str", "required": True, "choices": ["docker", "containerd", "crio"]},
-            "name": {"type": "str", "default": "nvidia"},
-            "path": {"type": "path"},
-            "set_as_default": {"type": "bool", "default": False},
-            "cdi": {"type": "bool", "default": False},
-            "config_path": {"type": "path"},
-            "drop_in": {"type": "raw"},
-            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-            "backup": {"type": "bool", "default": False},
-            "validate": {"type": "bool", "default": True},
-            "restart": {"type": "bool", "default": False},
-            "restart_timeout": {"type": "int", "default": 60},
-            "unit": {"type": "str"},
-            "engine_version": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ["path"])],
         supports_check_mode=True,
     )
     if module.params["path"] and not os.path.isabs(module.params["path"]):
         module.fail_json(msg=f"path must be absolute, got {module.params['path']!r}")
     try:
-        Runner(module).run()
+        Runner(module, adapter(module.params["engine"])).run()
     except RuntimeConfigError as exc:
         module.fail_json(msg=str(exc), path=exc.path, line=exc.line, hint=exc.hint)
     except (OSError, ValueError) as exc:

@@ -28,6 +28,7 @@ import json
 import os
 import re
 
+from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
 from .devices import control_nodes, gpu_minor_of, parse_mig_minors, parse_proc_devices, scan_device_nodes
 from .driver_files import (
@@ -290,14 +291,6 @@ def build_spec(
 _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
 def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=None, driver_version=None):
     """Read what ``build_spec`` needs from a host (or a host mounted at ``root``).
 
@@ -316,7 +309,9 @@ def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=N
         raise ValueError("cannot read the driver root's ld.so.cache under %s: %s" % (driver_dir, exc)) from None
     if version is None:
         raise ValueError("no NVIDIA driver userspace found in the ld.so.cache under %s" % driver_dir)
-    majors = parse_proc_devices(_read(host_path(root, "/proc/devices")))["character"]
+    majors = parse_proc_devices(read_text(host_path(root, "/proc/devices"), tolerant=True, errors="replace") or "")[
+        "character"
+    ]
     present = {n.path: n for n in scan_device_nodes(os.path.join(host_path(root, dev_root), "dev"))}
     control = [n.path for n in control_nodes(majors, modeset="/dev/nvidia-modeset" in present)]
     control += [p for p in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if p in present and p not in control]
@@ -324,7 +319,9 @@ def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=N
     if gpus is None:
         minors = sorted(m for m in (gpu_minor_of(p) for p in present) if m is not None)
         gpus = [{"index": i, "minor": m} for i, m in enumerate(minors)]
-    mig_minors = parse_mig_minors(_read(host_path(root, "/proc/driver/nvidia-caps/mig-minors")))
+    mig_minors = parse_mig_minors(
+        read_text(host_path(root, "/proc/driver/nvidia-caps/mig-minors"), tolerant=True, errors="replace") or ""
+    )
     extra = []
     mps = resolve_in_root(root, MPS_PIPE_DIR)
     if os.path.isdir(host_path(root, mps)):

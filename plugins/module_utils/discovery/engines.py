@@ -4,63 +4,35 @@
 
 For each: ``installed`` (its binary is in the root), ``version`` (from the dpkg database, which costs
 no process; on ``/`` only, ``<binary> --version`` when dpkg does not know it), ``config_path``,
-``runtimes`` (names registered), ``default_runtime`` and ``cdi_enabled``:
+``runtimes`` (names registered), ``default_runtime`` and ``cdi_enabled`` (containerd: ``config_version``).
 
-* docker: ``/etc/docker/daemon.json``; ``features.cdi`` when set, else on by default from 28.2 on.
-* containerd: ``/etc/containerd/config.toml`` and its ``imports`` drop-ins, config v1 (``plugins.cri``),
-  v2 (``plugins."io.containerd.grpc.v1.cri"``), v3 (``plugins."io.containerd.cri.v1.runtime"``);
-  ``enable_cdi`` when set, else on by default from 2.0 on.
-* CRI-O: ``/etc/crio/crio.conf`` and ``/etc/crio/crio.conf.d/*``; CDI is always on (1.23 and later).
-* podman: ``containers.conf`` (``/usr/share/containers``, then ``/etc/containers`` and its ``.d``);
-  CDI is always on (4.1 and later).
+What each engine reads and how (file locations, containerd's import rule, CDI defaults by version) is the
+engine adapter's (``runtime.registry.ENGINES``), the same reading the container_runtime module plans with;
+this module only finds the files under ``root`` and parses them without ever raising for a host state.
 
 TOML is read with ``tomllib`` (3.11+), else ``tomlkit`` when importable; with neither, the TOML-derived
-fields stay None and a warning says why. Nothing here raises for a host state.
+fields stay None and a warning says why.
 
 Standard library only (target Pythons 3.8+; ``tomlkit`` optional).
 """
 
 import glob
-import json
 import os
 import re
 
+from ..base.fileio import read_text
 from ..base.pathsafe import host_path
-
-try:
-    import tomllib as _toml
-
-    def _toml_loads(text):
-        return _toml.loads(text)
-
-except ImportError:  # Python < 3.11
-    try:
-        import tomlkit as _toml
-
-        def _toml_loads(text):
-            return _toml.parse(text).unwrap()
-
-    except ImportError:
-        _toml = None
-        _toml_loads = None
+from ..base.version import parse as parse_version
+from ..runtime.base import toml_loader
+from ..runtime.facts import FACTS as ADAPTERS
 
 BINARY_DIRS = ("/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
-ENGINES = {
-    "docker": {"binaries": ("dockerd", "docker"), "packages": ("docker-ce", "docker.io", "moby-engine")},
-    "containerd": {"binaries": ("containerd",), "packages": ("containerd.io", "containerd")},
-    "crio": {"binaries": ("crio",), "packages": ("cri-o",)},
-    "podman": {"binaries": ("podman",), "packages": ("podman",)},
-}
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
-CRI_PLUGINS = {1: ("cri",), 2: ("io.containerd.grpc.v1.cri",), 3: ("io.containerd.cri.v1.runtime",)}
+_toml_loads = toml_loader()
 
 
 def _read(root, inner):
-    try:
-        with open(host_path(root, inner), encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
+    return read_text(host_path(root, inner), tolerant=True)
 
 
 def _find_binary(root, names):
@@ -90,154 +62,51 @@ def dpkg_versions(text, packages):
     return found
 
 
-def version_tuple(version):
-    return tuple(int(p) for p in (version or "").split(".") if p.isdigit()) if version else ()
-
-
-def _toml_file(root, inner, warnings, label):
+def _parse(root, inner, adapter, warnings):
+    """``(data, unreadable)``: the file parsed (None when missing or unreadable; a warning says why)."""
     text = _read(root, inner)
     if text is None:
-        return None
-    if _toml_loads is None:
+        return None, False
+    if adapter.config_format == "toml" and _toml_loads is None:
         warnings.append(
-            "%s: cannot read %s: no TOML parser (tomllib needs Python 3.11, or install tomlkit)" % (label, inner)
+            "%s: cannot read %s: no TOML parser (tomllib needs Python 3.11, or install tomlkit)" % (adapter.name, inner)
         )
-        return None
+        return None, True
     try:
-        return _toml_loads(text)
+        return (_toml_loads(text) if text.strip() else {}) if adapter.config_format == "toml" else adapter.parse(
+            text
+        ), False
     except Exception as exc:  # each parser raises its own error type
-        warnings.append("%s: %s is not valid TOML: %s" % (label, inner, exc))
-        return None
+        what = "is not valid TOML" if adapter.config_format == "toml" else "is not valid"
+        warnings.append("%s: %s %s: %s" % (adapter.name, inner, what, exc))
+        return None, True
 
 
-def _dig(data, *keys):
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
+def _glob_in(root):
+    top = host_path(root, "/")
+
+    def find(pattern):
+        return sorted(
+            "/" + os.path.relpath(path, top) for path in glob.glob(host_path(root, pattern)) if os.path.isfile(path)
+        )
+
+    return find
 
 
-def docker_config(text):
-    """``(runtimes, default_runtime, cdi)`` from daemon.json text (``cdi`` None when not set)."""
-    data = json.loads(text) if text and text.strip() else {}
-    if not isinstance(data, dict):
-        raise ValueError("daemon.json is not a JSON object")
-    runtimes = data.get("runtimes") if isinstance(data.get("runtimes"), dict) else {}
-    features = data.get("features") if isinstance(data.get("features"), dict) else {}
-    cdi = features.get("cdi")
-    return sorted(runtimes), data.get("default-runtime"), cdi if isinstance(cdi, bool) else None
-
-
-def containerd_config_version(data):
-    """The config schema version: ``version`` when set; a non-empty file without one is v1."""
-    if not data:
-        return None
-    version = data.get("version")
-    return int(version) if isinstance(version, int) else 1
-
-
-def containerd_cri(data):
-    """``(runtimes, default_runtime, enable_cdi)`` from one parsed containerd config (or drop-in)."""
-    version = containerd_config_version(data)
-    if version is None:
-        return [], None, None
-    plugin = _dig(data, "plugins", CRI_PLUGINS.get(version, CRI_PLUGINS[2])[0]) or {}
-    runtimes = _dig(plugin, "containerd", "runtimes") or {}
-    return sorted(runtimes), _dig(plugin, "containerd", "default_runtime_name"), plugin.get("enable_cdi")
-
-
-def _docker(root, info, warnings):
-    info["config_path"] = "/etc/docker/daemon.json"
-    text = _read(root, info["config_path"])
-    runtimes, default, cdi = [], None, None
-    if text is not None:
-        try:
-            runtimes, default, cdi = docker_config(text)
-        except ValueError as exc:
-            warnings.append("docker: %s: %s" % (info["config_path"], exc))
-    info["runtimes"] = sorted(set(runtimes) | {"runc"})
-    info["default_runtime"] = default or "runc"
-    info["cdi_enabled"] = cdi if cdi is not None else version_tuple(info["version"]) >= (28, 2)
-
-
-def _containerd(root, info, warnings):
-    info["config_path"] = "/etc/containerd/config.toml"
-    data = _toml_file(root, info["config_path"], warnings, "containerd")
-    if data is None and _read(root, info["config_path"]) is not None:
-        return  # unreadable: leave the fields None
-    runtimes, default, cdi = containerd_cri(data or {})
-    runtimes = set(runtimes)
-    imports = (data or {}).get("imports") or []
-    for pattern in imports if isinstance(imports, list) else []:
-        for path in sorted(glob.glob(host_path(root, str(pattern)))):
-            inner = "/" + os.path.relpath(path, host_path(root, "/"))
-            drop_in = _toml_file(root, inner, warnings, "containerd") or {}
-            if "version" not in drop_in and data:
-                drop_in = dict(drop_in, version=containerd_config_version(data))
-            more, more_default, more_cdi = containerd_cri(drop_in)
-            runtimes.update(more)
-            default = more_default or default
-            cdi = more_cdi if more_cdi is not None else cdi
-    major = version_tuple(info["version"])[:1]
-    info["config_version"] = containerd_config_version(data) or (3 if major >= (2,) else 2)
-    info["runtimes"] = sorted(runtimes | {"runc"})
-    info["default_runtime"] = default or "runc"
-    info["cdi_enabled"] = bool(cdi) if cdi is not None else major >= (2,)
-
-
-def _crio(root, info, warnings):
-    info["config_path"] = "/etc/crio/crio.conf"
-    files = [
-        "/etc/crio/crio.conf",
-        *sorted(
-            "/etc/crio/crio.conf.d/" + n
-            for n in _listdir(host_path(root, "/etc/crio/crio.conf.d"))
-            if not n.startswith(".")
-        ),
+def _configured(root, name, info, warnings):
+    """Fill ``config_path``, ``runtimes``, ``default_runtime``, ``cdi_enabled`` through the engine's adapter."""
+    adapter = ADAPTERS[name]
+    info["config_path"] = adapter.config_path
+    main, unreadable = _parse(root, adapter.config_path, adapter, warnings)
+    if unreadable and name == "containerd":
+        return  # the main file decides the config version and the imports: leave the fields None
+    files = [(inner, _parse(root, inner, adapter, warnings)[0]) for inner in adapter.files_before_main()]
+    files.append((adapter.config_path, main))
+    files += [
+        (inner, _parse(root, inner, adapter, warnings)[0])
+        for inner in adapter.config_files(main, _glob_in(root), adapter.config_path)
     ]
-    runtimes, default = set(), None
-    for inner in files:
-        data = _toml_file(root, inner, warnings, "crio") or {}
-        runtime = _dig(data, "crio", "runtime") or {}
-        runtimes.update(runtime.get("runtimes") or {})
-        default = runtime.get("default_runtime") or default
-    # CRI-O's built-in default runtime: runc, crun from 1.31 on.
-    info["default_runtime"] = default or ("crun" if version_tuple(info["version"]) >= (1, 31) else "runc")
-    info["runtimes"] = sorted(runtimes | {info["default_runtime"]})
-    info["cdi_enabled"] = True
-
-
-def _podman(root, info, warnings):
-    info["config_path"] = "/etc/containers/containers.conf"
-    files = [
-        "/usr/share/containers/containers.conf",
-        "/etc/containers/containers.conf",
-        *sorted(
-            "/etc/containers/containers.conf.d/" + n
-            for n in _listdir(host_path(root, "/etc/containers/containers.conf.d"))
-            if n.endswith(".conf")
-        ),
-    ]
-    runtimes, default = set(), None
-    for inner in files:
-        data = _toml_file(root, inner, warnings, "podman") or {}
-        engine = data.get("engine") or {}
-        runtimes.update(engine.get("runtimes") or {})
-        default = engine.get("runtime") or default
-    info["runtimes"] = sorted(runtimes | {"crun", "runc"})
-    info["default_runtime"] = default or "crun"
-    info["cdi_enabled"] = True
-
-
-def _listdir(path):
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
-_DETECTORS = {"docker": _docker, "containerd": _containerd, "crio": _crio, "podman": _podman}
+    info.update(adapter.read(files, parse_version(info["version"])))
 
 
 def detect(root, run_command=None, warnings=None):
@@ -245,7 +114,7 @@ def detect(root, run_command=None, warnings=None):
     warnings = [] if warnings is None else warnings
     status = None
     engines = {}
-    for name, spec in ENGINES.items():
+    for name, adapter in ADAPTERS.items():
         info = {
             "installed": False,
             "binary": None,
@@ -256,15 +125,15 @@ def detect(root, run_command=None, warnings=None):
             "cdi_enabled": None,
         }
         engines[name] = info
-        binary = _find_binary(root, spec["binaries"])
+        binary = _find_binary(root, adapter.binaries)
         if binary is None:
             continue
         info["installed"] = True
         info["binary"] = binary
         if status is None:
             status = _read(root, "/var/lib/dpkg/status") or ""
-        versions = dpkg_versions(status, spec["packages"])
-        for package in spec["packages"]:
+        versions = dpkg_versions(status, adapter.packages)
+        for package in adapter.packages:
             if package in versions:
                 info["version"] = versions[package]
                 break
@@ -272,5 +141,5 @@ def detect(root, run_command=None, warnings=None):
             rc, out, _err = run_command([binary, "--version"])
             match = _VERSION.search(out or "") if rc == 0 else None
             info["version"] = match.group(1) if match else None
-        _DETECTORS[name](root, info, warnings)
+        _configured(root, name, info, warnings)
     return engines

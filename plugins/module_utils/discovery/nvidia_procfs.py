@@ -19,18 +19,11 @@ Standard library only (target Pythons 3.8+).
 import os
 import re
 
+from ..base.fileio import read_text
 from .pci import normalize_bus_id
 
 _NVRM = re.compile(r"^NVRM version:\s*(?P<text>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)(?:\s|$)")
 _GCC = re.compile(r"^GCC version:\s*(?P<gcc>.*)$")
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def parse_version(text):
@@ -91,7 +84,7 @@ def read_gpus(proc_dir):
         return None
     gpus = []
     for name in names:
-        text = _read(os.path.join(gpus_dir, name, "information"))
+        text = read_text(os.path.join(gpus_dir, name, "information"), tolerant=True)
         if text is not None:
             gpus.append(gpu_from_information(parse_information(text), name))
     return gpus
@@ -99,7 +92,7 @@ def read_gpus(proc_dir):
 
 def read_version(proc_dir):
     """``parse_version`` of ``<proc>/driver/nvidia/version``, or None when the file is not there."""
-    text = _read(os.path.join(proc_dir, "driver", "nvidia", "version"))
+    text = read_text(os.path.join(proc_dir, "driver", "nvidia", "version"), tolerant=True)
     return None if text is None else parse_version(text)
 
 
@@ -111,7 +104,7 @@ def module_state(sys_dir, name="nvidia"):
     state = {"present": present, "version": None, "taint": None, "initstate": None}
     if present:
         for key in ("version", "taint", "initstate"):
-            value = _read(os.path.join(base, key))
+            value = read_text(os.path.join(base, key), tolerant=True)
             state[key] = value.strip() if value is not None else None
     return state
 

@@ -14,6 +14,8 @@ Standard library only (target Pythons 3.8+).
 import os
 import re
 
+from ..base.fileio import read_text
+
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASS_PREFIXES = ("0x0300", "0x0302")
 
@@ -39,11 +41,8 @@ def is_gpu_class(pci_class):
 
 
 def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    text = read_text(path, tolerant=True)
+    return None if text is None else text.strip()
 
 
 def read_function(device_dir, bus_id):

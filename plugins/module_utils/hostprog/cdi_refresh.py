@@ -17,11 +17,10 @@ Standard library only (target Pythons 3.8+).
 """
 
 import json
-import os
 import re
 import sys
-import tempfile
 
+from ..base.fileio import atomic_write, read_text
 from ..base.pathsafe import host_path
 from ..cdi.driver_files import find_driver_files
 from ..cdi.spec import (
@@ -139,31 +138,9 @@ def generate(options):
     return version, spec, render(spec, p["format"], header=HEADER), index, render_json(index, compact=True)
 
 
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
 def write_text(path, text, mode=0o644):
     """Atomically replace ``path`` (a temporary file in the same directory, fsync'd, renamed)."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, text, mode, makedirs=True)
 
 
 def refresh(options, force=False, dry_run=False):

@@ -14,6 +14,8 @@ import ast
 import json
 import os
 
+from ..base.fileio import atomic_write
+
 PACKAGE = "gpufleet_nvidia"
 PYTHON = "/usr/bin/python3"
 DEFAULT_RUNTIME = "/usr/sbin/runc"
@@ -196,14 +198,6 @@ def render_files(bindir, libdir, read, python=PYTHON, *, programs=None, runtime=
     return files
 
 
-def _write(path, data, mode):
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def install(bindir, libdir, python=PYTHON, *, source=None, programs=None, runtime=DEFAULT_RUNTIME):
     """Copy the modules into ``<libdir>/gpufleet_nvidia`` and write the launchers into ``bindir``.
 
@@ -215,7 +209,7 @@ def install(bindir, libdir, python=PYTHON, *, source=None, programs=None, runtim
     written = []
     for path, text, mode in files:
         os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
-        _write(path, text, mode)
+        atomic_write(path, text, mode)
         if not path.endswith("__init__.py"):
             written.append(path)
     return written

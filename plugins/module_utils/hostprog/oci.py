@@ -38,6 +38,7 @@ size has a limit (``MAX_*``), and every malformed or mistyped value is a ``Reque
 import os
 import stat
 
+from ..base.version import compare as _compare
 from ..cdi.driver_files import CapabilityError, parse_capabilities
 
 KIND = "nvidia.com/gpu"
@@ -111,32 +112,6 @@ def parse_visible_devices(value):
             raise RequestError("NVIDIA_VISIBLE_DEVICES: %r cannot be combined with device names" % part)
         _add_name(names, part, "NVIDIA_VISIBLE_DEVICES")
     return list(names) or None
-
-
-def _version_tuple(text):
-    import re  # noqa: PLC0415  # see _CONSTRAINT
-
-    parts = []
-    for piece in re.split(r"[.-]", text):
-        if not piece.isdigit():
-            break
-        parts.append(int(piece))
-    return tuple(parts)
-
-
-def _compare(have, op, want):
-    a, b = _version_tuple(have), _version_tuple(want)
-    width = max(len(a), len(b))
-    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-    return {
-        ">=": a >= b,
-        "<=": a <= b,
-        ">": a > b,
-        "<": a < b,
-        "=": a == b,
-        "==": a == b,
-        "!=": a != b,
-    }[op]
 
 
 def check_requirements(env, cuda_version, driver_version, facts=None):

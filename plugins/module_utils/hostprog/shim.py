@@ -209,6 +209,7 @@ def _read_index(path, required):
 
 
 def _prepare(config_file, raw, shim_config):
+    from ..base.fileio import atomic_write  # noqa: PLC0415  # imports only ``os``
     from ..base.jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
     from .oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
 
@@ -234,17 +235,8 @@ def _prepare(config_file, raw, shim_config):
             % (index_path, type(exc).__name__, exc)
         ) from None
     inline_hook(config, os.path.dirname(config_file))
-    st = os.stat(config_file)
-    tmp = "%s.gpufleet-%d" % (config_file, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, st.st_mode & 0o7777)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(config))
-        os.replace(tmp, config_file)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # Atomic, with the file's mode; no fsync: the file lives as long as this container start.
+    atomic_write(config_file, dumps(config), fsync=False)
     return True
 
 

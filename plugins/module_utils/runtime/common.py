@@ -7,8 +7,9 @@ Every editor takes the current text of a file and the wanted options and returns
 the new text plus one human-readable line per change. An unchanged file comes back byte-identical.
 """
 
-import re
 from typing import List, Optional, Tuple
+
+from ..base.version import parse, strip_epoch
 
 # Written at the top of every file this collection owns outright (drop-ins): the way `state=absent`
 # knows a drop-in is ours and may be deleted.
@@ -79,7 +80,7 @@ def reads_cdi(engine: str, version: Optional[str]) -> bool:
     if engine == "podman":
         return True
     minimum = CDI_MIN_VERSIONS.get(engine)
-    parsed = parse_version(re.sub(r"^\d+:", "", str(version or "").strip()))
+    parsed = parse(strip_epoch(version))
     return bool(minimum and parsed and parsed >= minimum)
 
 
@@ -89,22 +90,3 @@ def line_of(text: str, needle: str, start: int = 0) -> Optional[int]:
     if pos < 0:
         return None
     return text.count("\n", 0, pos) + 1
-
-
-_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_version(text: Optional[str]) -> Optional[Tuple[int, int, int]]:
-    """``(major, minor, patch)`` of the first dotted version in ``text``.
-
-    Accepts what the engines print: ``Docker version 20.10.24+dfsg1, build 5d6db84``,
-    ``containerd github.com/containerd/containerd 1.6.20~ds1 ...``, ``... v2.1.1 ...``, ``1.30.4``.
-    The first word is skipped for containerd's ``containerd containerd.io 1.7.27 <sha>`` form.
-    """
-    if not text:
-        return None
-    for word in text.replace(",", " ").split():
-        m = _VERSION_RE.match(word)
-        if m:
-            return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-    return None

@@ -33,10 +33,12 @@ table of the main file. From 2.1 on, imports are merged key by key and the drop-
 """
 
 import fnmatch
+import glob as _glob
 import os
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import toml as t
+from .base import Planned, Version
 from .common import (
     CDI_MIN_VERSIONS,
     FIX_BY_HAND,
@@ -45,16 +47,11 @@ from .common import (
     RuntimeConfigError,
     older_than,
 )
+from .facts import CONTAINERD_DROP_IN as DEFAULT_DROP_IN
+from .facts import CONTAINERD_PATH as DEFAULT_PATH
+from .facts import CRI_PLUGIN, ContainerdFacts, default_version, effective_cri, whole_table_needed
 
-DEFAULT_PATH = "/etc/containerd/config.toml"
-DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
 RUNTIME_TYPE = "io.containerd.runc.v2"
-CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-
-
-def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
-    """The config version containerd assumes for a missing or empty file: 3 on 2.x, else 2."""
-    return 3 if engine_version and engine_version[0] >= 2 else 2
 
 
 CDI_MIN_VERSION = CDI_MIN_VERSIONS["containerd"]
@@ -70,11 +67,6 @@ def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]
             "the key is written but has no effect until containerd is upgraded"
         )
     return None
-
-
-def whole_table_needed(engine_version: Optional[Tuple[int, int, int]]) -> bool:
-    """Whether imports replace plugin tables wholesale (before 2.1; unknown versions count as old)."""
-    return not engine_version or tuple(engine_version[:2]) < (2, 1)
 
 
 def detect_version(text: str, path: str = DEFAULT_PATH, empty_version: int = 2) -> int:
@@ -330,19 +322,18 @@ def _header(name: str, whole: bool, version: int) -> str:
 def cri_source(
     main_text: str, imports: Sequence[Tuple[str, str]], version: int, main_path: str = DEFAULT_PATH
 ) -> Optional[Any]:
-    """The CRI plugin table containerd would use without our drop-in: that of the last file (main
-    file, then ``imports`` in containerd's order, ours excluded) that defines it."""
-    found = None
-    for file_path, file_text in [(main_path, main_text), *imports]:
+    """The CRI plugin table containerd would use without our drop-in (``effective_cri`` before 2.1), as a
+    tomlkit table: that of the last file (main file, then ``imports`` in containerd's order, ours excluded)
+    that defines it."""
+    docs = []
+    for index, (file_path, file_text) in enumerate([(main_path, main_text), *imports]):
         if not file_text.strip():
             continue
         doc = t.parse(file_text, file_path)
-        if _version_of(doc, file_text, file_path) != version:
-            continue
-        cri = _cri(doc, version, text=file_text, path=file_path, create=False)
-        if cri is not None:
-            found = cri
-    return found
+        if index == 0 or "version" in doc:
+            _version_of(doc, file_text, file_path)  # a version containerd does not know is refused
+        docs.append(doc)
+    return effective_cri(docs, version, replace_tables=True)
 
 
 def render_drop_in(
@@ -489,3 +480,108 @@ def absent_drop_in(
     else:
         drop_edit = Edit(drop_in_text, [])
     return main_edit, drop_edit
+
+
+class Containerd(ContainerdFacts):
+    """containerd's adapter: its facts (``facts.ContainerdFacts``) and how to register a runtime with it."""
+
+    def plan(self, job: Any) -> List[Planned]:
+        p = job.p
+        present = p["state"] == "present"
+        text, existed = job.read(job.config_path)
+        empty_version = default_version(job.version)
+        job.result["config_version"] = detect_version(text, job.config_path, empty_version)
+        if job.drop_in is None:
+            kw = {"name": p["name"], "cdi": p["cdi"], "path": job.config_path, "empty_version": empty_version}
+            if present:
+                edit = present_main(text, p["path"], set_as_default=p["set_as_default"], **kw)
+            else:
+                edit = absent_main(text, p["path"], **kw)
+            return [Planned(job.config_path, edit, text, existed)]
+        drop_text, drop_exists = job.read(job.drop_in)
+        kw = {"path": job.config_path, "drop_in": job.drop_in, "empty_version": empty_version}
+        if present:
+            main_edit, drop_edit = present_drop_in(
+                text,
+                drop_text if drop_exists else None,
+                p["path"],
+                name=p["name"],
+                set_as_default=p["set_as_default"],
+                cdi=p["cdi"],
+                whole_table=whole_table_needed(job.version),
+                imports=self._imports(job, text),
+                **kw,
+            )
+        else:
+            main_edit, drop_edit = absent_drop_in(text, drop_text if drop_exists else None, **kw)
+        return [
+            Planned(job.config_path, main_edit, text, existed),
+            Planned(job.drop_in, drop_edit, drop_text, drop_exists),
+        ]
+
+    def _imports(self, job: Any, main_text: str) -> List[Tuple[str, str]]:
+        """The other imported files (path, text), in containerd's order, ours excluded."""
+        if not main_text.strip():
+            return []
+        try:
+            main = t.parse(main_text, job.config_path)
+        except RuntimeConfigError:  # the editor reports it with the line
+            return []
+        return [(f, job.read(f)[0]) for f in self.config_files(main, _files, job.config_path) if f != job.drop_in]
+
+    def validate(self, job: Any, tmp: str) -> None:
+        binary = job.bin_path("containerd")
+        if not binary:
+            job.result["validated_by"] = "parse"
+            return
+        text = job.new_text(job.config_path)
+        if job.drop_in:
+            candidate_drop = os.path.join(tmp, os.path.basename(job.drop_in))
+            with open(candidate_drop, "w", encoding="utf-8") as f:
+                f.write(job.new_text(job.drop_in))
+            text = retarget_imports(text, job.config_path, job.drop_in, candidate_drop)
+        candidate = os.path.join(tmp, "config.toml")
+        with open(candidate, "w", encoding="utf-8") as f:
+            f.write(text)
+        out = job.check([binary, "--config", candidate, "config", "dump"], "containerd config dump")
+        if job.p["state"] == "present" and f"runtimes.{job.p['name']}]" not in out:
+            job.fail(
+                "containerd reads the candidate config but does not see runtime "
+                f"{job.p['name']!r} in it (a config version this containerd does not know, or an "
+                "import after the drop-in that replaces the CRI plugin table); nothing was written",
+                config_dump=out,
+            )
+
+    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+        ctr = bin_path("ctr")
+        return [ctr, "version"] if ctr else None
+
+    def cdi_warning(self, version: Version) -> Optional[str]:
+        return cdi_warning(version)
+
+
+def retarget_imports(text: str, config_path: str, drop_in: str, candidate_drop: Optional[str]) -> str:
+    """The candidate main file with our drop-in's import pointing at the candidate drop-in, and relative
+    imports made absolute (the candidate lives in a temporary directory)."""
+    if not text.strip():
+        return text
+    doc = t.tomlkit.parse(text)
+    imports = doc.get("imports")
+    if not isinstance(imports, list):
+        return text
+    base = os.path.dirname(config_path)
+    new = []
+    for entry in imports:
+        if entry == drop_in:
+            if candidate_drop:
+                new.append(candidate_drop)
+            continue
+        new.append(entry if os.path.isabs(entry) else os.path.join(base, entry))
+    if candidate_drop and candidate_drop not in new:
+        new.append(candidate_drop)  # our drop-in matched through a glob: the candidate must win over the live copy
+    doc["imports"] = new
+    return t.tomlkit.dumps(doc)
+
+
+def _files(pattern: str) -> List[str]:
+    return sorted(f for f in _glob.glob(pattern) if os.path.isfile(f))

@@ -15,17 +15,22 @@ CDI: CRI-O has no switch for it; CDI injection is always on since CRI-O 1.23 (sp
 nothing here.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+import glob as _glob
+import os
+import shutil
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import toml as t
+from .base import Planned
 from .common import (
     MANAGED_MARKER,
     Edit,
     RuntimeConfigError,
 )
+from .facts import CRIO_DROP_IN as DEFAULT_DROP_IN
+from .facts import CRIO_PATH as DEFAULT_PATH
+from .facts import CrioFacts
 
-DEFAULT_PATH = "/etc/crio/crio.conf"
-DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-gpufleet-nvidia.conf"
 MONITOR_KEYS = ("monitor_path", "monitor_cgroup", "monitor_env", "monitor_exec_cgroup")
 CDI_NOTE = "CRI-O enables CDI by itself since 1.23 (cdi_spec_dirs); nothing to set"
 
@@ -187,3 +192,66 @@ def absent_main(
         was_last = t.last_header_is(text, f"runtimes.{name}")
         return Edit(t.trim_after_last(t.dumps(doc), was_last), changes)
     return Edit(text, [])
+
+
+class Crio(CrioFacts):
+    """CRI-O's adapter: its facts (``facts.CrioFacts``) and how to register a runtime with it."""
+
+    SOCKET = "unix:///var/run/crio/crio.sock"
+
+    def plan(self, job: Any) -> List[Planned]:
+        p = job.p
+        present = p["state"] == "present"
+        if p["cdi"]:
+            job.warn(CDI_NOTE)
+        main_text, main_exists = job.read(job.config_path)
+        if job.drop_in is None:
+            if present:
+                edit = present_main(
+                    main_text, p["path"], name=p["name"], set_as_default=p["set_as_default"], path=job.config_path
+                )
+            else:
+                edit = absent_main(main_text, p["path"], name=p["name"], path=job.config_path)
+            return [Planned(job.config_path, edit, main_text, main_exists)]
+        drop_text, drop_exists = job.read(job.drop_in)
+        if present:
+            others = [f for f in _files(os.path.join(os.path.dirname(job.drop_in), "*.conf")) if f != job.drop_in]
+            edit = present_drop_in(
+                drop_text if drop_exists else None,
+                p["path"],
+                name=p["name"],
+                set_as_default=p["set_as_default"],
+                configs=[(job.config_path, main_text)] + [(f, job.read(f)[0]) for f in others],
+                drop_in=job.drop_in,
+            )
+        else:
+            edit = absent_drop_in(drop_text if drop_exists else None, drop_in=job.drop_in)
+        return [Planned(job.drop_in, edit, drop_text, drop_exists)]
+
+    def validate(self, job: Any, tmp: str) -> None:
+        binary = job.bin_path("crio")
+        if not binary:
+            job.result["validated_by"] = "parse"
+            return
+        conf_dir = os.path.join(tmp, "crio.conf.d")
+        os.mkdir(conf_dir)
+        candidate = os.path.join(tmp, "crio.conf")
+        with open(candidate, "w", encoding="utf-8") as f:
+            f.write(job.new_text(job.config_path) or "")
+        if job.drop_in:
+            for other in _files(os.path.join(os.path.dirname(job.drop_in), "*.conf")):
+                if other != job.drop_in:
+                    shutil.copy(other, conf_dir)
+            drop_new = job.new_text(job.drop_in)
+            if drop_new is not None:
+                with open(os.path.join(conf_dir, os.path.basename(job.drop_in)), "w", encoding="utf-8") as f:
+                    f.write(drop_new)
+        job.check([binary, "--config", candidate, "--config-dir", conf_dir, "config"], "crio config")
+
+    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+        crictl = bin_path("crictl")
+        return [crictl, "--runtime-endpoint", self.SOCKET, "version"] if crictl else None
+
+
+def _files(pattern: str) -> List[str]:
+    return sorted(f for f in _glob.glob(pattern) if os.path.isfile(f))

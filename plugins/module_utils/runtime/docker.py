@@ -10,10 +10,12 @@ something changed; a file that needs no change is returned byte-identical.
 """
 
 import json
+import os
 import re
 from collections import OrderedDict
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
+from .base import Planned, Version
 from .common import (
     CDI_MIN_VERSIONS,
     FIX_BY_HAND,
@@ -22,8 +24,9 @@ from .common import (
     line_of,
     older_than,
 )
+from .facts import DOCKER_PATH as DEFAULT_PATH
+from .facts import DockerFacts
 
-DEFAULT_PATH = "/etc/docker/daemon.json"
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
 RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
@@ -187,3 +190,37 @@ def absent(
     if not data:
         return Edit("", changes)
     return Edit(_dump(data, text), changes)
+
+
+class Docker(DockerFacts):
+    """docker's adapter: its facts (``facts.DockerFacts``) and how to register a runtime with it."""
+
+    VALIDATE_FROM = (23, 0, 0)
+
+    def plan(self, job: Any) -> List[Planned]:
+        p = job.p
+        text, existed = job.read(job.config_path)
+        if p["state"] == "present":
+            edit = present(
+                text, p["path"], name=p["name"], set_as_default=p["set_as_default"], cdi=p["cdi"], path=job.config_path
+            )
+        else:
+            edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path)
+        return [Planned(job.config_path, edit, text, existed)]
+
+    def validate(self, job: Any, tmp: str) -> None:
+        dockerd = job.bin_path("dockerd")
+        if not (dockerd and job.version and job.version >= self.VALIDATE_FROM):
+            job.result["validated_by"] = "parse"  # the editor parsed and re-serialised it
+            return
+        candidate = os.path.join(tmp, "daemon.json")
+        with open(candidate, "w", encoding="utf-8") as f:
+            f.write(job.new_text(job.config_path) or "{}")
+        job.check([dockerd, "--validate", "--config-file", candidate], "dockerd --validate")
+
+    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+        docker = bin_path("docker")
+        return [docker, "info"] if docker else None
+
+    def cdi_warning(self, version: Version) -> Optional[str]:
+        return cdi_warning(version)

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -199,3 +200,35 @@ def test_restart_gives_up_as_soon_as_systemd_reports_failed_and_rolls_back(tmp_p
     systemctl = [c[1:] for c in fake.calls if os.path.basename(c[0]) == "systemctl" and c[1] != "is-active"]
     # systemd's start limit is cleared before each restart, so the engine (not the limit) judges the file
     assert systemctl[:2] == [["reset-failed", "docker"], ["restart", "docker"]], systemctl
+
+
+@pytest.mark.parametrize(
+    ("engine", "drop_in", "expected"),
+    [
+        ("docker", None, "daemon.json"),
+        ("containerd", "conf.d/99-nvidia.toml", "conf.d/99-nvidia.toml"),
+        ("containerd", False, "config.toml"),
+        ("crio", False, "crio.conf"),
+    ],
+)
+def test_config_file_names_where_the_runtime_is_registered_changed_or_not(tmp_path, result, engine, drop_in, expected):
+    main = tmp_path / {"docker": "daemon.json", "containerd": "config.toml", "crio": "crio.conf"}[engine]
+    args = {"engine": engine, "config_path": str(main), "validate": False, "engine_version": "1.7.24"}
+    if drop_in is not None:
+        args["drop_in"] = str(tmp_path / drop_in) if drop_in else False
+    first = result(**args)
+    again = result(**args)
+    assert first["changed"] and not again["changed"], (first, again)
+    assert first["config_file"] == again["config_file"] == str(tmp_path / expected)
+    assert os.path.isfile(first["config_file"]) and SHIM in (tmp_path / expected).read_text()
+
+
+def test_backup_is_a_timestamped_copy_with_the_files_mode(tmp_path, result):
+    cfg = tmp_path / "daemon.json"
+    original = '{\n  "log-driver": "journald"\n}\n'
+    cfg.write_text(original)
+    cfg.chmod(0o600)
+    r = result(engine="docker", config_path=str(cfg), backup=True, validate=False)
+    (copy,) = r["backup_files"]
+    assert Path(copy).read_text() == original and cfg.read_text() != original
+    assert os.stat(copy).st_mode & 0o777 == 0o600 and cfg.stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,228 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What each container engine is and what it reads: the read side of the engine adapters.
+
+One class per engine: where it lives (binaries, packages, unit, main file, our drop-in), which files it reads
+in which order (``config_files``) and what it makes of them (``read``: runtimes, default runtime, CDI on or
+off, by engine version). gpu_facts' discovery reads hosts through these; the container_runtime module's
+adapters (``docker.Docker``, ``containerd.Containerd``, ``crio.Crio``, subclasses of these) add how to change
+the configuration. Kept apart from the editors so that the host programs (which run discovery) ship no editor.
+
+Standard library only (target Pythons 3.8+; TOML through ``base.toml_loader``).
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .base import Engine, Glob, Version, dig
+
+DOCKER_PATH = "/etc/docker/daemon.json"
+CONTAINERD_PATH = "/etc/containerd/config.toml"
+CONTAINERD_DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
+CRIO_PATH = "/etc/crio/crio.conf"
+CRIO_DROP_IN = "/etc/crio/crio.conf.d/99-gpufleet-nvidia.conf"
+PODMAN_DEFAULTS = "/usr/share/containers/containers.conf"
+PODMAN_PATH = "/etc/containers/containers.conf"
+PODMAN_DROP_IN_DIR = "/etc/containers/containers.conf.d"
+CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+class DockerFacts(Engine):
+    """docker: ``/etc/docker/daemon.json`` (no drop-ins). ``features.cdi`` when set, else CDI is on by default
+    from 28.2."""
+
+    name = "docker"
+    binaries = ("dockerd", "docker")
+    packages = ("docker-ce", "docker.io", "moby-engine")
+    binary = "dockerd"
+    unit = "docker"
+    config_path = DOCKER_PATH
+    config_format = "json"
+    empty_main_is_default = True
+    CDI_DEFAULT_FROM = (28, 2, 0)
+
+    def parse(self, text: str) -> Dict[str, Any]:
+        data = json.loads(text) if text and text.strip() else {}
+        if not isinstance(data, dict):
+            raise ValueError("daemon.json is not a JSON object")
+        return data
+
+    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+        data = (files[0][1] if files else None) or {}
+        runtimes = data.get("runtimes") if isinstance(data.get("runtimes"), Mapping) else {}
+        features = data.get("features") if isinstance(data.get("features"), Mapping) else {}
+        cdi = features.get("cdi")
+        return {
+            "runtimes": sorted(set(runtimes) | {"runc"}),
+            "default_runtime": data.get("default-runtime") or "runc",
+            "cdi_enabled": cdi if isinstance(cdi, bool) else (version or ()) >= self.CDI_DEFAULT_FROM,
+        }
+
+
+def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
+    """The config version containerd assumes for a missing or empty file: 3 on 2.x, else 2."""
+    return 3 if engine_version and engine_version[0] >= 2 else 2
+
+
+def whole_table_needed(engine_version: Optional[Tuple[int, int, int]]) -> bool:
+    """Whether imports replace plugin tables wholesale (before 2.1; unknown versions count as old)."""
+    return not engine_version or tuple(engine_version[:2]) < (2, 1)
+
+
+def file_version(data: Mapping[str, Any], main_version: Optional[int] = None) -> Any:
+    """A file's config version as containerd reads it: its ``version``; without one, the main file's for an
+    imported file (containerd merges imports into the main file before it reads the version), 1 for the main
+    file itself."""
+    if "version" in data:
+        return data["version"]
+    return main_version if main_version is not None else 1
+
+
+def effective_cri(
+    docs: Sequence[Optional[Mapping[str, Any]]], version: int, replace_tables: bool = True
+) -> Optional[Mapping[str, Any]]:
+    """The CRI plugin table containerd uses, from ``docs`` (the main file, then the imports in containerd's
+    order; empty or None ones are skipped). The one rule of the editor and of discovery:
+
+    * an imported file of another config version (``file_version``) does not count;
+    * before 2.1 (``replace_tables``) the last file that defines the table replaces it whole (the very
+      table object of that file is returned, so that the editor can copy it with its comments);
+    * from 2.1 on the tables are merged key by key (a new plain dict).
+    """
+    found: Optional[Mapping[str, Any]] = None
+    for index, doc in enumerate(docs):
+        if not doc:
+            continue
+        if file_version(doc, version if index else None) != version:
+            continue
+        cri = dig(doc, "plugins", CRI_PLUGIN[version])
+        if not isinstance(cri, Mapping):
+            continue
+        found = cri if replace_tables or found is None else _merged(found, cri)
+    return found
+
+
+def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> Dict[str, Any]:
+    out = dict(low)
+    for key, value in high.items():
+        out[key] = (
+            _merged(out[key], value) if isinstance(out.get(key), Mapping) and isinstance(value, Mapping) else value
+        )
+    return out
+
+
+def import_patterns(main: Optional[Mapping[str, Any]], config_path: str) -> List[str]:
+    """The main file's ``imports`` as absolute patterns (relative ones are relative to the main file's folder)."""
+    entries = (main or {}).get("imports")
+    base = os.path.dirname(config_path)
+    return [
+        entry if os.path.isabs(entry) else os.path.join(base, entry)
+        for entry in (entries if isinstance(entries, list) else [])
+        if isinstance(entry, str)
+    ]
+
+
+class ContainerdFacts(Engine):
+    """containerd: ``/etc/containerd/config.toml`` and the files its ``imports`` name (globs, in order), config
+    v1, v2 or v3. ``enable_cdi`` when set, else CDI is on by default from 2.0."""
+
+    name = "containerd"
+    binaries = ("containerd",)
+    packages = ("containerd.io", "containerd")
+    binary = "containerd"
+    unit = "containerd"
+    config_path = CONTAINERD_PATH
+    drop_in = CONTAINERD_DROP_IN
+    empty_main_is_default = True
+
+    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+        found: List[str] = []
+        for pattern in import_patterns(main, config_path or self.config_path):
+            found += [f for f in glob(pattern) if f not in found]
+        return found
+
+    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+        main = (files[0][1] if files else None) or {}
+        raw = file_version(main) if main else default_version(version)
+        config_version = raw if raw in CRI_PLUGIN and not isinstance(raw, bool) else None
+        cri = (
+            effective_cri([data for _path, data in files], config_version, whole_table_needed(version))
+            if config_version
+            else None
+        ) or {}
+        runtimes = dig(cri, "containerd", "runtimes")
+        cdi = cri.get("enable_cdi")
+        return {
+            "config_version": config_version,
+            "runtimes": sorted(set(runtimes if isinstance(runtimes, Mapping) else ()) | {"runc"}),
+            "default_runtime": dig(cri, "containerd", "default_runtime_name") or "runc",
+            "cdi_enabled": bool(cdi) if cdi is not None else (version or ())[:1] >= (2,),
+        }
+
+
+def drop_in_dir(config_path: str) -> str:
+    """The folder of drop-ins CRI-O reads next to its main file."""
+    return os.path.join(os.path.dirname(config_path), "crio.conf.d")
+
+
+class CrioFacts(Engine):
+    """CRI-O: ``/etc/crio/crio.conf`` then ``crio.conf.d/*.conf`` in lexical order, merged key by key. CDI is
+    always on (1.23 and later); the built-in default runtime is runc, crun from 1.31 on."""
+
+    name = "crio"
+    binaries = ("crio",)
+    packages = ("cri-o",)
+    binary = "crio"
+    unit = "crio"
+    config_path = CRIO_PATH
+    drop_in = CRIO_DROP_IN
+    CRUN_DEFAULT_FROM = (1, 31, 0)
+
+    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+        return glob(os.path.join(drop_in_dir(config_path or self.config_path), "*.conf"))
+
+    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+        runtimes: set = set()
+        default = None
+        for _path, data in files:
+            runtime = dig(data, "crio", "runtime") or {}
+            runtimes.update(runtime.get("runtimes") or {})
+            default = runtime.get("default_runtime") or default
+        default = default or ("crun" if (version or ()) >= self.CRUN_DEFAULT_FROM else "runc")
+        return {"runtimes": sorted(runtimes | {default}), "default_runtime": default, "cdi_enabled": True}
+
+
+class Podman(Engine):
+    """podman, read only: it has no daemon to register a runtime with (containers use the CDI spec).
+    ``containers.conf``: the distribution's defaults, then ``/etc/containers`` and its ``.d`` folder. CDI is
+    always on (4.1 and later); the default runtime is crun."""
+
+    name = "podman"
+    binaries = ("podman",)
+    packages = ("podman",)
+    binary = "podman"
+    config_path = PODMAN_PATH
+
+    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+        return glob(PODMAN_DROP_IN_DIR + "/*.conf")
+
+    def files_before_main(self) -> List[str]:
+        """Read before the main file: the distribution's defaults."""
+        return [PODMAN_DEFAULTS]
+
+    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+        runtimes: set = set()
+        default = None
+        for _path, data in files:
+            engine = (data or {}).get("engine") or {}
+            runtimes.update(engine.get("runtimes") or {})
+            default = engine.get("runtime") or default
+        return {
+            "runtimes": sorted(runtimes | {"crun", "runc"}),
+            "default_runtime": default or "crun",
+            "cdi_enabled": True,
+        }
+
+
+FACTS: Dict[str, Engine] = {e.name: e for e in (DockerFacts(), ContainerdFacts(), CrioFacts(), Podman())}

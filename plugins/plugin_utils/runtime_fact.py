@@ -1,0 +1,95 @@
+# Copyright (c) gpufleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The runtime role's published fact (``gpufleet_runtime``) from what its tasks returned: a pure function.
+
+Controller side (the ``runtime_fact`` filter). What each engine is (its drop-in, its main file) comes from
+the engine adapters' read side (``module_utils.runtime.facts``), whether its version reads CDI from
+``module_utils.runtime.common.reads_cdi``: the same rules the module and gpu_facts use.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import FACTS
+
+
+def default_config_file(engine: str) -> Optional[str]:
+    """Where container_runtime writes for ``engine`` with its defaults (the drop-in, else the main file)."""
+    facts = FACTS.get(engine)
+    return (facts.drop_in or facts.config_path) if facts else None
+
+
+def cdi_for(engine: str, wanted: bool, nvidia: Mapping[str, Any]) -> bool:
+    """Whether the role turns CDI on for ``engine``: wanted, and the engine's version reads CDI specs."""
+    version = ((nvidia.get("engines") or {}).get(engine) or {}).get("version") or ""
+    return bool(wanted) and reads_cdi(engine, version)
+
+
+def engine_record(result: Mapping[str, Any], settings: Mapping[str, Any], nvidia: Mapping[str, Any]) -> Dict[str, Any]:
+    """One engine's entry from its ``container_runtime`` loop result (``item`` is the engine's name)."""
+    engine = result["item"]
+    skipped = bool(result.get("skipped"))
+    known = (nvidia.get("engines") or {}).get(engine) or {}
+    if skipped:
+        message = f"would register once {settings.get('tomlkit_package', 'tomlkit')} is installed (check mode)"
+    else:
+        message = "; ".join(result.get("changes") or []) or "registered, unchanged"
+    return {
+        "registered": not skipped,
+        "default": bool(settings.get("set_as_default")),
+        "cdi": cdi_for(engine, settings.get("cdi"), nvidia),
+        "config_path": result.get("config_file") or default_config_file(engine),
+        "version": result.get("engine_version") or known.get("version"),
+        "changed": bool(result.get("changed")) or skipped,
+        "message": message,
+    }
+
+
+def runtime_fact(
+    results: Sequence[Mapping[str, Any]],
+    nvidia: Mapping[str, Any],
+    installed: Sequence[str],
+    settings: Mapping[str, Any],
+    *,
+    spec: Optional[Mapping[str, Any]] = None,
+    links: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """``gpufleet_runtime``: ``engines`` (one entry per registered engine, and podman when installed),
+    ``cdi_spec`` (``path``, ``driver_version``, ``devices``) and ``dev_char_links`` (a count)."""
+    nvidia = nvidia or {}
+    spec = spec or {}
+    engines: Dict[str, Any] = {}
+    for result in results or []:
+        engines[result["item"]] = engine_record(result, settings, nvidia)
+    spec_path = settings.get("cdi_spec_path")
+    if "podman" in (installed or []):
+        engines["podman"] = {
+            "registered": False,
+            "default": False,
+            "cdi": bool(settings.get("driver")),
+            "config_path": None,
+            "version": ((nvidia.get("engines") or {}).get("podman") or {}).get("version"),
+            "changed": False,
+            "message": f"uses the CDI spec {spec_path} (--device nvidia.com/gpu=...)",
+        }
+    return {
+        "engines": engines,
+        "cdi_spec": {
+            "path": spec_path,
+            "driver_version": spec.get("driver_version"),
+            "devices": list(spec.get("devices") or []),
+        },
+        "dev_char_links": _links(links, nvidia),
+    }
+
+
+def _links(links: Optional[Mapping[str, Any]], nvidia: Mapping[str, Any]) -> int:
+    """How many /dev/char links there are: what the link program reported, else the device nodes known."""
+    stdout = (links or {}).get("stdout")
+    if stdout is not None:
+        return int(json.loads(stdout)["links"])
+    nodes: List[Any] = list(nvidia.get("device_nodes") or [])
+    return len(nodes)

@@ -1,0 +1,103 @@
+"""base.fileio: the one atomic writer and the one plain reader of host files."""
+
+import ast
+import inspect
+import os
+import stat
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import fileio
+
+
+def test_read_text(tmp_path):
+    path = tmp_path / "f"
+    assert fileio.read_text(str(path)) is None
+    path.write_text("caf\u00e9\n", encoding="utf-8")
+    assert fileio.read_text(str(path)) == "caf\u00e9\n"
+
+
+def test_read_text_errors(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\xff\xfe ok")
+    with pytest.raises(UnicodeDecodeError):
+        fileio.read_text(str(bad))
+    assert fileio.read_text(str(bad), tolerant=True) is None
+    assert fileio.read_text(str(bad), errors="replace").endswith(" ok")
+    with pytest.raises(IsADirectoryError):
+        fileio.read_text(str(tmp_path))
+    assert fileio.read_text(str(tmp_path), tolerant=True) is None
+
+
+def test_atomic_write_new_file(tmp_path):
+    path = tmp_path / "new.json"
+    fileio.atomic_write(str(path), "{}\n")
+    assert path.read_text() == "{}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    fileio.atomic_write(str(tmp_path / "b"), b"\x00\x01", 0o600)
+    assert (tmp_path / "b").read_bytes() == b"\x00\x01" and stat.S_IMODE((tmp_path / "b").stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["b", "new.json"]  # no temporary file left
+
+
+def test_atomic_write_keeps_mode_of_existing(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_text("old")
+    path.chmod(0o640)
+    inode = path.stat().st_ino
+    fileio.atomic_write(str(path), "new")
+    assert path.read_text() == "new"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert path.stat().st_ino != inode  # replaced by a rename, not rewritten in place
+    fileio.atomic_write(str(path), "newer", 0o755)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+
+
+def test_atomic_write_makedirs(tmp_path):
+    path = tmp_path / "a" / "b" / "c.toml"
+    with pytest.raises(FileNotFoundError):
+        fileio.atomic_write(str(path), "x")
+    fileio.atomic_write(str(path), "x", makedirs=True)
+    assert path.read_text() == "x"
+
+
+def test_atomic_write_failure_leaves_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("old")
+
+    def refuse(tmp):
+        assert os.path.dirname(tmp) == str(tmp_path) and fileio.read_text(tmp) == "new"
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError):
+        fileio.atomic_write(str(path), "new", prepare=refuse)
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["config.toml"]
+
+
+def test_atomic_write_does_not_follow_a_planted_temporary(tmp_path, monkeypatch):
+    """A name that exists (a planted link) is skipped, never opened through."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    names = iter([b"\x00\x00\x00\x00", b"\x00\x00\x00\x01"])
+    monkeypatch.setattr(fileio.os, "urandom", lambda n: next(names))
+    os.symlink(str(victim), str(tmp_path / f".f.gpufleet-{os.getpid()}-00000000"))
+    fileio.atomic_write(str(tmp_path / "f"), "data")
+    assert victim.read_text() == "keep" and (tmp_path / "f").read_text() == "data"
+
+
+def test_backup(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_text("admin's")
+    path.chmod(0o600)
+    os.utime(str(path), (1000000000, 1000000000))
+    copy = fileio.backup(str(path))
+    assert os.path.dirname(copy) == str(tmp_path) and copy.startswith(f"{path}.{os.getpid()}.") and copy.endswith("~")
+    assert fileio.read_text(copy) == "admin's"
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600 and os.stat(copy).st_mtime == 1000000000
+
+
+def test_imports_only_os():
+    """The runtime shim writes config.json through it on every GPU container start."""
+    tree = ast.parse(inspect.getsource(fileio))
+    top = {a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert top == {"annotations", "os"}  # typing only under ``if False``

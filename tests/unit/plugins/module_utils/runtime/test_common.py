@@ -1,0 +1,33 @@
+"""runtime/common: the one CDI-by-version rule of the module, the role and the validate filter."""
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "reads"),
+    [
+        ("docker", "20.10.24+dfsg1", False),
+        ("docker", "25.0.0", True),
+        ("docker", "26.1.5+dfsg1", True),
+        ("containerd", "1.6.20~ds1", False),
+        ("containerd", "1.7.24~ds1", True),  # read as "1" by the role's former Jinja parse: CDI stayed off
+        ("containerd", "2.1.9", True),
+        ("containerd", "1:1.7.24", True),  # a package epoch
+        ("crio", "1.22.5", False),
+        ("crio", "1.30.4", True),
+        ("podman", None, True),
+        ("docker", None, False),  # unknown: no CDI
+        ("docker", "", False),
+        ("runsc", "1.0.0", False),
+    ],
+)
+def test_reads_cdi_one_rule_for_module_role_and_validate(engine, version, reads):
+    assert reads_cdi(engine, version) is reads
+    if engine in ("docker", "containerd") and version:  # the editors warn exactly where it is False
+        warn = (dock if engine == "docker" else ctd).cdi_warning(parse_version(version.split(":")[-1]))
+        assert (warn is None) is reads

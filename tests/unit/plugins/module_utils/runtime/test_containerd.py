@@ -1,0 +1,175 @@
+"""The containerd config editor (runtime/containerd.py): config v1/v2/v3, main file or drop-in.
+
+Every case also checks that a second run changes nothing and, where present added everything it touched,
+that ``absent`` gives back the input byte for byte.
+"""
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import SHIM
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import golden as _golden
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import read_fixture as _read
+
+# ---- containerd ------------------------------------------------------------------------------------------
+V16, V17, V21 = (1, 6, 20), (1, 7, 24), (2, 1, 1)
+# case, engine version, absent-after-present gives back the input
+CONTAINERD_MAIN = [
+    ("empty-v2", V16, True),
+    ("empty-v3", V21, True),
+    ("default-1.6", V16, True),
+    ("kubespray-v2", V17, True),
+    ("v1-legacy", V16, True),
+    ("v3-systemd", V21, True),
+    ("k3s-v2", V17, True),
+    ("existing-nvidia", V17, False),
+]
+
+
+@pytest.mark.parametrize(("case", "version", "roundtrip"), CONTAINERD_MAIN)
+def test_containerd_main_file(case, version, roundtrip):
+    src = _read("containerd", f"{case}.input.toml")
+    kw = {"empty_version": ctd.default_version(version), "cdi": True}
+    edit = ctd.present_main(src, SHIM, set_as_default=True, **kw)
+    assert edit.changed
+    _golden(edit.text, "containerd", f"{case}.main.expected.toml")
+    again = ctd.present_main(edit.text, SHIM, set_as_default=True, **kw)
+    assert again.changes == []
+    assert again.text == edit.text
+    back = ctd.absent_main(edit.text, SHIM, **kw)
+    assert back.changed
+    if roundtrip:
+        assert back.text == src
+
+
+def test_containerd_copies_systemd_cgroup_from_the_default_runtime():
+    edit = ctd.present_main(_read("containerd", "v3-systemd.input.toml"), SHIM, empty_version=3)
+    assert '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]' in edit.text
+    nvidia = edit.text.split("runtimes.nvidia.options]", 1)[1]
+    assert "SystemdCgroup = true" in nvidia
+    assert f'BinaryName = "{SHIM}"' in nvidia
+
+
+def test_containerd_existing_nvidia_gets_our_binary_and_keeps_the_rest():
+    edit = ctd.present_main(_read("containerd", "existing-nvidia.input.toml"), SHIM)
+    assert f'BinaryName = "{SHIM}"' in edit.text
+    assert "/usr/bin/nvidia-container-runtime" not in edit.text
+    assert "privileged_without_host_devices = false" in edit.text
+    assert any("SystemdCgroup" in c for c in edit.changes)  # follows runc's
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("", 2), ("  \n", 2), ("root = '/x'\n", 1), ("version = 2\n", 2), ("version = 3\n", 3)],
+)
+def test_containerd_version_detection(text, version):
+    assert ctd.detect_version(text, empty_version=2) == version
+
+
+def test_containerd_empty_file_is_v3_on_containerd_2():
+    assert ctd.default_version((2, 0, 0)) == 3
+    assert ctd.default_version((1, 7, 0)) == 2
+    assert ctd.default_version(None) == 2
+    assert ctd.whole_table_needed((2, 0, 4)) and not ctd.whole_table_needed((2, 1, 0))
+
+
+# case, engine version, other imported files, absent gives back the main file
+CONTAINERD_DROP_IN = [
+    ("empty-v2", V16, [], True),
+    ("kubespray-v2", V17, [], True),
+    ("imports-list", V16, [], True),
+    ("gpu-operator-imports", V17, ["99-nvidia.gpu-operator.toml"], True),
+    ("v3-systemd", V21, [], True),
+    ("empty-v3", V21, [], True),
+]
+
+
+@pytest.mark.parametrize(("case", "version", "others", "roundtrip"), CONTAINERD_DROP_IN)
+def test_containerd_drop_in(case, version, others, roundtrip):
+    src = _read("containerd", f"{case}.input.toml")
+    imports = [(f"/etc/containerd/conf.d/{o}", _read("containerd", o)) for o in others]
+    kw = {
+        "empty_version": ctd.default_version(version),
+        "whole_table": ctd.whole_table_needed(version),
+        "imports": imports,
+        "set_as_default": True,
+        "cdi": True,
+    }
+    main, drop = ctd.present_drop_in(src, None, SHIM, **kw)
+    _golden(main.text, "containerd", f"{case}.dropin-main.expected.toml")
+    _golden(drop.text, "containerd", f"{case}.dropin.expected.toml")
+    assert ctd.is_ours(drop.text)
+    again_main, again_drop = ctd.present_drop_in(main.text, drop.text, SHIM, **kw)
+    assert not again_main.changed and not again_drop.changed
+    back_main, back_drop = ctd.absent_drop_in(main.text, drop.text, empty_version=kw["empty_version"])
+    assert back_drop.text is None
+    if roundtrip:
+        assert back_main.text == src
+
+
+def test_containerd_imports_are_appended_never_replaced():
+    src = _read("containerd", "imports-list.input.toml")
+    main, _drop = ctd.present_drop_in(src, None, SHIM)
+    assert '"/etc/containerd/mirrors.toml",' in main.text
+    assert main.text.index("mirrors.toml") < main.text.index("99-gpufleet-nvidia.toml")
+
+
+def test_containerd_glob_import_already_covers_the_drop_in():
+    main, drop = ctd.present_drop_in(_read("containerd", "gpu-operator-imports.input.toml"), None, SHIM)
+    assert not main.changed
+    assert drop.changed
+
+
+def test_containerd_whole_table_before_2_1_minimal_after():
+    src = _read("containerd", "kubespray-v2.input.toml")
+    _main, old = ctd.present_drop_in(src, None, SHIM, whole_table=True)
+    _main, new = ctd.present_drop_in(src, None, SHIM, whole_table=False)
+    assert 'sandbox_image = "registry.k8s.io/pause:3.9"' in old.text
+    assert "registry-1.docker.io" in old.text
+    assert "sandbox_image" not in new.text
+    # the runtime options still follow the default runtime's in both
+    for text in (old.text, new.text):
+        assert "SystemdCgroup = true" in text.split("runtimes.nvidia.options]", 1)[1]
+
+
+def test_containerd_refuses_a_foreign_drop_in():
+    with pytest.raises(RuntimeConfigError, match=r"not written by gpufleet\.nvidia"):
+        ctd.present_drop_in("", "# my own file\n", SHIM)
+    _main, drop = ctd.absent_drop_in("", "# my own file\n")
+    assert not drop.changed and drop.text == "# my own file\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "line", "words"),
+    [
+        ("bad-toml", 2, "not valid TOML"),
+        ("runtimes-string", 4, 'is "runc", a table is expected'),
+        ("bad-version", 1, "config versions 1, 2 and 3"),
+    ],
+)
+def test_containerd_refuses_what_it_cannot_edit(case, line, words):
+    src = _read("containerd", f"{case}.input.toml")
+    with pytest.raises(RuntimeConfigError) as err:
+        ctd.present_main(src, SHIM, path="/etc/containerd/config.toml")
+    assert err.value.line == line, str(err.value)
+    assert words in str(err.value)
+    assert err.value.path == "/etc/containerd/config.toml"
+
+
+@pytest.mark.parametrize(
+    "version, warns",
+    [
+        ((1, 6, 20), True),
+        ((1, 6, 99), True),
+        ((1, 7, 0), False),
+        ((1, 7, 24), False),
+        ((2, 1, 9), False),
+        (None, False),
+    ],
+)
+def test_containerd_cdi_warning_below_1_7(version, warns):
+    warning = ctd.cdi_warning(version)
+    assert bool(warning) is warns
+    if warns:
+        assert "enable_cdi" in warning and "1.7" in warning

@@ -1,0 +1,39 @@
+"""The CRI-O config editor (runtime/crio.py): drop-in or main file, monitor settings.
+
+Every case also checks that a second run changes nothing and, where present added everything it touched,
+that ``absent`` gives back the input byte for byte.
+"""
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import crio
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import SHIM
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import golden as _golden
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import read_fixture as _read
+
+
+# ---- CRI-O -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["crun-monitor", "runc-default", "empty"])
+def test_crio_drop_in(case):
+    src = _read("crio", f"{case}.input.conf")
+    edit = crio.present_drop_in(None, SHIM, set_as_default=True, configs=[("/etc/crio/crio.conf", src)])
+    _golden(edit.text, "crio", f"{case}.dropin.expected.conf")
+    again = crio.present_drop_in(edit.text, SHIM, set_as_default=True, configs=[("/etc/crio/crio.conf", src)])
+    assert not again.changed
+    assert crio.absent_drop_in(edit.text).text is None
+
+
+@pytest.mark.parametrize("case", ["crun-monitor", "runc-default"])
+def test_crio_main_file_roundtrip(case):
+    src = _read("crio", f"{case}.input.conf")
+    edit = crio.present_main(src, SHIM, set_as_default=True)
+    _golden(edit.text, "crio", f"{case}.main.expected.conf")
+    assert not crio.present_main(edit.text, SHIM, set_as_default=True).changed
+    assert crio.absent_main(edit.text, SHIM).text == src
+
+
+def test_crio_monitor_settings_follow_the_default_runtime_across_drop_ins():
+    base = _read("crio", "crun-monitor.input.conf")
+    later = '[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\nmonitor_cgroup = "pod"\n'
+    monitor = dict(crio.monitor_settings([("/etc/crio/crio.conf", base), ("/etc/crio/crio.conf.d/10.conf", later)]))
+    assert monitor == {"monitor_path": "/usr/libexec/crio/conmon", "monitor_cgroup": "pod"}
