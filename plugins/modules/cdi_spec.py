@@ -157,15 +157,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import read_text
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import NoGpuError, generate
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     DEFAULT_INDEX_PATH,
     HOOK_PATH,
 )
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import (
-    NoGpuError,
-    generate,
-    write_text,
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
 
 
 def main():
