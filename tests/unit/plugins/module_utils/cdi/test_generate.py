@@ -1,5 +1,6 @@
 """cdi.generate: the spec stamp, and one rendering from cdi_spec's options over Debian's 535 userspace."""
 
+import json
 import os
 
 import pytest
@@ -38,6 +39,7 @@ def test_generate_stamps_the_spec_and_points_the_index_at_it(options, debian_dri
     assert version == debian_driver_tree[1] and _generate.spec_stamp(spec_text) == version
     assert spec_text.startswith("# " + _generate.HEADER) and spec["devices"]
     assert index["spec"] == "/etc/cdi/nvidia.yaml" and index["driverVersion"] == version
+    assert json.loads(index_text) == index
     assert _generate.generate(options)[2] == spec_text  # byte-stable
 
 
