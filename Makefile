@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 sanity ansible-lint integration build-check molecule demo build changelog clean
+.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration build-check molecule demo build changelog clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -27,7 +27,7 @@ lock: ## re-resolve requirements/*.in into the pinned lock files (needs the netw
 	@tests/tools/lock.sh
 
 test: setup ## the whole test suite, in order, stopping at the first failure
-	@$(MAKE) --no-print-directory lint unit unit-py38 sanity ansible-lint integration build-check molecule
+	@$(MAKE) --no-print-directory lint unit unit-py38 controller sanity ansible-lint integration build-check molecule
 	@echo "==> make test: every step passed"
 
 lint: ## ruff over every Python file, and the changelog fragments
@@ -35,7 +35,7 @@ lint: ## ruff over every Python file, and the changelog fragments
 	@$(call run,ruff format --check .)
 	@$(call run,antsibull-changelog lint)
 
-unit: ## pytest over tests/unit (fails when nothing is collected)
+unit: ## pytest over tests/unit: modules, module_utils, the simulated fleet (no controller code in the process)
 	@$(call run,python -m pytest -q -p no:cacheprovider tests/unit)
 
 unit-py38: ## the stdlib-only module_utils tests under the oldest target Python (3.8)
@@ -44,6 +44,9 @@ unit-py38: ## the stdlib-only module_utils tests under the oldest target Python 
 	elif [ -x .venv-py38/bin/python ]; then \
 	  $(call run,.venv-py38/bin/python -m pytest -q -p no:cacheprovider -m "not controller" tests/unit/plugins/module_utils); \
 	else echo "==> unit-py38: skipped, no Python 3.8 on this machine"; fi
+
+controller: ## pytest over tests/controller: filters, plugin_utils, roles and playbooks run by ansible-playbook on localhost
+	@$(call run,python -m pytest -q -p no:cacheprovider tests/controller)
 
 sanity: ## ansible-test sanity on the working tree, no ignore file
 	@cd $(COLLECTION_DIR) && export ANSIBLE_TEST_CONTENT_ROOT=$(COLLECTION_DIR) && \

@@ -1,7 +1,7 @@
 """The driver role on simulated Debian bookworm nodes, for real: Debian's non-free 535 userspace goes
 in and out with apt, the role sees it is in a container (no kernel module) and says so, repeats and
 check mode change nothing, and a node with no GPU is never touched. The Ubuntu and RHEL paths run only
-as unit tests (tests/unit/plugins/plugin_utils/test_driver_plan.py)."""
+as unit tests (tests/controller/plugins/plugin_utils/test_driver_plan.py)."""
 
 from __future__ import annotations
 

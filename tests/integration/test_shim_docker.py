@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _load_unit_conftest():
-    """tests/unit/conftest.py under its own name: it makes the collection importable and has the driver tree."""
+    """tests/unit/conftest.py under its own name, for its driver tree (the collection: tests/conftest.py)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(

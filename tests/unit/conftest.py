@@ -1,27 +1,32 @@
-"""Makes the working tree importable as ``ansible_collections.gpufleet.nvidia``.
+"""Unit tests of the code that runs on the targets: modules, module_utils (and the simulated fleet's pieces).
 
-``make setup`` links the repository in as ``.cache/collections/ansible_collections/gpufleet/nvidia``;
-putting ``.cache/collections`` first on ``sys.path`` lets the tests import the working tree's code
-exactly as ansible-core will, with no copy anywhere.
+The collection is made importable by tests/conftest.py. Nothing here imports controller code
+(``ansible.errors``, ``ansible.template``, a filter plugin...): importing it switches ansible-core into its
+controller mode for the whole process, and then ``module.warn()`` goes to the controller's display instead
+of the module's result. ansible-test runs module and module_utils unit tests apart from controller code for
+the same reason; here the controller-side tests live in tests/controller and run in their own pytest
+process (``make controller``).
 """
 
 import os
 import sys
 
+import pytest
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO_ROOT, ".cache", "collections")
-_LINK = os.path.join(COLLECTIONS, "ansible_collections", "gpufleet", "nvidia")
-
-if not os.path.isdir(_LINK):
-    os.makedirs(os.path.dirname(_LINK), exist_ok=True)
-    os.symlink(os.path.join("..", "..", "..", ".."), _LINK)
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
-
-
-import pytest  # noqa: E402
-
 DEBIAN_TREE = os.path.join(REPO_ROOT, ".cache", "debian-nvidia", "root")
+# What importing controller code loads first (ansible-core sets its controller mode there).
+_CONTROLLER_PACKAGE = "ansible._internal"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a run that mixes these tests with controller code: the module tests would not see a target."""
+    if _CONTROLLER_PACKAGE in sys.modules and any("tests/unit/" in item.nodeid for item in session.items):
+        raise pytest.UsageError(
+            "controller code was imported alongside tests/unit (a tests/controller test, or a unit test importing "
+            "ansible.errors, ansible.template or a plugin): ansible-core then runs modules in controller mode. "
+            "Run tests/unit and tests/controller as separate pytest processes (make unit; make controller)."
+        )
 
 
 @pytest.fixture(scope="session")

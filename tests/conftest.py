@@ -1,0 +1,20 @@
+"""Makes the working tree importable as ``ansible_collections.gpufleet.nvidia``, for every test folder.
+
+``make setup`` links the repository in as ``.cache/collections/ansible_collections/gpufleet/nvidia``;
+putting ``.cache/collections`` first on ``sys.path`` lets the tests import the working tree's code
+exactly as ansible-core will, with no copy anywhere. tests/unit, tests/controller and tests/integration
+all sit under this file, so they share the one setup.
+"""
+
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLLECTIONS = os.path.join(REPO_ROOT, ".cache", "collections")
+_LINK = os.path.join(COLLECTIONS, "ansible_collections", "gpufleet", "nvidia")
+
+if not os.path.isdir(_LINK):
+    os.makedirs(os.path.dirname(_LINK), exist_ok=True)
+    os.symlink(os.path.join("..", "..", "..", ".."), _LINK)
+if COLLECTIONS not in sys.path:
+    sys.path.insert(0, COLLECTIONS)
