@@ -64,7 +64,7 @@ build-check: ## build the collection tarball, install it into an empty folder, l
 molecule: ## every molecule scenario, when a Docker engine answers
 	@tests/tools/molecule.sh
 
-bench: setup .venv-bench/.installed ## issue 10's timings on the simulated fleet (not in make test): bench/results/<date>.{json,md,png}
+bench: setup .venv-bench/.installed ## start-path, discovery and fleet timings on the simulated fleet (not in make test): bench/results/<date>.{json,md,png}
 	@$(call run,python bench/bench.py)
 
 .venv-bench/.installed: requirements/bench.txt

@@ -1,4 +1,4 @@
-"""``make bench`` (issue 10): timings on the simulated fleet, each paired with a baseline from the same run.
+"""``make bench``: timings on the simulated fleet, each paired with a baseline from the same run.
 
 Writes ``bench/results/<date>.json``, ``<date>.md`` (a table) and ``<date>.png`` (a plot, with
 ``.venv-bench``'s matplotlib). Every figure is the median of interleaved rounds (variant A, its baseline,
@@ -11,8 +11,7 @@ the targets are reported as met or missed.
 * discovery: ``ansible -m gpufleet.nvidia.gpu_facts`` vs ``ansible -m ansible.builtin.ping`` on one node;
   the pure ``discover()`` scan for 1, 8 and 16 GPUs (NVML stub) vs the same scan without NVML;
 * CDI generation (``gather`` + ``build_spec`` + ``render``) for Debian's 535 tree vs ``gather`` alone;
-* fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes (skipped, with a
-  message, while ``playbooks/site.yml`` does not exist).
+* fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes.
 
 Environment: ``GPUFLEET_BENCH_PREFIX`` (fleet prefix, default ``gfbench<pid>``), ``GPUFLEET_BENCH_ROUNDS``
 (default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,fleet),
@@ -380,14 +379,10 @@ def cdi_rows(rounds):
 
 
 # --------------------------------------------------------------------------------------------------
-# Fleet: site.yml (issue 8). HOOK: runs once playbooks/site.yml exists; skips with a message until then.
+# Fleet: site.yml, first run and no-change rerun.
 
 
 def fleet_rows(prefix, rounds):
-    if not os.path.exists(SITE):
-        msg = "skipped: playbooks/site.yml does not exist yet (issue 8); rerun make bench once it lands"
-        log("fleet: " + msg)
-        return [{"name": "fleet: site.yml first run / rerun (1, 2, 3 GPU nodes)", "skipped": msg}]
     rows, firsts = [], {}
     for count in (1, 2, 3):
         config = os.path.join(tempfile.mkdtemp(), "fleet.yml")
@@ -544,7 +539,8 @@ def main():
     result["notes"].append("bench process CPU %.1f s" % (self_usage.ru_utime + self_usage.ru_stime))
     for row in rows:
         if met(row) is False:
-            result["notes"].append("target missed: %s (see the issue 10 report for where the time goes)" % row["name"])
+            where = "the runc + mounts/devices rows show where the time goes"
+            result["notes"].append(f"target missed: {row['name']} ({where})")
     out = os.path.join(HERE, "results")
     os.makedirs(out, exist_ok=True)
     base = os.path.join(out, date)

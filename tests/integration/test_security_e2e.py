@@ -1,4 +1,4 @@
-"""Issue 17 end to end: crafted images must not make the start path write outside the container, or hang it.
+"""Crafted images, through real engines, must not make the start path write outside the container, or hang it.
 
 The host's ``ldconfig``, run by the CDI hook or (after the shim's inline path) by runc, runs as root before
 ``pivot_root`` with the container's procfs mounted at ``<rootfs>/proc``; ``ldconfig -r``'s chroot is no

@@ -12,7 +12,6 @@ for tool in debootstrap gcc; do
   command -v "$tool" >/dev/null || { echo "integration: $tool is needed to build the simulated nodes" >&2; exit 1; }
 done
 start=$SECONDS
-# Benchmarks (-m bench) measure; they run under `make bench`, never here.
-echo "==> python -m pytest -q -p no:cacheprovider -m 'integration and not bench' tests/integration"
-python -m pytest -q -p no:cacheprovider -m "integration and not bench" --durations=10 tests/integration
+echo "==> python -m pytest -q -p no:cacheprovider -m integration tests/integration"
+python -m pytest -q -p no:cacheprovider -m integration --durations=10 tests/integration
 echo "==> integration: passed in $((SECONDS - start))s"

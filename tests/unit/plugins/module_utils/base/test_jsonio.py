@@ -1,4 +1,4 @@
-"""_jsonio: the host programs' json without ``import json`` (the start-path cost of issue 10)."""
+"""_jsonio: the host programs' json without ``import json`` (its import is paid on every GPU start)."""
 
 import json
 import os

@@ -121,7 +121,7 @@ def test_rejects_string_offset_out_of_range():
         parse_ld_so_cache(bytes(data))
 
 
-# ---------------------------------------------------------------- writing (issue 17: no ldconfig on the host)
+# ---------------------------------------------------------------- writing (ldconfig never runs: images could aim it)
 
 import os  # noqa: E402
 import shutil  # noqa: E402

@@ -114,7 +114,7 @@ def test_spec_from_the_debian_tree(debian):
     assert hook["hookName"] == "createContainer"
     assert hook["path"] == "/usr/local/bin/gpufleet-cdi-hook"
     assert hook["env"] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
-    assert hook["timeout"] == 10  # every hook entry carries a timeout (issue 17)
+    assert hook["timeout"] == 10  # every hook has a timeout: a hook stuck on the image must not hang the start
     args = hook["args"]
     assert args[:4] == ["gpufleet-cdi-hook", "apply", "--folder", LIB] and "--ldconfig" not in args
     libraries = [args[i + 1] for i, a in enumerate(args) if a == "--library"]

@@ -295,7 +295,7 @@ def test_nvml_unavailable():
 
 @pytest.mark.parametrize("count", [8, 16])
 def test_scan_many_gpus(tmp_path, nvml_stub, stub_gpus, count):
-    """Every GPU of a big host, through NVML and without it. Its timing (issue 10's < 50 ms for 16 GPUs)
+    """Every GPU of a big host, through NVML and without it. Its timing (the target: < 50 ms for 16 GPUs)
     is measured by ``make bench`` (bench/bench.py), never asserted here."""
     stub_gpus(count=count)
     tree = gpu_host(tmp_path, count, stub=nvml_stub)

@@ -1,5 +1,5 @@
 """gpufleet-cdi-hook on crafted container roots: it works, it never writes outside the root, never runs or
-loads anything, never blocks on the image (issue 17).
+loads anything, never blocks on the image (a crafted image must not reach the host).
 
 Real files in tmp dirs, the hook run as installed (launcher + flat package) with the OCI state on stdin, as
 runc runs it. The attack classes run with a real procfs mounted at ``<root>/proc`` in a private mount

@@ -393,7 +393,7 @@ def test_explicit_major_minor_in_the_edit_is_used():
     assert _allowed(doc) == [("c", 1, 2)]
 
 
-# ---------------------------------------------------------------- hostile config.json (issue 17): fuzzed
+# ---------------------------------------------------------------- hostile config.json (crafted bundles): fuzzed
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
