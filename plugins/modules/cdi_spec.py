@@ -162,6 +162,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     DEFAULT_INDEX_PATH,
     HOOK_PATH,
 )
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discovered_gpus
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
 
 
@@ -208,7 +209,7 @@ def main():
         module.exit_json(**result)
 
     try:
-        version, spec, spec_text, index, index_text = generate(p)
+        version, spec, spec_text, index, index_text = generate(p, discovered_gpus)
     except NoGpuError as exc:
         module.fail_json(msg=str(exc), **result)
     except (ValueError, KeyError, TypeError, CapabilityError) as exc:

@@ -3,16 +3,17 @@
 """One rendering of the CDI spec and the shim's index from ``cdi_spec``'s options, and the stamp it leaves.
 
 The ``cdi_spec`` module and the boot-time ``gpufleet-cdi-refresh`` program both call ``generate``, so Ansible
-and boot write the same bytes for the same host. The spec carries the driver version it was made for in its
-annotation ``gpufleet.nvidia/driver-version``; ``spec_stamp`` reads it back from the rendered text.
+and boot write the same bytes for the same host. GPUs not given are asked of ``find_gpus``: both pass
+``discovery.discover.discovered_gpus``, handed in rather than imported because discovery is the layer above
+``cdi/``. The spec carries the driver version it was made for in its annotation
+``gpufleet.nvidia/driver-version``; ``spec_stamp`` reads it back from the rendered text.
 
 Standard library only (target Pythons 3.8+).
 """
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ..base.pathsafe import host_path
 from .spec import (
     DEFAULT_INDEX_PATH,
     DRIVER_VERSION_ANNOTATION,
@@ -40,6 +41,8 @@ DEFAULTS: Dict[str, Any] = {
     "driver_version": None,
     "cuda_version": None,
 }
+# ``(root, driver_root) -> GPUs (dicts with index and minor) or None``: who knows the GPUs when none are given.
+GpuFinder = Callable[[str, str], Optional[List[Dict[str, Any]]]]
 _STAMP = re.compile(rf'^\s*"?{re.escape(DRIVER_VERSION_ANNOTATION)}"?\s*:\s*"?([0-9][0-9.]*)"?\s*,?\s*$', re.M)
 
 
@@ -62,28 +65,21 @@ def options_with_defaults(options: Optional[Mapping[str, Any]]) -> Dict[str, Any
     return merged
 
 
-def discovered_gpus(root: str, driver_root: str) -> Optional[List[Dict[str, Any]]]:
-    """GPUs with a device minor from gpu_facts' discovery, or None (then the device nodes decide)."""
-    from ..discovery.discover import discover  # noqa: PLC0415  # heavy; only when no GPUs are given
-
-    try:
-        facts = discover(root=root, driver_root=host_path(root, driver_root))
-    except Exception:  # discovery is a convenience here; the node scan is the fallback
-        return None
-    gpus = [g for g in facts.get("gpus") or () if g.get("minor") is not None and g.get("index") is not None]
-    return gpus or None
-
-
-def generate(options: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, Any], str, Dict[str, Any], str]:
+def generate(
+    options: Optional[Mapping[str, Any]], find_gpus: Optional[GpuFinder] = None
+) -> Tuple[str, Dict[str, Any], str, Dict[str, Any], str]:
     """Render the spec and the index from ``options`` (``cdi_spec``'s parameters).
+
+    GPUs: ``options["gpus"]``, else what ``find_gpus(root, driver_root)`` returns, else (None) one per
+    ``/dev/nvidia<N>`` node under the dev root.
 
     Returns ``(driver_version, spec, spec_text, index, index_text)``; raises ``NoGpuError``, or
     ``ValueError``/``KeyError``/``TypeError``/``CapabilityError`` for what cannot be built.
     """
     p = options_with_defaults(options)
     gpus = p["gpus"]
-    if gpus is None:
-        gpus = discovered_gpus(p["root"], p["driver_root"])
+    if gpus is None and find_gpus is not None:
+        gpus = find_gpus(p["root"], p["driver_root"])
     version, inputs = gather(
         p["root"],
         p["driver_root"],

@@ -20,6 +20,7 @@ no sanity ignore file; a caller outside Ansible passes its own runner.
 """
 
 import os
+from typing import Any, Dict, List, Optional
 
 from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import scan_device_nodes
@@ -347,3 +348,17 @@ def sources_explicit(sources):
     if isinstance(sources, str):
         sources = [s.strip() for s in sources.split(",")]
     return bool(sources) and "auto" not in sources
+
+
+def discovered_gpus(root: str = "/", driver_root: str = "/") -> Optional[List[Dict[str, Any]]]:
+    """The GPUs discovery finds with an index and a device minor (what a CDI spec needs), or None.
+
+    ``driver_root`` is in host terms, read under ``root``. For the CDI spec's callers discovery is a
+    convenience: any failure gives None, and the spec falls back to the ``/dev/nvidia<N>`` nodes.
+    """
+    try:
+        facts = discover(root=root, driver_root=host_path(root, driver_root))
+    except Exception:
+        return None
+    gpus = [g for g in facts.get("gpus") or () if g.get("minor") is not None and g.get("index") is not None]
+    return gpus or None

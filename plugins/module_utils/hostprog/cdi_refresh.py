@@ -68,7 +68,9 @@ def refresh(options: Optional[Mapping[str, Any]], force: bool = False, dry_run: 
     if not wanted:
         return report
     # GPUs come from the configuration when it pins them (the role does not: discovery decides at boot).
-    version, _spec, spec_text, _index, index_text = generate(dict(p, driver_version=installed))
+    from ..discovery.discover import discovered_gpus  # noqa: PLC0415  # heavy; only when the spec is rendered
+
+    version, _spec, spec_text, _index, index_text = generate(dict(p, driver_version=installed), discovered_gpus)
     report["changed"] = True
     report["installed"] = version
     if not dry_run:
