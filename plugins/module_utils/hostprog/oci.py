@@ -61,6 +61,10 @@ _CONSTRAINT = r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$"
 class RequestError(ValueError):
     """A GPU request that cannot be satisfied; the message is the one line the container start fails with."""
 
+    def __str__(self) -> str:
+        # Names in the message come from the container's config.json: a line break in one must not split it.
+        return " ".join(super().__str__().splitlines())
+
 
 def env_dict(env):
     """``process.env`` (a list of ``KEY=value``) -> dict; the last occurrence of a key wins."""

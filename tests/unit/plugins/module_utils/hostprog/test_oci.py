@@ -416,6 +416,13 @@ _shaped = st.recursive(
 _INDEX = {"devices": {"0": {"deviceNodes": [{"path": "/dev/null", "major": 1, "minor": 3}]}}, "capabilities": []}
 
 
+def test_a_request_error_stays_one_line_when_a_name_in_the_config_has_a_line_break():
+    for config, name in (({"hooks": {"pre\nstart": {}}}, "pre start"), ({"annotations": {"a\nb": 5}}, "a b")):
+        with pytest.raises(_oci.RequestError) as info:
+            _oci.check_config(config)
+        assert "\n" not in str(info.value) and name in str(info.value)
+
+
 @settings(max_examples=400, deadline=None)
 @given(_shaped, st.booleans(), st.booleans())
 def test_any_config_is_checked_or_a_request_error(config, envvar, mounts):
