@@ -1,4 +1,4 @@
-"""The fleet report's filters (plugins/filter/fleet_report.py) on hand-made hostvars (tests/unit/plugins/conftest.py):
+"""The fleet report's filters (plugins/filter/fleet_report.py) on the hand-made hostvars of ../conftest.py:
 registration, errors as AnsibleFilterError, the renderings byte for byte and their escaping."""
 
 import json
@@ -40,7 +40,7 @@ def test_filters_registered():
 
 @pytest.mark.parametrize("ext", ["md", "html", "json"])
 def test_renderings_match_the_golden_files(model, edge_model, fleet, ext):
-    """tests/unit/plugins/plugin_utils/fixtures/report/: the renderings before the templates, byte for byte."""
+    """tests/controller/plugins/plugin_utils/fixtures/report/: the renderings before the templates, byte for byte."""
     assert RENDER[ext](model) == (fleet.GOLDEN / f"fleet.{ext}").read_text(encoding="utf-8")
     assert RENDER[ext](edge_model) == (fleet.GOLDEN / f"edge.{ext}").read_text(encoding="utf-8")
 

@@ -1,4 +1,4 @@
-"""The fleet report's model (plugins/plugin_utils/report.py) on hand-made hostvars (tests/unit/plugins/conftest.py)."""
+"""The fleet report's model (plugins/plugin_utils/report.py) on the hand-made hostvars of ../conftest.py."""
 
 import json
 
