@@ -8,7 +8,7 @@
 
 The table sits between ``<!-- role_docs:begin -->`` and ``<!-- role_docs:end -->`` in ``roles/<role>/README.md``;
 the specs stay the one place a variable's type, default and meaning are written (``ansible-doc -t role`` reads
-them too), and ``defaults/main.yml`` is tested against them (tests/unit/roles/test_role_docs.py).
+them too), and ``defaults/main.yml`` is tested against them (tests/controller/roles/test_argument_specs.py).
 """
 
 from __future__ import annotations
