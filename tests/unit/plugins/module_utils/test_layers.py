@@ -50,7 +50,7 @@ def _imported_packages(package, path):
 
 
 def test_every_subpackage_has_a_layer():
-    packages = {p for p, _ in _modules()}
+    packages = {package for package, _path in _modules()}
     assert packages == set(ALLOWED), "a new subpackage needs its place in ALLOWED and in docs/architecture.md"
     assert not [n for n in os.listdir(MODULE_UTILS) if n.endswith(".py")], "module_utils holds subpackages only"
 
