@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .common import CDI_MIN_VERSIONS, older_than
+
 try:
     import tomllib as _tomllib
 except ImportError:  # Python < 3.11
@@ -84,6 +86,8 @@ class Engine:
     config_format = "toml"
     # An empty main file means the built-in defaults, as a missing one does: an edit that empties it deletes it.
     empty_main_is_default = False
+    # What ``cdi=true`` does on a version too old to read CDI specs (``{shown}``: that version); None: nothing to say.
+    cdi_ignored: str | None = None
 
     def parse(self, text: str) -> dict[str, Any]:
         """A config file's text as plain data; raises ``ValueError`` (or the TOML parser's error)."""
@@ -118,8 +122,11 @@ class Engine:
         return None
 
     def cdi_warning(self, version: Version) -> str | None:
-        """The warning for ``cdi=true`` on a version that ignores it, else None."""
-        return None
+        """The warning for ``cdi=true`` on a version older than ``CDI_MIN_VERSIONS`` says reads CDI (``cdi_ignored``,
+        with ``{shown}`` for the version), else None; an unknown version gives no warning."""
+        minimum = CDI_MIN_VERSIONS.get(self.name)
+        shown = older_than(version, minimum) if self.cdi_ignored and minimum else None
+        return self.cdi_ignored.format(shown=shown) if shown and self.cdi_ignored else None
 
     def target(self, config_path: str, drop_in: str | None) -> str:
         """The file that holds the runtime's registration: the drop-in when there is one, else the main file."""

@@ -41,35 +41,18 @@ import os
 from typing import Any, Callable, Sequence
 
 from . import toml as t
-from .base import Planned, Version
+from .base import Planned
 from .common import (
-    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     MANAGED_MARKER,
     Edit,
     RuntimeConfigError,
-    older_than,
 )
 from .facts import CONTAINERD_DROP_IN as DEFAULT_DROP_IN
 from .facts import CONTAINERD_PATH as DEFAULT_PATH
 from .facts import CRI_PLUGIN, ContainerdFacts, default_version, effective_cri, whole_table_needed
 
 RUNTIME_TYPE = "io.containerd.runc.v2"
-
-
-CDI_MIN_VERSION = CDI_MIN_VERSIONS["containerd"]
-
-
-def cdi_warning(engine_version: tuple[int, int, int] | None) -> str | None:
-    """A warning for ``cdi=true`` on a containerd that ignores ``enable_cdi`` (before 1.7), else ``None``.
-    An unknown version gives no warning."""
-    shown = older_than(engine_version, CDI_MIN_VERSION)
-    if shown:
-        return (
-            f"cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
-            "the key is written but has no effect until containerd is upgraded"
-        )
-    return None
 
 
 def detect_version(text: str, path: str = DEFAULT_PATH, empty_version: int = 2) -> int:
@@ -488,6 +471,11 @@ def absent_drop_in(
 class Containerd(ContainerdFacts):
     """containerd's adapter: its facts (``facts.ContainerdFacts``) and how to register a runtime with it."""
 
+    cdi_ignored = (
+        "cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
+        "the key is written but has no effect until containerd is upgraded"
+    )
+
     def plan(self, job: Any) -> list[Planned]:
         p = job.p
         present = p["state"] == "present"
@@ -558,9 +546,6 @@ class Containerd(ContainerdFacts):
     def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         ctr = bin_path("ctr")
         return [ctr, "version"] if ctr else None
-
-    def cdi_warning(self, version: Version) -> str | None:
-        return cdi_warning(version)
 
 
 def retarget_imports(text: str, config_path: str, drop_in: str, candidate_drop: str | None) -> str:

@@ -18,14 +18,12 @@ import re
 from collections import OrderedDict
 from typing import Any, Callable
 
-from .base import Planned, Version
+from .base import Planned
 from .common import (
-    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     Edit,
     RuntimeConfigError,
     line_of,
-    older_than,
 )
 from .facts import DOCKER_PATH as DEFAULT_PATH
 from .facts import DockerFacts
@@ -33,19 +31,6 @@ from .facts import DockerFacts
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
 RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
-CDI_MIN_VERSION = CDI_MIN_VERSIONS["docker"]
-
-
-def cdi_warning(engine_version: tuple[int, int, int] | None) -> str | None:
-    """A warning for ``cdi=true`` on a docker that has no CDI support (before 25), else ``None``.
-    An unknown version gives no warning."""
-    shown = older_than(engine_version, CDI_MIN_VERSION)
-    if shown:
-        return (
-            f"cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
-            "honour it); use the nvidia runtime for GPU containers on this host"
-        )
-    return None
 
 
 def detect_indent(text: str) -> str | None:
@@ -198,6 +183,11 @@ def absent(
 class Docker(DockerFacts):
     """docker's adapter: its facts (``facts.DockerFacts``) and how to register a runtime with it."""
 
+    cdi_ignored = (
+        "cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
+        "honour it); use the nvidia runtime for GPU containers on this host"
+    )
+
     VALIDATE_FROM = (23, 0, 0)
 
     def plan(self, job: Any) -> list[Planned]:
@@ -224,6 +214,3 @@ class Docker(DockerFacts):
     def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         docker = bin_path("docker")
         return [docker, "info"] if docker else None
-
-    def cdi_warning(self, version: Version) -> str | None:
-        return cdi_warning(version)

@@ -33,5 +33,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common imp
 def test_reads_cdi_one_rule_for_module_role_and_validate(engine, version, reads):
     assert reads_cdi(engine, version) is reads
     if engine in ("docker", "containerd") and version:  # the editors warn exactly where it is False
-        warn = (dock if engine == "docker" else ctd).cdi_warning(parse_version(version.split(":")[-1]))
+        warn = (dock.Docker() if engine == "docker" else ctd.Containerd()).cdi_warning(
+            parse_version(version.split(":")[-1])
+        )
         assert (warn is None) is reads

@@ -173,7 +173,7 @@ def test_containerd_refuses_what_it_cannot_edit(case, line, words):
     ],
 )
 def test_containerd_cdi_warning_below_1_7(version, warns):
-    warning = ctd.cdi_warning(version)
+    warning = ctd.Containerd().cdi_warning(version)
     assert bool(warning) is warns
     if warns:
         assert "enable_cdi" in warning and "1.7" in warning

@@ -102,7 +102,7 @@ def test_docker_refuses_a_reserved_runtime_name(name):
     ],
 )
 def test_docker_cdi_warning_below_25(version, warns):
-    warning = dock.cdi_warning(version)
+    warning = dock.Docker().cdi_warning(version)
     assert bool(warning) is warns
     if warns:
         assert ".".join(str(n) for n in version) in warning and "docker 25" in warning
