@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """``make bench``: timings on the simulated fleet, each paired with a baseline from the same run.
 
 Writes ``bench/results/<date>.json``, ``<date>.md`` (a table) and ``<date>.png`` (a plot, with
@@ -122,7 +126,7 @@ class Fleet:
     def exec(self, node, argv, **kwargs):
         if isinstance(argv, str):
             argv = ["sh", "-c", argv]
-        return run(["docker", "exec", "-i", "%s-%s" % (self.prefix, node), *argv], **kwargs)
+        return run(["docker", "exec", "-i", f"{self.prefix}-{node}", *argv], **kwargs)
 
     def put(self, node, path, text):
         self.exec(node, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "-", path], input=text)
@@ -141,7 +145,7 @@ def prepare_gpu_nodes(fleet, nodes):
         fleet.exec(node, "python3 /tmp/gf/tests/tools/install_host_programs.py >/dev/null")
         procs.append(
             subprocess.Popen(
-                ["docker", "exec", "%s-%s" % (fleet.prefix, node), "gpufleet-sim-mini-image", IMAGE, "--python"],
+                ["docker", "exec", f"{fleet.prefix}-{node}", "gpufleet-sim-mini-image", IMAGE, "--python"],
                 stdout=subprocess.DEVNULL,
             )
         )
@@ -196,18 +200,18 @@ def docker_start_rows(fleet, node, label, rounds):
     index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
     same = []
     for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
-        same += ["--device=%s" % d.get("hostPath", d["path"]) for d in edit.get("deviceNodes") or ()]
+        same += ["--device={}".format(d.get("hostPath", d["path"])) for d in edit.get("deviceNodes") or ()]
         for m in edit.get("mounts") or ():
             if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
-                same += ["-v", "%s:%s:ro" % (m["hostPath"], m["containerPath"])]
+                same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
     variants["runc-same-mounts"] = [*base, *same, IMAGE, "true"]
     t = container_start(fleet, node, "docker", variants, rounds)
     target = TARGETS["shim_ratio"]
     return [
-        pair("%s: docker run --rm, shim + 1 GPU" % label, "s", t["shim-gpu"], "plain runc", t["runc"], target=target),
-        pair("%s: docker run --rm, shim, no GPU" % label, "s", t["shim-nogpu"], "plain runc", t["runc"]),
+        pair(f"{label}: docker run --rm, shim + 1 GPU", "s", t["shim-gpu"], "plain runc", t["runc"], target=target),
+        pair(f"{label}: docker run --rm, shim, no GPU", "s", t["shim-nogpu"], "plain runc", t["runc"]),
         pair(
-            "%s: docker run --rm, runc + the GPU's mounts/devices (no shim/hook)" % label,
+            f"{label}: docker run --rm, runc + the GPU's mounts/devices (no shim/hook)",
             "s",
             t["runc-same-mounts"],
             "plain runc",
@@ -221,7 +225,7 @@ def podman_start_rows(fleet, node, label, rounds):
     base = ["podman", "run", "--rm", "--network", "none"]
     variants = {"plain": [*base, IMAGE, "true"], "cdi": [*base, "--device", "nvidia.com/gpu=0", IMAGE, "true"]}
     t = container_start(fleet, node, "podman", variants, rounds)
-    return [pair("%s: podman run --rm --device nvidia.com/gpu=0" % label, "s", t["cdi"], "no device", t["plain"])]
+    return [pair(f"{label}: podman run --rm --device nvidia.com/gpu=0", "s", t["cdi"], "no device", t["plain"])]
 
 
 SHIM_RUSAGE = textwrap.dedent(
@@ -274,9 +278,9 @@ def shim_rows(fleet, node, label, rounds):
     r = json.loads(fleet.exec(node, ["python3", "/tmp/bench-shim.py", str(rounds)], timeout=900).stdout)
     s, p = r["shim"], r["python"]
     return [
-        pair("%s: shim create (1 GPU), wall" % label, "s", s["wall"], "python3 -IS -c pass", p["wall"]),
-        pair("%s: shim create (1 GPU), CPU user+sys" % label, "s", s["cpu"], "python3 -IS -c pass", p["cpu"]),
-        pair("%s: shim create (1 GPU), peak RSS" % label, "bytes", s["rss"], "python3 -IS -c pass", p["rss"]),
+        pair(f"{label}: shim create (1 GPU), wall", "s", s["wall"], "python3 -IS -c pass", p["wall"]),
+        pair(f"{label}: shim create (1 GPU), CPU user+sys", "s", s["cpu"], "python3 -IS -c pass", p["cpu"]),
+        pair(f"{label}: shim create (1 GPU), peak RSS", "bytes", s["rss"], "python3 -IS -c pass", p["rss"]),
     ]
 
 
@@ -299,13 +303,13 @@ def discovery_rows(fleet, node, rounds):
             run(argv, env=env, timeout=300)
             times[name].append(time.perf_counter() - start)
     return [
-        pair("discovery: ansible -m gpu_facts (%s)" % node, "s", times["gpu_facts"], "ansible -m ping", times["ping"])
+        pair(f"discovery: ansible -m gpu_facts ({node})", "s", times["gpu_facts"], "ansible -m ping", times["ping"])
     ]
 
 
 def no_commands(argv):
     """discover()'s run_command with no programs installed: the pure file scan (plus NVML)."""
-    return 127, "", "%s: not found" % argv[0]
+    return 127, "", f"{argv[0]}: not found"
 
 
 def scan_rows(rounds):
@@ -444,46 +448,46 @@ def met(row):
 def fmt(value, unit):
     if unit == "bytes":
         return "%.1f MiB" % (value / 1048576)
-    return "%.1f ms" % (value * 1000) if value < 10 else "%.1f s" % value
+    return "%.1f ms" % (value * 1000) if value < 10 else f"{value:.1f} s"
 
 
 def markdown(result):
     lines = [
-        "# gpufleet.nvidia benchmarks, %s" % result["date"],
+        "# gpufleet.nvidia benchmarks, {}".format(result["date"]),
         "",
-        "Host: %s. Medians of %s interleaved rounds; spread is the interquartile range [min-max]."
-        % (result["host"], result["rounds"]),
+        "Host: {}. Medians of {} interleaved rounds; spread is the interquartile range [min-max].".format(
+            result["host"], result["rounds"]
+        ),
         "",
         "| measurement | median | IQR [min-max] | baseline (same run) | baseline median | ratio | target |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result["rows"]:
         if "skipped" in row or "failed" in row:
-            lines.append("| %s | %s | | | | | |" % (row["name"], row.get("skipped") or "FAILED"))
+            lines.append("| {} | {} | | | | | |".format(row["name"], row.get("skipped") or "FAILED"))
             continue
         v, u = row["value"], row["unit"]
         spread = (
-            "%s-%s [%s-%s]" % (fmt(v["q1"], u), fmt(v["q3"], u), fmt(v["min"], u), fmt(v["max"], u))
+            "{}-{} [{}-{}]".format(fmt(v["q1"], u), fmt(v["q3"], u), fmt(v["min"], u), fmt(v["max"], u))
             if "q1" in v
             else ""
         )
         b = row.get("baseline")
         target, ok = "", met(row)
         if "target" in row:
-            target = "<= %.2f" % row["target"]
+            target = "<= {:.2f}".format(row["target"])
         elif "target_abs_s" in row:
-            target = "< %s" % fmt(row["target_abs_s"], "s")
+            target = "< {}".format(fmt(row["target_abs_s"], "s"))
         if ok is not None:
             target += " (%s)" % ("met" if ok else "MISSED")
         lines.append(
-            "| %s | %s | %s | %s | %s | %s | %s |"
-            % (
+            "| {} | {} | {} | {} | {} | {} | {} |".format(
                 row["name"],
                 fmt(v["median"], u),
                 spread,
                 b["name"] if b else row.get("note", ""),
                 fmt(b["median"], u) if b else "",
-                "%.3f" % row["ratio"] if row.get("ratio") else "",
+                "{:.3f}".format(row["ratio"]) if row.get("ratio") else "",
                 target,
             )
         )
@@ -501,7 +505,7 @@ def main():
     rows = result["rows"]
     if only & {"start", "shim", "discovery"}:
         fleet = Fleet(prefix, os.path.join(HERE, "fleet.yml"))
-        log("fleet %s up (%s)" % (prefix, fleet.config))
+        log(f"fleet {prefix} up ({fleet.config})")
         fleet.up()
         try:
             prepare_gpu_nodes(fleet, ["b-bookworm", "b-trixie"])
@@ -512,12 +516,12 @@ def main():
             versions["podman"] = fleet.exec("b-trixie", "podman --version").stdout.split()[-1]
             result["versions"] = versions
             if "start" in only:
-                log("container start, docker %s (bookworm)" % versions["b-bookworm"])
-                rows += docker_start_rows(fleet, "b-bookworm", "docker %s" % versions["b-bookworm"], rounds)
-                log("container start, docker %s (trixie)" % versions["b-trixie"])
-                rows += docker_start_rows(fleet, "b-trixie", "docker %s" % versions["b-trixie"], rounds)
-                log("container start, podman %s" % versions["podman"])
-                rows += podman_start_rows(fleet, "b-trixie", "podman %s" % versions["podman"], rounds)
+                log("container start, docker {} (bookworm)".format(versions["b-bookworm"]))
+                rows += docker_start_rows(fleet, "b-bookworm", "docker {}".format(versions["b-bookworm"]), rounds)
+                log("container start, docker {} (trixie)".format(versions["b-trixie"]))
+                rows += docker_start_rows(fleet, "b-trixie", "docker {}".format(versions["b-trixie"]), rounds)
+                log("container start, podman {}".format(versions["podman"]))
+                rows += podman_start_rows(fleet, "b-trixie", "podman {}".format(versions["podman"]), rounds)
             if "shim" in only:
                 log("shim CPU and memory")
                 rows += shim_rows(fleet, "b-bookworm", "bookworm", rounds * 2)
@@ -552,9 +556,9 @@ def main():
     if os.path.exists(plotter):
         run([plotter, os.path.join(HERE, "plot.py"), base + ".json", base + ".png"])
     else:
-        log("no %s: no plot (make bench installs it)" % plotter)
+        log(f"no {plotter}: no plot (make bench installs it)")
     sys.stdout.write(markdown(result))
-    log("wrote %s.{json,md,png}" % base)
+    log(f"wrote {base}.{{json,md,png}}")
     return 0
 
 

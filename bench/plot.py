@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The PNG of a ``make bench`` result: per measurement, its median and IQR beside its baseline's.
 
 ``plot.py RESULT.json OUT.png``; run with ``.venv-bench`` (matplotlib from requirements/bench.txt).
@@ -27,14 +31,14 @@ def main(src, dest):
         ax.text(
             max(row["value"]["median"], row["baseline"]["median"]) * scale,
             i,
-            "  x%.2f" % ratio if ratio else "",
+            f"  x{ratio:.2f}" if ratio else "",
             va="center",
         )
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r["name"] + (" (MiB)" if r["unit"] == "bytes" else "") for r in reversed(rows)], fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("median, ms (RSS: MiB); bars: IQR. blue: measured, gray: baseline (same run)")
-    ax.set_title("gpufleet.nvidia make bench %s" % result["date"])
+    ax.set_title("gpufleet.nvidia make bench {}".format(result["date"]))
     fig.tight_layout()
     fig.savefig(dest, dpi=100)
 

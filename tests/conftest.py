@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Makes the working tree importable as ``ansible_collections.gpufleet.nvidia``, for every test folder.
 
 ``make setup`` links the repository in as ``.cache/collections/ansible_collections/gpufleet/nvidia``;

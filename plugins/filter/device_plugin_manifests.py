@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """device_plugin_manifests: the device_plugin role's Kubernetes documents, files and Helm values."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: device_plugin_manifests
 short_description: Kubernetes documents, GitOps files and Helm values of the device_plugin role
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given the C(gpufleet.nvidia.device_plugin) role's settings (its variables without the C(device_plugin_) prefix),
     returns every document the role applies, the same documents as YAML files for GitOps, the plugin's config file

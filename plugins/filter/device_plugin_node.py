@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """device_plugin_node: whether the device plugin acts on a host (a Kubernetes node with a GPU), the one rule site.yml's
 device_plugin stage and the device_plugin role share."""
 
@@ -9,7 +10,7 @@ DOCUMENTATION = r"""
 name: device_plugin_node
 short_description: Whether the device plugin acts on a host (a Kubernetes node with a GPU), and why not
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - The one rule for the C(device_plugin) stage, used by C(site.yml) to run the stage and by the C(device_plugin)
     role to pick the nodes it renders and to record why a host is skipped.
@@ -61,7 +62,7 @@ _value:
       type: str
 """
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -69,7 +70,7 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.kubernetes_node import D
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import is_gpu_node
 
 
-def has_gpu(nvidia: Optional[Mapping[str, Any]]) -> bool:
+def has_gpu(nvidia: Mapping[str, Any] | None) -> bool:
     """``gpu_facts``' ``gpu_node``; for facts that lack it (set by hand, ``device_plugin_gpu_facts``, or from a fact
     cache older than the field) the same rule applied to their ``pci_gpu_count``."""
     nvidia = nvidia or {}
@@ -80,10 +81,10 @@ def has_gpu(nvidia: Optional[Mapping[str, Any]]) -> bool:
 
 def device_plugin_node(
     host: Any,
-    groups: Optional[Mapping[str, Any]],
-    node_group: Optional[str] = DEFAULT_NODE_GROUP,
+    groups: Mapping[str, Any] | None,
+    node_group: str | None = DEFAULT_NODE_GROUP,
     enabled: Any = None,
-    nvidia: Optional[Mapping[str, Any]] = None,
+    nvidia: Mapping[str, Any] | None = None,
 ) -> dict:
     """``{node, reason}``: whether the device plugin acts on ``host`` (a Kubernetes node with a GPU) and, when not,
     why (the reason the device_plugin role records)."""

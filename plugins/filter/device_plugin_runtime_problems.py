@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """device_plugin_runtime_problems: why a node's container runtime cannot serve the device plugin."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: device_plugin_runtime_problems
 short_description: Why a Kubernetes node's container runtime cannot run NVIDIA's device plugin
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Reads the C(gpufleet_runtime) fact the C(runtime) role publishes and says, in sentences naming the fact and what
     to do, why the node's engine (containerd or CRI-O) lacks the C(nvidia) runtime, or CDI when a CDI device list

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """driver_plan: the driver role's packages, repository and task file for one host (a pure function)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: driver_plan
 short_description: Packages, repository and task file of the driver role for one host
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given Ansible's host facts, the driver role's settings and C(gpu_facts)' C(ansible_facts.nvidia), returns what the
     C(gpufleet.nvidia.driver) role installs there, so the per-distribution choice lives in one tested place.

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet report of ``playbooks/report.yml``: the model from hostvars, and its renderings.
 
 ``fleet_report_model(hostvars, hosts, generated='')`` is ``plugin_utils/report.py``'s model;

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """kubernetes_node: whether a host is a Kubernetes node, the one rule site.yml and the roles share."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: kubernetes_node
 short_description: Whether a host is a Kubernetes node (the device plugin stage's rule)
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - The one rule for "this host is a Kubernetes node", used by C(site.yml) to run the C(device_plugin) stage, by the
     C(device_plugin) role to pick the nodes it acts on, and by the C(toolkit) role to choose what the runtime shim
@@ -51,7 +52,7 @@ _value:
   type: bool
 """
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -60,7 +61,7 @@ DEFAULT_NODE_GROUP = "kube_nodes"
 
 
 def is_kubernetes_node(
-    host: Any, groups: Optional[Mapping[str, Any]], node_group: Optional[str] = DEFAULT_NODE_GROUP, enabled: Any = None
+    host: Any, groups: Mapping[str, Any] | None, node_group: str | None = DEFAULT_NODE_GROUP, enabled: Any = None
 ) -> bool:
     """``enabled`` when it is set (a bool or a boolean string such as ``"false"`` from ``-e``), else whether
     ``host`` is in ``groups[node_group]`` (a missing group holds no host)."""

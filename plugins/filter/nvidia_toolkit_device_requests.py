@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nvidia_toolkit_device_requests: which device requests NVIDIA's runtime trusts, read from its config.toml."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: nvidia_toolkit_device_requests
 short_description: Which container device requests NVIDIA's container runtime honours, from its config.toml
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Reads the text of NVIDIA's C(/etc/nvidia-container-runtime/config.toml) and returns its two top-level settings
     in the terms of the C(gpufleet_toolkit) fact, with NVIDIA's defaults (nvidia-container-toolkit v1.17.8,

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """runtime_fact: the runtime role's published fact from what its tasks returned (a pure function)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: runtime_fact
 short_description: The C(gpufleet_runtime) fact of the runtime role
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Builds the fact the C(gpufleet.nvidia.runtime) role publishes from the results of its tasks, so that the
     record of each engine lives in one tested place instead of Jinja.

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """toolkit_plan: the toolkit role's choices (provider, what the runtime trusts, NVIDIA's repository and key)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ DOCUMENTATION = r"""
 name: toolkit_plan
 short_description: The toolkit role's choices for a host (provider, trusted device requests, NVIDIA's repository)
 version_added: 0.1.0
-author: gpufleet developers (@gpufleet)
+author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given the C(gpufleet.nvidia.toolkit) role's variables (without their C(toolkit_) prefix), decides what the role
     installs and how the runtime trusts device requests on the host.

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the ``gpufleet.nvidia.validate`` role: what to run per container engine, and what its output means.
 
 Pure functions (no I/O), so the role's decisions are unit-tested without a host:
@@ -14,7 +15,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 
@@ -67,8 +68,8 @@ def runtime_request(toolkit):
         env = "NVIDIA_VISIBLE_DEVICES=" + VOLUME_MOUNTS_ROOT
         target = VOLUME_MOUNTS_ROOT + "/all"
         return (
-            ["-e", env, "-v", "/dev/null:%s:ro" % target],
-            ["--env", env, "--mount", "type=bind,src=/dev/null,dst=%s,options=rbind:ro" % target],
+            ["-e", env, "-v", f"/dev/null:{target}:ro"],
+            ["--env", env, "--mount", f"type=bind,src=/dev/null,dst={target},options=rbind:ro"],
         )
     return (
         ["--cap-add", "SYS_ADMIN", "-e", "NVIDIA_VISIBLE_DEVICES=all"],
@@ -94,7 +95,7 @@ def validate_plan(
     if not image:
         raise ValueError("validate_plan: image is required (validate_image)")
     if pull not in ("missing", "never", "always"):
-        raise ValueError("validate_plan: pull must be missing, never or always, not %r" % (pull,))
+        raise ValueError(f"validate_plan: pull must be missing, never or always, not {pull!r}")
     found = ((nvidia or {}).get("engines")) or {}
     registered = ((runtime or {}).get("engines")) or {}
     names = [e for e in ENGINE_ORDER if (found.get(e) or {}).get("installed") or e in registered]
@@ -109,7 +110,7 @@ def validate_plan(
         fact = found.get(engine) or {}
         reg = registered.get(engine) or {}
         base = {"engine": engine, "image": image, "skipped": False, "message": "", "pull_argv": None}
-        name = "gpufleet-validate-%s%s" % (engine, ("-" + suffix) if suffix else "")
+        name = "gpufleet-validate-{}{}".format(engine, ("-" + suffix) if suffix else "")
         if engine in ("docker", "podman"):
             present = [engine, "image", "inspect", image] if engine == "docker" else [engine, "image", "exists", image]
             run = [engine, "run", "--rm", "--network", "none", "--pull", pull]
@@ -123,8 +124,8 @@ def validate_plan(
             else:
                 modes = [("cdi", ["--device", "nvidia.com/gpu=all"])]
             for mode, args in modes:
-                argv = wrap + run + ["--name", "%s-%s" % (name, mode)] + args + [image, "sh", "-c", CHECK_SCRIPT]
-                checks.append(dict(common, mode=mode, name="%s-%s" % (name, mode), argv=argv))
+                argv = wrap + run + ["--name", f"{name}-{mode}"] + args + [image, "sh", "-c", CHECK_SCRIPT]
+                checks.append(dict(common, mode=mode, name=f"{name}-{mode}", argv=argv))
         elif engine == "containerd":
             ref = containerd_ref(image)
             ctr = ["ctr", "-n", containerd_namespace]
@@ -158,8 +159,10 @@ def validate_plan(
                     present_rc0=True,
                     load_argv=None,
                     skipped=True,
-                    message="%s: no container check here (crictl needs a pod sandbox); validate it through Kubernetes"
-                    % engine,
+                    message=(
+                        f"{engine}: no container check here (crictl needs a pod sandbox); "
+                        "validate it through Kubernetes"
+                    ),
                 )
             )
     return checks
@@ -167,7 +170,7 @@ def validate_plan(
 
 def validate_images(
     plan: Iterable[Mapping[str, Any]],
-    present_results: Optional[Iterable[Mapping[str, Any]]] = None,
+    present_results: Iterable[Mapping[str, Any]] | None = None,
     *,
     pull: str = "missing",
     archive: str = "",
@@ -243,25 +246,25 @@ def _last_line(text):
 
 def _judge(check, res, device_nodes):
     out = {"mode": check["mode"], "passed": False, "seconds": 0.0, "device_nodes": [], "libcuda": False}
-    label = "%s (%s)" % (check["engine"], check["mode"])
+    label = "{} ({})".format(check["engine"], check["mode"])
     if check.get("skipped") or res is None or res.get("skipped"):
-        out.update(skipped=True, message=check.get("message") or "%s: not run" % label)
+        out.update(skipped=True, message=check.get("message") or f"{label}: not run")
         return out
     out["skipped"] = False
     out["seconds"] = _seconds(res.get("delta"))
     if res.get("msg") and "rc" not in res:
-        out["message"] = "%s: could not run: %s" % (label, res["msg"])
+        out["message"] = "{}: could not run: {}".format(label, res["msg"])
         return out
     parsed = parse_output(res.get("stdout"))
     out.update(device_nodes=parsed["device_nodes"], libcuda=parsed["libcuda"], libcuda_path=parsed["libcuda_path"])
     rc = res.get("rc")
     if rc in (124, 137):
-        out["message"] = "%s: timed out (rc %s)" % (label, rc)
+        out["message"] = f"{label}: timed out (rc {rc})"
     elif rc != 0:
         why = _last_line(res.get("stderr")) or _last_line(res.get("stdout")) or "no output"
-        out["message"] = "%s: container failed (rc %s): %s" % (label, rc, why)
+        out["message"] = f"{label}: container failed (rc {rc}): {why}"
     elif not parsed["complete"]:
-        out["message"] = "%s: the check script did not finish (image without /bin/sh?)" % label
+        out["message"] = f"{label}: the check script did not finish (image without /bin/sh?)"
     else:
         missing = [d for d in device_nodes if d not in parsed["device_nodes"]]
         problems = []
@@ -270,13 +273,11 @@ def _judge(check, res, device_nodes):
         if not parsed["libcuda"]:
             problems.append("libcuda.so.1 not visible (neither in ldconfig -p nor as a file)")
         if problems:
-            out["message"] = "%s: %s" % (label, "; ".join(problems))
+            out["message"] = "{}: {}".format(label, "; ".join(problems))
         else:
             out["passed"] = True
-            out["message"] = "%s: %d device node(s), libcuda.so.1 at %s" % (
-                label,
-                len(parsed["device_nodes"]),
-                parsed["libcuda_path"],
+            out["message"] = (
+                f"{label}: {len(parsed['device_nodes'])} device node(s), libcuda.so.1 at {parsed['libcuda_path']}"
             )
     return out
 
@@ -290,7 +291,7 @@ def validate_result(plan, results, device_nodes=None, check_mode=False):
         res = results[i] if i < len(results) else None
         if check_mode and not check.get("skipped"):
             res = None
-            check_run = dict(check, message="%s (%s): not run in check mode" % (check["engine"], check["mode"]))
+            check_run = dict(check, message="{} ({}): not run in check mode".format(check["engine"], check["mode"]))
         else:
             check_run = check
         judged = _judge(check_run, res, device_nodes)
@@ -339,7 +340,7 @@ def validate_result(plan, results, device_nodes=None, check_mode=False):
     }
 
 
-def required_device_nodes(nvidia: Optional[Mapping[str, Any]], configured: Optional[Iterable[str]] = None) -> list:
+def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable[str] | None = None) -> list:
     """``configured`` (``validate_device_nodes``) when it names any; else ``/dev/nvidiactl``, ``/dev/nvidia<minor>``
     of every GPU, and ``/dev/nvidia-uvm`` when the host has it."""
     if configured:
@@ -348,7 +349,7 @@ def required_device_nodes(nvidia: Optional[Mapping[str, Any]], configured: Optio
     nodes = ["/dev/nvidiactl"]
     for gpu in nvidia.get("gpus") or []:
         if gpu.get("minor") is not None:
-            nodes.append("/dev/nvidia%d" % int(gpu["minor"]))
+            nodes.append(f"/dev/nvidia{int(gpu['minor'])}")
     if any((d or {}).get("path") == "/dev/nvidia-uvm" for d in nvidia.get("device_nodes") or []):
         nodes.append("/dev/nvidia-uvm")
     return nodes

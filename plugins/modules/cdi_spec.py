@@ -1,7 +1,9 @@
 #!/usr/bin/python
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: cdi_spec
@@ -21,7 +23,7 @@ description:
     C(gpufleet-container-runtime) reads on every GPU container start.
   - The files are written atomically with mode C(0644); a second run on an unchanged host changes nothing.
 author:
-  - gpufleet developers (@gpufleet)
+  - gpufleet.nvidia contributors (@gpufleet)
 attributes:
   check_mode:
     support: full
@@ -213,7 +215,7 @@ def main():
     except NoGpuError as exc:
         module.fail_json(msg=str(exc), **result)
     except (ValueError, KeyError, TypeError, CapabilityError) as exc:
-        module.fail_json(msg="cannot build the CDI spec: %s" % exc, **result)
+        module.fail_json(msg=f"cannot build the CDI spec: {exc}", **result)
 
     before = read_text(spec_file)
     changes = [(spec_file, spec_text)] if before != spec_text else []
@@ -242,7 +244,7 @@ def main():
             for path, text in changes:
                 write_text(path, text)
         except OSError as exc:
-            module.fail_json(msg="cannot write %s: %s" % (exc.filename or p["path"], exc.strerror or exc), **result)
+            module.fail_json(msg="cannot write {}: {}".format(exc.filename or p["path"], exc.strerror or exc), **result)
     module.exit_json(**result)
 
 

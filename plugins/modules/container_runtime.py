@@ -1,6 +1,9 @@
 #!/usr/bin/python
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: container_runtime

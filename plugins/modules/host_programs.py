@@ -1,6 +1,7 @@
 #!/usr/bin/python
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ description:
   - A file is written (atomically, a temporary file renamed over it) only when its bytes, mode or (for the
     configuration) owner differ.
 author:
-  - gpufleet developers (@gpufleet)
+  - gpufleet.nvidia contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
 attributes:

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The device_plugin role's Kubernetes documents, built from its settings (pure functions).
 
 One place builds every document the role applies or writes for GitOps: the namespace, the device

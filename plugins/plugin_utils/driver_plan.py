@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The driver role's one table: given host facts and the role's settings, which packages, repository,
 dnf module stream, kernel module flavor and task file. Pure functions, no I/O, so every distribution
 path is unit-testable on a machine that runs none of them.

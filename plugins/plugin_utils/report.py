@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet report's model: what ``playbooks/report.yml`` says about each host, from hostvars.
 
 Controller only, pure (no I/O). ``fleet_report_model(hostvars, hosts, generated)`` reads only

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet report's Markdown and HTML renderings: Jinja2 templates over the model of ``report``.
 
 The shipped templates live in ``playbooks/templates/report/`` (next to ``playbooks/report.yml``, the play

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The runtime role's published fact (``gpufleet_runtime``) from what its tasks returned: a pure function.
 
 Controller side (the ``runtime_fact`` filter). What each engine is (its drop-in, its main file) comes from
@@ -10,13 +11,13 @@ the engine adapters' read side (``module_utils.runtime.facts``), whether its ver
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import FACTS
 
 
-def default_config_file(engine: str) -> Optional[str]:
+def default_config_file(engine: str) -> str | None:
     """Where container_runtime writes for ``engine`` with its defaults (the drop-in, else the main file)."""
     facts = FACTS.get(engine)
     return (facts.drop_in or facts.config_path) if facts else None
@@ -28,7 +29,7 @@ def cdi_for(engine: str, wanted: bool, nvidia: Mapping[str, Any]) -> bool:
     return bool(wanted) and reads_cdi(engine, version)
 
 
-def engine_record(result: Mapping[str, Any], settings: Mapping[str, Any], nvidia: Mapping[str, Any]) -> Dict[str, Any]:
+def engine_record(result: Mapping[str, Any], settings: Mapping[str, Any], nvidia: Mapping[str, Any]) -> dict[str, Any]:
     """One engine's entry from its ``container_runtime`` loop result (``item`` is the engine's name)."""
     engine = result["item"]
     skipped = bool(result.get("skipped"))
@@ -54,14 +55,14 @@ def runtime_fact(
     installed: Sequence[str],
     settings: Mapping[str, Any],
     *,
-    spec: Optional[Mapping[str, Any]] = None,
-    links: Optional[Mapping[str, Any]] = None,
-) -> Dict[str, Any]:
+    spec: Mapping[str, Any] | None = None,
+    links: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """``gpufleet_runtime``: ``engines`` (one entry per registered engine, and podman when installed),
     ``cdi_spec`` (``path``, ``driver_version``, ``devices``) and ``dev_char_links`` (a count)."""
     nvidia = nvidia or {}
     spec = spec or {}
-    engines: Dict[str, Any] = {}
+    engines: dict[str, Any] = {}
     for result in results or []:
         engines[result["item"]] = engine_record(result, settings, nvidia)
     spec_path = settings.get("cdi_spec_path")
@@ -86,10 +87,10 @@ def runtime_fact(
     }
 
 
-def _links(links: Optional[Mapping[str, Any]], nvidia: Mapping[str, Any]) -> int:
+def _links(links: Mapping[str, Any] | None, nvidia: Mapping[str, Any]) -> int:
     """How many /dev/char links there are: what the link program reported, else the device nodes known."""
     stdout = (links or {}).get("stdout")
     if stdout is not None:
         return int(json.loads(stdout)["links"])
-    nodes: List[Any] = list(nvidia.get("device_nodes") or [])
+    nodes: list[Any] = list(nvidia.get("device_nodes") or [])
     return len(nodes)

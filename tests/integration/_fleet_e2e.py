@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The end-to-end GPU fleet shared by ``test_cdi_e2e.py`` and ``test_security_e2e.py`` (fixture ``e2e_fleet``).
 
 One fleet for the whole session (CI time is limited): ``driver_packages: true``, driver ``loaded``, 2 GPUs each:

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Crafted images and canaries for ``test_security_e2e.py``; runs INSIDE a simulated GPU node (python3, stdlib).
 
 Copied into the node and run there as ``python3 _security_images.py <command> ...``:

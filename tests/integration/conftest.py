@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Fixtures for tests that need the simulated GPU fleet (tests/sim). Mark such tests
 `@pytest.mark.integration`; they are skipped, with a message, when no Docker engine answers
 (and fail instead when CI=true).
@@ -147,8 +151,9 @@ def e2e_fleet(sim_fleet_factory: Callable[..., Fleet], tmp_path_factory: pytest.
     fleet.timings.update(_fleet_e2e.prepare(fleet, run, tmp_path_factory.mktemp("e2e-fleet")))
     fleet.timings["total"] = time.monotonic() - start
     print(
-        "[e2e] fleet %s ready in %.0fs (images %.0fs, up %.0fs, nodes %.0fs, playbook %.0fs)"
-        % (fleet.prefix, *(fleet.timings.get(k, 0.0) for k in ("total", "images", "up", "nodes", "playbook"))),
+        "[e2e] fleet {} ready in {:.0f}s (images {:.0f}s, up {:.0f}s, nodes {:.0f}s, playbook {:.0f}s)".format(
+            fleet.prefix, *(fleet.timings.get(k, 0.0) for k in ("total", "images", "up", "nodes", "playbook"))
+        ),
         file=sys.stderr,
     )
     return fleet

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """End to end on simulated GPU nodes: the real engines, Debian's real NVIDIA userspace, the collection's modules.
 
 The fleet is the session's ``e2e_fleet`` (``conftest.py``, described in ``_fleet_e2e.py``; shared with

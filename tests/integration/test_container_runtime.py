@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """gpufleet.nvidia.container_runtime against the real engines of the simulated fleet, through ansible.
 
 The session fleet's three nodes carry every engine version the collection supports from Debian:

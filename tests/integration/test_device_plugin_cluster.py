@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The device_plugin role against a real Kubernetes cluster: only when GPUFLEET_KUBECONFIG names a
 kubeconfig (no API server can run on the development machines); skipped with that reason otherwise.
 

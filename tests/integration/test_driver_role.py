@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The driver role on simulated Debian bookworm nodes, for real: Debian's non-free 535 userspace goes
 in and out with apt, the role sees it is in a container (no kernel module) and says so, repeats and
 check mode change nothing, and a node with no GPU is never touched. The Ubuntu and RHEL paths run only

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """gpufleet.nvidia.gpu_facts end to end: `ansible -m` against every node of the simulated fleet, the
 facts compared with what each node was configured to have (its `gpufleet_sim` host vars); plus one
 small fleet with Debian's real 535 packages (driver installed but not loaded, and loaded)."""
@@ -68,7 +72,7 @@ def check_gpus(name: str, facts: dict[str, Any], sim: dict[str, Any]) -> None:
         assert gpu["source"] == "nvml", where
         assert (gpu["uuid"], gpu["name"], gpu["minor"]) == (cfg["uuid"], cfg["name"], cfg["minor"]), where
         assert gpu["pci_bus_id"] == bus_id(cfg["pci_bus_id"]), where
-        assert gpu["pci_device_id"] == "0x%s10de" % cfg["device_id"][2:].lower(), where
+        assert gpu["pci_device_id"] == "0x{}10de".format(cfg["device_id"][2:].lower()), where
         assert gpu["memory_mib"] == cfg["memory_mib"], where
         assert gpu["compute_capability"] == cfg["compute_capability"], where
         assert gpu["architecture"] == ARCHITECTURES[cfg["architecture"]], where

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Crafted images, through real engines, must not make the start path write outside the container, or hang it.
 
 The host's ``ldconfig``, run by the CDI hook or (after the shim's inline path) by runc, runs as root before

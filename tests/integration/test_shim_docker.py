@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The native toolkit for real: a throwaway docker 20.10 engine with the shim registered as runtime ``nvidia``.
 
 No GPU and no kernel module here: device nodes are made with ``mknod`` (195:N, 195:255, a uvm major),
@@ -148,7 +152,7 @@ class Engine:
                 return
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError("dockerd did not start; see %s/dockerd.log" % work)
+        raise RuntimeError(f"dockerd did not start; see {work}/dockerd.log")
 
     def docker(self, *args, check=True):
         return subprocess.run(

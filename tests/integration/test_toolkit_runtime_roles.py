@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The toolkit and runtime roles on one simulated GPU node (bookworm: docker 20.10, containerd 1.6, podman 4.3,
 Debian's real 535 userspace), through ansible-playbook.
 
@@ -56,7 +60,7 @@ def _recap(proc):
 def _facts(proc):
     m = re.search(r'"msg": "(\{\\"gpufleet_toolkit.*\})"', proc.stdout)
     assert m, proc.stdout[-3000:]
-    return json.loads(json.loads('"%s"' % m.group(1)))
+    return json.loads(json.loads(f'"{m.group(1)}"'))
 
 
 def _put_tomlkit(node):

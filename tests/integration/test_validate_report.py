@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The validate role and the fleet report on simulated GPU nodes with Debian's real NVIDIA userspace.
 
 One extra fleet (prefix ``...-i8va``, ``driver_packages: true``, driver ``loaded``):
@@ -85,14 +89,14 @@ def fleet(sim_fleet_factory, ansible_playbook, tmp_path_factory):
 
 def _run(fleet, ansible_playbook, name, *args):
     out = fleet.work / name
-    proc = ansible_playbook(PLAYBOOK, "-e", "report_dir=%s" % out, *args, inventory=fleet.inventory)
+    proc = ansible_playbook(PLAYBOOK, "-e", f"report_dir={out}", *args, inventory=fleet.inventory)
     files = {ext: out / ("fleet-report." + ext) for ext in ("md", "json", "html")}
     report = json.loads(files["json"].read_text()) if files["json"].exists() else None
     return proc, report, files
 
 
 def _recap(stdout, host):
-    m = re.search(r"^%s\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)" % re.escape(host), stdout, re.M)
+    m = re.search(rf"^{re.escape(host)}\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", stdout, re.M)
     assert m, stdout[-3000:]
     return tuple(int(x) for x in m.groups())
 
@@ -168,7 +172,7 @@ def test_air_gapped_image_archive_loaded_once(fleet, ansible_playbook):
         " && ctr -n default images rm docker.io/gpufleet-sim/mini:latest",
         check=True,
     )
-    args = ("-e", "validate_image_archive=%s" % archive, "-e", "validate_pull=never", "--limit", "va-trixie,localhost")
+    args = ("-e", f"validate_image_archive={archive}", "-e", "validate_pull=never", "--limit", "va-trixie,localhost")
     proc, report, _files = _run(fleet, ansible_playbook, "archive", *args)
     assert proc.returncode == 0, proc.stdout[-5000:]
     loaded = re.findall(r"^changed: \[va-trixie\] => \(item=(\w+)\)", proc.stdout, re.M)

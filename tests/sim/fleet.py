@@ -1,4 +1,8 @@
 #!/usr/bin/env python
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The simulated GPU fleet: bring nodes up from a YAML description, write their inventory, tear down.
 
     tests/sim/fleet.py up --config tests/sim/fleets/default.yml [--name PREFIX]

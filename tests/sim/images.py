@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Node images, built locally and cached (no registry is reachable from the build machines).
 
 Two layers, each tagged with a hash of its build inputs, so an unchanged recipe is reused and a

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The sysfs fixtures a simulated node sees (pure generation, plus a writer and a host reader).
 
 Two trees are made per node and bind-mounted into it (runc allows mounts under /sys, not /proc):

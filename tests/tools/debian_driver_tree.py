@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Build the real Debian 12 NVIDIA 535 driver tree as a test fixture (never committed).
 
 Downloads Debian's own ``.deb``s of the driver userspace with ``apt-get download`` (a private sources
@@ -29,7 +33,7 @@ PACKAGES = (  # noqa: SIM905
     "nvidia-opencl-common"
 ).split()
 MULTIARCH = "x86_64-linux-gnu"
-LD_SO_CONF = "/usr/local/lib\n/lib/%s\n/usr/lib/%s\n" % (MULTIARCH, MULTIARCH)
+LD_SO_CONF = f"/usr/local/lib\n/lib/{MULTIARCH}\n/usr/lib/{MULTIARCH}\n"
 
 
 def _recipe_stamp():
@@ -41,7 +45,7 @@ def _apt(cache, *args):
     sources = os.path.join(cache, "sources.list")
     with open(sources, "w") as f:
         for suite, url in ((SUITE, "debian"), (SUITE + "-updates", "debian"), (SUITE + "-security", "debian-security")):
-            f.write("deb http://deb.debian.org/%s %s main contrib non-free non-free-firmware\n" % (url, suite))
+            f.write(f"deb http://deb.debian.org/{url} {suite} main contrib non-free non-free-firmware\n")
     for d in ("lists/partial", "archives/partial"):
         os.makedirs(os.path.join(cache, d), exist_ok=True)
     options = [
@@ -63,9 +67,7 @@ def _alternative_links(postinst_text):
         m = re.match(r"\$\(add_multiarch_slave /usr/lib \"?([^\" ]*)\"? (\S+) /usr/lib nvidia/current/\)", line)
         if m:
             subdir, name = m.groups()
-            links.append(
-                ("/usr/lib/%s/%s%s" % (MULTIARCH, subdir, name), "/usr/lib/%s/nvidia/current/%s" % (MULTIARCH, name))
-            )
+            links.append((f"/usr/lib/{MULTIARCH}/{subdir}{name}", f"/usr/lib/{MULTIARCH}/nvidia/current/{name}"))
             continue
         m = re.match(r"update-alternatives --install (\S+) nvidia (/usr/lib/nvidia/current) ", line)
         if m:  # the master link: /usr/lib/nvidia/nvidia -> /etc/alternatives/nvidia -> current
@@ -120,7 +122,7 @@ def build(dest):
             f.write(LD_SO_CONF)
         subprocess.run(["ldconfig", "-r", root], check=True)
         with open(os.path.join(root, ".gpufleet-fixture"), "w") as f:
-            f.write("%s %s\n" % (_recipe_stamp(), version))
+            f.write(f"{_recipe_stamp()} {version}\n")
         if os.path.exists(dest):
             shutil.rmtree(dest)
         os.rename(root, dest)
@@ -133,9 +135,10 @@ def _apt_config(cache):
     path = os.path.join(cache, "apt.conf")
     with open(path, "w") as f:
         f.write(
-            'Dir::Etc::SourceList "%s";\nDir::Etc::SourceParts "/dev/null";\nDir::State::Lists "%s";\n'
-            'Dir::Cache "%s";\nDebug::NoLocking "1";\nAPT::Sandbox::User "root";\n'
-            % (os.path.join(cache, "sources.list"), os.path.join(cache, "lists"), cache)
+            'Dir::Etc::SourceList "{}";\nDir::Etc::SourceParts "/dev/null";\nDir::State::Lists "{}";\n'
+            'Dir::Cache "{}";\nDebug::NoLocking "1";\nAPT::Sandbox::User "root";\n'.format(
+                os.path.join(cache, "sources.list"), os.path.join(cache, "lists"), cache
+            )
         )
     return path
 

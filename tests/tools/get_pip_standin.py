@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Offline stand-in for the ``get-pip.py`` script that ansible-test downloads.
 
 ansible-test bootstraps pip into every virtual environment it creates by running

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Install the native toolkit's host programs from this working tree (tests, demos, by hand).
 
 tests/tools/install_host_programs.py --bindir /usr/local/bin --libdir /usr/local/lib/gpufleet

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Each role README's variable table, generated from the role's ``meta/argument_specs.yml``.
 
     tests/tools/role_docs.py            rewrite the tables of every role

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Unit tests of the code that runs on the targets: modules, module_utils (and the simulated fleet's pieces).
 
 The collection is made importable by tests/conftest.py. Nothing here imports controller code

@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one atomic writer and the one plain reader of host files.
 
 ``atomic_write`` writes a temporary file in the target's folder and renames it over the target, so a reader
@@ -18,12 +19,12 @@ from __future__ import annotations
 import os
 
 if False:  # typing imports ``re``: only for the annotations, never at run time (the shim's start path)
-    from typing import Callable, Optional, Union
+    from typing import Callable
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_text(path: str, *, tolerant: bool = False, errors: str = "strict") -> Optional[str]:
+def read_text(path: str, *, tolerant: bool = False, errors: str = "strict") -> str | None:
     """The text of ``path`` (UTF-8), or None when it does not exist.
 
     ``tolerant=True`` (reading host state, which must never raise): None as well for any other error
@@ -53,13 +54,13 @@ def _temporary(directory: str, base: str, mode: int):
 
 def atomic_write(
     path: str,
-    data: Union[str, bytes],
-    mode: Optional[int] = None,
+    data: str | bytes,
+    mode: int | None = None,
     *,
     fsync: bool = True,
     makedirs: bool = False,
     default_mode: int = 0o644,
-    prepare: Optional[Callable[[str], None]] = None,
+    prepare: Callable[[str], None] | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` atomically.
 

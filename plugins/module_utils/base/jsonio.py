@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """JSON for the host programs' start path, without importing ``json`` (which imports ``re``, ``enum``...).
 
 The runtime shim and the CDI hook run once per GPU container start; ``import json`` costs them about

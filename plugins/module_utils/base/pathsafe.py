@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Resolve paths inside a root directory without ever leaving it.
 
 A driver root (``/run/nvidia/driver``), a mounted host root (``/host``) and a container's rootfs all

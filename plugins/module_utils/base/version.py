@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one reading of a dotted version (engines, drivers, CUDA requirements).
 
 Imports nothing: the runtime shim reaches ``parts`` on its start path (NVIDIA_REQUIRE_* checks), where
@@ -9,9 +10,6 @@ Standard library only (target Pythons 3.8+).
 """
 
 from __future__ import annotations
-
-if False:  # typing imports ``re``: only for the annotations, never at run time (the shim's start path)
-    from typing import Optional, Tuple
 
 _DIGITS = "0123456789"
 
@@ -24,7 +22,7 @@ def _number(text: str, start: int) -> int:
     return end
 
 
-def _dotted(word: str) -> Optional[Tuple[int, int, int]]:
+def _dotted(word: str) -> tuple[int, int, int] | None:
     """``major.minor[.patch]`` at the start of ``word`` (a leading ``v`` allowed), else None."""
     pos = 1 if word[:1] in ("v", "V") else 0
     numbers = []
@@ -42,7 +40,7 @@ def _dotted(word: str) -> Optional[Tuple[int, int, int]]:
     return numbers[0], numbers[1], numbers[2] if len(numbers) > 2 else 0
 
 
-def parse(text: Optional[str]) -> Optional[Tuple[int, int, int]]:
+def parse(text: str | None) -> tuple[int, int, int] | None:
     """``(major, minor, patch)`` of the first word of ``text`` that starts with a dotted version, else None.
 
     Reads what the engines and packages print: ``1.7.27``, ``v28.0.4``, ``2.1.0-rc.1``,
@@ -60,14 +58,14 @@ def parse(text: Optional[str]) -> Optional[Tuple[int, int, int]]:
     return None
 
 
-def strip_epoch(text: Optional[str]) -> str:
+def strip_epoch(text: str | None) -> str:
     """``2:20.10.24+dfsg1`` -> ``20.10.24+dfsg1`` (a Debian/RPM epoch)."""
     text = str(text or "").strip()
     head, sep, tail = text.partition(":")
     return tail if sep and head and all(c in _DIGITS for c in head) else text
 
 
-def parts(text: Optional[str]) -> Tuple[int, ...]:
+def parts(text: str | None) -> tuple[int, ...]:
     """Every leading number of ``text`` split at ``.`` and ``-``, any count: ``12.2`` -> ``(12, 2)``,
     ``535.104.05`` -> ``(535, 104, 5)``, ``12-1`` -> ``(12, 1)``, ``12.x`` -> ``(12,)``. For comparing
     versions of different lengths (pad with zeros, see ``compare``)."""
@@ -95,6 +93,6 @@ def compare(have: str, op: str, want: str) -> bool:
     }[op]
 
 
-def text_of(version: Optional[Tuple[int, ...]]) -> str:
+def text_of(version: tuple[int, ...] | None) -> str:
     """``(1, 7, 27)`` -> ``1.7.27``; None -> ``""``."""
     return ".".join(str(n) for n in version) if version else ""

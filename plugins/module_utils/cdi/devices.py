@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one home of the NVIDIA device-node rules.
 
 ``/dev/nvidia<N>`` is 195:N, ``/dev/nvidiactl`` 195:255, ``/dev/nvidia-modeset`` 195:254;

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one home of "which driver files does a container get for which capability".
 
 Used by ``gpu_facts`` (what the host has), ``cdi_spec`` (what the spec mounts) and the runtime shim

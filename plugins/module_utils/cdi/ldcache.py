@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Parser for glibc's ``/etc/ld.so.cache``, the file the dynamic loader and libnvidia-container read.
 
 Pure standard library, no ansible imports: shared by the modules (on target Pythons 3.8+) and by the

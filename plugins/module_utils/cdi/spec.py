@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The CDI spec for ``nvidia.com/gpu``: model, generation and byte-stable rendering.
 
 ``build_spec`` is a pure function of the GPUs (dicts shaped like ``ansible_facts.nvidia.gpus``), the
@@ -23,6 +24,8 @@ device nodes need 0.5.0, top-level ``annotations`` need 0.6.0; nothing here need
 
 Standard library only; PyYAML is never needed (the YAML is rendered here, deterministically).
 """
+
+from __future__ import annotations
 
 import json
 import os
@@ -95,7 +98,7 @@ def cuda_version_for(driver_version):
 
 
 def container_libdir(arch):
-    return CONTAINER_LIBDIRS.get(arch, ("/usr/lib/%s-linux-gnu" % arch,))[0]
+    return CONTAINER_LIBDIRS.get(arch, (f"/usr/lib/{arch}-linux-gnu",))[0]
 
 
 def _mig_enabled(gpu):
@@ -112,12 +115,12 @@ def _mig_nodes(gpu, mig, mig_minors):
     nodes = []
     if gi is None or not mig_minors:
         return nodes
-    keys = ["gpu%d/gi%d/access" % (gpu["minor"], gi)]
+    keys = [f"gpu{int(gpu['minor'])}/gi{int(gi)}/access"]
     if ci is not None:
-        keys.append("gpu%d/gi%d/ci%d/access" % (gpu["minor"], gi, ci))
+        keys.append(f"gpu{int(gpu['minor'])}/gi{int(gi)}/ci{int(ci)}/access")
     for key in keys:
         if key in mig_minors:
-            nodes.append("/dev/nvidia-caps/nvidia-cap%d" % mig_minors[key])
+            nodes.append(f"/dev/nvidia-caps/nvidia-cap{int(mig_minors[key])}")
     return nodes
 
 
@@ -166,12 +169,12 @@ def build_spec(
     strategy = tuple(device_name_strategy)
     bad = sorted(set(strategy) - set(NAME_STRATEGIES))
     if bad or not strategy:
-        raise ValueError("device_name_strategy: unknown %s; valid: index, uuid" % ", ".join(bad))
+        raise ValueError("device_name_strategy: unknown {}; valid: index, uuid".format(", ".join(bad)))
     if cuda_version is None:
         cuda_version = cuda_version_for(driver_version)
     devices, aliases, all_nodes = [], {}, []
     for gpu in sorted(gpus, key=lambda g: int(g["index"])):
-        node = "/dev/nvidia%d" % int(gpu["minor"])
+        node = f"/dev/nvidia{int(gpu['minor'])}"
         all_nodes.append(node)
         names = _gpu_names(gpu, strategy)
         for name in names:
@@ -186,19 +189,19 @@ def build_spec(
             edits = {"deviceNodes": [_node(p, dev_root) for p in paths]}
             mig_names = []
             if "index" in strategy or not mig.get("uuid"):
-                mig_names.append("%s:%s" % (gpu["index"], mig.get("index", 0)))
+                mig_names.append("{}:{}".format(gpu["index"], mig.get("index", 0)))
             if "uuid" in strategy and mig.get("uuid"):
                 mig_names.append(mig["uuid"])
             for name in mig_names:
                 devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
-            for alias in ("%s:%s" % (gpu["index"], mig.get("index", 0)), mig.get("uuid")):
+            for alias in ("{}:{}".format(gpu["index"], mig.get("index", 0)), mig.get("uuid")):
                 if alias and alias not in mig_names:
                     aliases[alias] = mig_names[0]
     if all_nodes:
         devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n, dev_root) for n in all_nodes]}})
     for device in devices:
         if not _DEVICE_NAME.match(device["name"]):
-            raise ValueError("GPU name %r is not a valid CDI device name" % device["name"])
+            raise ValueError("GPU name {!r} is not a valid CDI device name".format(device["name"]))
 
     mounts, mount_caps, folders, sonames, libraries = [], {}, [], set(), []
     wanted = set(capabilities)
@@ -222,12 +225,12 @@ def build_spec(
             sonames.add((item.arch, item.name))
             container = folder + "/" + os.path.basename(item.resolved)
             if container not in mount_caps:
-                libraries.append("%s::%s::%s" % (item.arch, item.name, container))
+                libraries.append(f"{item.arch}::{item.name}::{container}")
             add_mount(host_path(driver_root, item.resolved), container, caps)
         elif item.kind == "binary":
             add_mount(host_path(driver_root, item.resolved), "/usr/bin/" + item.name, [item.capability])
         elif item.kind == "firmware":
-            container = "%s/%s/%s" % (FIRMWARE_DIR, driver_version, item.name)
+            container = f"{FIRMWARE_DIR}/{driver_version}/{item.name}"
             add_mount(host_path(driver_root, item.resolved), container, [item.capability])
         elif item.kind == "ipc":
             add_mount(item.resolved, item.path, [item.capability])
@@ -248,7 +251,7 @@ def build_spec(
         for name, target in CONTAINER_LINKS.get(capability, ()):
             for arch, soname in sorted(sonames):
                 if soname == target:
-                    args += ["--link", "%s::%s/%s" % (target, container_libdir(arch), name)]
+                    args += ["--link", f"{target}::{container_libdir(arch)}/{name}"]
     hook = {
         "hookName": "createContainer",
         "path": hook_path,
@@ -306,9 +309,9 @@ def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=N
     try:
         version, files = find_driver_files(driver_dir, capabilities, driver_version, root=root)
     except OSError as exc:
-        raise ValueError("cannot read the driver root's ld.so.cache under %s: %s" % (driver_dir, exc)) from None
+        raise ValueError(f"cannot read the driver root's ld.so.cache under {driver_dir}: {exc}") from None
     if version is None:
-        raise ValueError("no NVIDIA driver userspace found in the ld.so.cache under %s" % driver_dir)
+        raise ValueError(f"no NVIDIA driver userspace found in the ld.so.cache under {driver_dir}")
     majors = parse_proc_devices(read_text(host_path(root, "/proc/devices"), tolerant=True, errors="replace") or "")[
         "character"
     ]
@@ -382,26 +385,26 @@ def _yaml(value, indent, lines):
         for key, item in value.items():
             if _is_scalar(item):
                 text = _empty(item) if isinstance(item, (dict, list)) else _scalar(item)
-                lines.append("%s%s: %s" % (pad, _key(key), text))
+                lines.append(f"{pad}{_key(key)}: {text}")
             else:
-                lines.append("%s%s:" % (pad, _key(key)))
+                lines.append(f"{pad}{_key(key)}:")
                 _yaml(item, indent + 2, lines)
     else:
         for item in value:
             if _is_scalar(item):
                 text = _empty(item) if isinstance(item, (dict, list)) else _scalar(item)
-                lines.append("%s- %s" % (pad, text))
+                lines.append(f"{pad}- {text}")
             else:
                 sub = []
                 _yaml(item, indent + 2, sub)
-                lines.append("%s- %s" % (pad, sub[0][indent + 2 :]))
+                lines.append(f"{pad}- {sub[0][indent + 2 :]}")
                 lines.extend(sub[1:])
 
 
 def render_yaml(document, header=None):
     """Block-style YAML with every string double-quoted: deterministic, and read back by any YAML 1.1
     or 1.2 parser (the engines' Go YAML included) as exactly ``document``."""
-    lines = ["# %s" % line for line in (header or "").splitlines()] if header else []
+    lines = [f"# {line}" for line in (header or "").splitlines()] if header else []
     lines.append("---")
     _yaml(document, 0, lines)
     return "\n".join(lines) + "\n"
@@ -412,4 +415,4 @@ def render(document, fmt="yaml", header=None):
         return render_json(document)
     if fmt == "yaml":
         return render_yaml(document, header)
-    raise ValueError("unknown format %r (yaml or json)" % fmt)
+    raise ValueError(f"unknown format {fmt!r} (yaml or json)")

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Whether the host under ``root`` is a container, from the marks container managers leave in its files.
 
 The driver role needs the answer (a container can neither build nor load the kernel module); it used to
@@ -19,14 +20,13 @@ Standard library only (target Pythons 3.8+).
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from ..base.pathsafe import host_path
 
 _CGROUP_MARKS = (("/docker/", "docker"), ("/lxc/", "lxc"), ("/kubepods", "containerd"), ("/containerd/", "containerd"))
 
 
-def _read(path: str, limit: int = 65536) -> Optional[str]:
+def _read(path: str, limit: int = 65536) -> str | None:
     try:
         with open(path, "rb") as f:
             return f.read(limit).decode("utf-8", "replace")
@@ -34,7 +34,7 @@ def _read(path: str, limit: int = 65536) -> Optional[str]:
         return None
 
 
-def detect_container(root: str = "/") -> Optional[str]:
+def detect_container(root: str = "/") -> str | None:
     """The container manager the host under ``root`` runs in (``docker``, ``podman``, ``lxc``, ``openvz`` ...,
     or ``container`` when the kind is not named), None on a host that is not a container."""
     for marker in ("/run/systemd/container", "/run/host/container-manager"):

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Device discovery: everything ``gpu_facts`` returns as ``ansible_facts.nvidia``, as one pure call.
 
 ``discover(root, driver_root, sources, run_command)`` reads the host under ``root`` (``sys/``,
@@ -19,8 +20,10 @@ forbids ``subprocess`` in module_utils (modules must go through ``run_command``)
 no sanity ignore file; a caller outside Ansible passes its own runner.
 """
 
+from __future__ import annotations
+
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import scan_device_nodes
@@ -66,7 +69,9 @@ def parse_sources(sources):
     unknown = sorted(set(names) - set(SOURCES))
     if unknown:
         raise ValueError(
-            "unknown discovery source %s; valid: auto, %s" % (", ".join(repr(u) for u in unknown), ", ".join(SOURCES))
+            "unknown discovery source {}; valid: auto, {}".format(
+                ", ".join(repr(u) for u in unknown), ", ".join(SOURCES)
+            )
         )
     return tuple(s for s in SOURCES if s in names)
 
@@ -166,7 +171,7 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
     except OSError:
         entries = []
     except ValueError as exc:
-        warnings.append("ld.so.cache: %s" % exc)
+        warnings.append(f"ld.so.cache: {exc}")
         entries = []
 
     def resolve(path):
@@ -181,25 +186,25 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
         library = nvml_candidates(driver_root, entries)
         if not library:
             if sources_explicit(sources):
-                warnings.append("nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % driver_root)
+                warnings.append(f"nvml: libnvidia-ml.so.1 is not in {driver_root}'s ld.so.cache")
         else:
             try:
                 nvml_result = _nvml.query(library)
             except _nvml.NvmlUnavailable as exc:
                 if sources_explicit(sources) or installed_version:
-                    warnings.append("nvml: %s" % exc)
+                    warnings.append(f"nvml: {exc}")
             except _nvml.NvmlError as exc:
-                warnings.append("nvml: %s" % exc)
+                warnings.append(f"nvml: {exc}")
             else:
                 answered.append("nvml")
                 by_source["nvml"] = nvml_result["gpus"]
-                warnings.extend("nvml: %s" % w for w in nvml_result["warnings"])
+                warnings.extend(f"nvml: {w}" for w in nvml_result["warnings"])
 
     if "nvidia-smi" in order and (sources_explicit(sources) or (nvml_result is None and module_loaded)):
         binary = _find_binary(driver_root, "nvidia-smi")
         if binary is None:
             if sources_explicit(sources):
-                warnings.append("nvidia-smi: not found in %s" % driver_root)
+                warnings.append(f"nvidia-smi: not found in {driver_root}")
         elif run_command is None:
             if sources_explicit(sources):
                 warnings.append("nvidia-smi: not run (no run_command given)")
@@ -209,16 +214,16 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
             try:
                 smi_result = _nvidia_smi.parse_xml(out) if out.strip().startswith("<") else None
             except ValueError as exc:
-                warnings.append("nvidia-smi: %s" % exc)
+                warnings.append(f"nvidia-smi: {exc}")
             if smi_result is None and not lost:
-                warnings.append("nvidia-smi: rc=%s: %s" % (rc, (err or out).strip()[:300]))
+                warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
             else:
                 answered.append("nvidia-smi")
                 records = list(smi_result["gpus"]) if smi_result else []
                 records.extend({"pci_bus_id": bus_id, "lost": True} for bus_id in lost)
                 by_source["nvidia-smi"] = records
                 if rc != 0:
-                    warnings.append("nvidia-smi: rc=%s: %s" % (rc, (err or out).strip()[:300]))
+                    warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
 
     if "procfs" in order:
         procfs_gpus = _nvidia_procfs.read_gpus(proc_dir)
@@ -294,7 +299,7 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
     # Device nodes and their /dev/char links.
     device_nodes = []
     for node in scan_device_nodes(host_path(root, "/dev")):
-        link = "/dev/char/%d:%d" % (node.major, node.minor)
+        link = f"/dev/char/{int(node.major)}:{int(node.minor)}"
         device_nodes.append(
             {
                 "path": node.path,
@@ -311,7 +316,7 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
         try:
             files = find_driver_files(driver_root, CAPABILITIES, installed_version, root=root, entries=entries)[1]
         except OSError as exc:
-            warnings.append("driver files: %s" % exc)
+            warnings.append(f"driver files: {exc}")
             files = []
         for f in files:
             libraries[f.capability].append(
@@ -350,7 +355,7 @@ def sources_explicit(sources):
     return bool(sources) and "auto" not in sources
 
 
-def discovered_gpus(root: str = "/", driver_root: str = "/") -> Optional[List[Dict[str, Any]]]:
+def discovered_gpus(root: str = "/", driver_root: str = "/") -> list[dict[str, Any]] | None:
     """The GPUs discovery finds with an index and a device minor (what a CDI spec needs), or None.
 
     ``driver_root`` is in host terms, read under ``root``. For the CDI spec's callers discovery is a

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Container engines on the host under ``root``: docker, containerd, CRI-O and podman.
 
 For each: ``installed`` (its binary is in the root), ``version`` (from the dpkg database, which costs
@@ -15,6 +16,8 @@ fields stay None and a warning says why.
 
 Standard library only (target Pythons 3.8+; ``tomlkit`` optional).
 """
+
+from __future__ import annotations
 
 import glob
 import os
@@ -69,7 +72,7 @@ def _parse(root, inner, adapter, warnings):
         return None, False
     if adapter.config_format == "toml" and _toml_loads is None:
         warnings.append(
-            "%s: cannot read %s: no TOML parser (tomllib needs Python 3.11, or install tomlkit)" % (adapter.name, inner)
+            f"{adapter.name}: cannot read {inner}: no TOML parser (tomllib needs Python 3.11, or install tomlkit)"
         )
         return None, True
     try:
@@ -78,7 +81,7 @@ def _parse(root, inner, adapter, warnings):
         ), False
     except Exception as exc:  # each parser raises its own error type
         what = "is not valid TOML" if adapter.config_format == "toml" else "is not valid"
-        warnings.append("%s: %s %s: %s" % (adapter.name, inner, what, exc))
+        warnings.append(f"{adapter.name}: {inner} {what}: {exc}")
         return None, True
 
 

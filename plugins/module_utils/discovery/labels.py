@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The node labels NVIDIA's GPU feature discovery (GFD) would set, from discovery's facts.
 
 GFD describes the node by its first GPU (product, memory, family, compute capability), counts all of

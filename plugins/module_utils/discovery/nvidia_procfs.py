@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The NVIDIA kernel module's own view: ``/proc/driver/nvidia/version`` and
 ``/proc/driver/nvidia/gpus/<bus-id>/information``, plus ``/sys/module/nvidia``.
 
@@ -15,6 +16,8 @@ has been initialised once (persistence mode off and nothing has opened it): that
 
 Standard library only (target Pythons 3.8+).
 """
+
+from __future__ import annotations
 
 import os
 import re

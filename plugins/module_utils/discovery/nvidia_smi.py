@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``nvidia-smi -q -x`` (the ``nvidia_smi_log`` XML document) as discovery's GPU records.
 
 The document carries ``driver_version``, ``cuda_version`` and one ``<gpu id="00000000:07:00.0">`` per GPU

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """NVML through ctypes, no third-party package: init, driver and CUDA versions, and per GPU its index,
 minor, UUID, name, PCI address and device id, memory, compute capability, architecture, MIG mode,
 NUMA node and MIG devices.

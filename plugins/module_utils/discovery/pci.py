@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """NVIDIA functions on the PCI bus, read from sysfs (``<root>/sys/bus/pci/devices``).
 
 Works with no driver at all: this is how a host that still needs one is recognised. Only vendor
@@ -10,6 +11,8 @@ functions but not GPUs.
 
 Standard library only (target Pythons 3.8+).
 """
+
+from __future__ import annotations
 
 import os
 import re
@@ -32,7 +35,7 @@ def normalize_bus_id(value):
         return None
     domain, bus, device, function = match.groups()
     domain = int(domain, 16) if domain else 0
-    return "%04x:%s:%s.%s" % (domain, bus.lower(), device.lower(), function)
+    return f"{domain:04x}:{bus.lower()}:{device.lower()}.{function}"
 
 
 def is_gpu_class(pci_class):
@@ -101,7 +104,7 @@ def gpu_pci_device_id(device_id, vendor_id=NVIDIA_VENDOR):
     """The ``0x20b010de`` form NVML and nvidia-smi print for a PCI device id (device, then vendor)."""
     if not device_id:
         return None
-    return "0x%04x%04x" % (int(device_id, 16), int(vendor_id or NVIDIA_VENDOR, 16))
+    return f"0x{int(device_id, 16):04x}{int(vendor_id or NVIDIA_VENDOR, 16):04x}"
 
 
 def read_machine(sys_dir):

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Problems discovery can see on a host, each as ``{code, message, fix}``.
 
 The codes are stable (roles and the fleet report key on them); messages name the object concerned.

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``gpufleet-cdi-hook``: the createContainer hook the CDI spec calls.
 
 ``gpufleet-cdi-hook apply --folder /usr/lib/x86_64-linux-gnu

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``gpufleet-cdi-refresh``: regenerate the CDI spec when the installed driver is not the one it was made for.
 
 Run at boot by ``gpufleet-cdi-refresh.service`` (installed by the ``runtime`` role), before the engines
@@ -17,9 +18,11 @@ the program: its configuration, the decision to refresh, and the writes.
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import json
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Mapping
 
 from ..base.fileio import atomic_write, read_text
 from ..base.pathsafe import host_path
@@ -30,7 +33,7 @@ NAME = "gpufleet-cdi-refresh"
 CONFIG_PATH = "/etc/gpufleet/cdi-refresh.json"
 
 
-def needs_refresh(stamp: Optional[str], installed: Optional[str], force: bool = False) -> Tuple[bool, str]:
+def needs_refresh(stamp: str | None, installed: str | None, force: bool = False) -> tuple[bool, str]:
     """``(bool, reason)``: whether a spec stamped ``stamp`` must be rendered again for ``installed``."""
     if installed is None:
         return False, "no NVIDIA driver userspace installed: spec left as it is"
@@ -43,7 +46,7 @@ def needs_refresh(stamp: Optional[str], installed: Optional[str], force: bool = 
     return False, f"spec matches the installed driver {installed}"
 
 
-def installed_version(root: str = "/", driver_root: str = "/") -> Optional[str]:
+def installed_version(root: str = "/", driver_root: str = "/") -> str | None:
     """The installed driver userspace's version (from the ld.so.cache under the driver root), or None."""
     try:
         version, _files = find_driver_files(host_path(root, driver_root), ["utility"], None, root=root)
@@ -57,7 +60,7 @@ def write_text(path, text, mode=0o644):
     atomic_write(path, text, mode, makedirs=True)
 
 
-def refresh(options: Optional[Mapping[str, Any]], force: bool = False, dry_run: bool = False) -> Dict[str, Any]:
+def refresh(options: Mapping[str, Any] | None, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Regenerate the spec when its stamp is not the installed driver; returns the report ``main`` prints."""
     p = options_with_defaults(options)
     spec_file = host_path(p["root"], p["path"])
@@ -80,9 +83,9 @@ def refresh(options: Optional[Mapping[str, Any]], force: bool = False, dry_run: 
     return report
 
 
-def parse_args(argv: List[str]) -> Dict[str, Any]:
+def parse_args(argv: list[str]) -> dict[str, Any]:
     args = list(argv[1:])
-    options: Dict[str, Any] = {"config": CONFIG_PATH, "force": False, "dry_run": False}
+    options: dict[str, Any] = {"config": CONFIG_PATH, "force": False, "dry_run": False}
     while args:
         arg = args.pop(0)
         if arg in ("--force", "--dry-run"):
@@ -94,7 +97,7 @@ def parse_args(argv: List[str]) -> Dict[str, Any]:
     return options
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     try:
         args = parse_args(argv)

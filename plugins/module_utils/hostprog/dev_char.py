@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``gpufleet-dev-char-links``: the ``/dev/char/<major>:<minor>`` links of the NVIDIA device nodes.
 
 systemd's device cgroup rules name devices through ``/dev/char/<major>:<minor>``; when those links are

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Install the native toolkit's host programs: the one place that knows their launchers.
 
 The programs' code is the collection's own ``module_utils``: the programs' modules (``hostprog/``) and what they
@@ -9,6 +10,8 @@ is a three-line launcher in ``<bindir>`` that starts the system Python isolated 
 ``PYTHON*`` variables, no user site; ``-S``: no site module, which is also faster) and calls ``main``.
 Used by the ``toolkit`` role and by the tests, so the installed programs are the tested ones.
 """
+
+from __future__ import annotations
 
 import ast
 import json
@@ -145,7 +148,7 @@ def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
     if name == "gpufleet-container-runtime":
         for what, path in (("runtime", runtime), ("libdir", libdir), ("python", python)):
             if not os.path.isabs(path) or any(c in path for c in "\"'$`\\\n "):
-                raise ValueError("%s %r: expected a plain absolute path" % (what, path))
+                raise ValueError(f"{what} {path!r}: expected a plain absolute path")
         from .shim import _HINTS  # noqa: PLC0415  # one list of hints for the shell and for Python
 
         hints = "|".join(h.decode().replace(".", "\\.") for h in _HINTS)
@@ -171,7 +174,7 @@ def render_runtime_config(accept_envvar_unprivileged=True, accept_volume_mounts=
     values = {"accept_envvar_unprivileged": accept_envvar_unprivileged, "accept_volume_mounts": accept_volume_mounts}
     for key, value in values.items():
         if not isinstance(value, bool):
-            raise ValueError("%s must be true or false, got %r" % (key, value))
+            raise ValueError(f"{key} must be true or false, got {value!r}")
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 

@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What a container asks for, and how CDI edits land in its OCI ``config.json``.
 
 Used by the runtime shim (``gpufleet-container-runtime``) on every GPU container start, so it is pure
@@ -34,6 +35,8 @@ nvidia-container-toolkit ``internal/config/image/cuda_image.go`` (``VisibleDevic
 Everything here runs on input the image or a pod controls, so it is linear in the input's size, every
 size has a limit (``MAX_*``), and every malformed or mistyped value is a ``RequestError`` with one line.
 """
+
+from __future__ import annotations
 
 import os
 import stat
@@ -84,13 +87,13 @@ def is_true(value):
 
 def _check_size(value, what):
     if len(value) > MAX_REQUEST_BYTES:
-        raise RequestError("%s is longer than %d bytes (%d)" % (what, MAX_REQUEST_BYTES, len(value)))
+        raise RequestError(f"{what} is longer than {MAX_REQUEST_BYTES} bytes ({len(value)})")
 
 
 def _add_name(names, name, what):
     if name not in names:
         if len(names) >= MAX_REQUEST_DEVICES:
-            raise RequestError("%s names more than %d devices" % (what, MAX_REQUEST_DEVICES))
+            raise RequestError(f"{what} names more than {MAX_REQUEST_DEVICES} devices")
         names[name] = None
 
 
@@ -113,7 +116,7 @@ def parse_visible_devices(value):
         if part == "all":
             return ["all"]
         if part in ("none", "void"):
-            raise RequestError("NVIDIA_VISIBLE_DEVICES: %r cannot be combined with device names" % part)
+            raise RequestError(f"NVIDIA_VISIBLE_DEVICES: {part!r} cannot be combined with device names")
         _add_name(names, part, "NVIDIA_VISIBLE_DEVICES")
     return list(names) or None
 
@@ -138,8 +141,9 @@ def check_requirements(env, cuda_version, driver_version, facts=None):
         alternatives = expression.split()
         if not any(_holds(alt, known, name) for alt in alternatives):
             raise RequestError(
-                "unsatisfied requirement %s=%r (driver %s, CUDA %s)"
-                % (name, expression, driver_version or "unknown", cuda_version or "unknown")
+                "unsatisfied requirement {}={!r} (driver {}, CUDA {})".format(
+                    name, expression, driver_version or "unknown", cuda_version or "unknown"
+                )
             )
 
 
@@ -152,7 +156,7 @@ def _holds(alternative, known, name):
             continue
         match = re.match(_CONSTRAINT, constraint)
         if not match:
-            raise RequestError("%s: cannot parse constraint %r" % (name, constraint))
+            raise RequestError(f"{name}: cannot parse constraint {constraint!r}")
         key, op, want = match.groups()
         have = known.get(key)
         if have is None:
@@ -177,7 +181,7 @@ def cdi_annotation_devices(annotations, kind=KIND):
         if not key.startswith(CDI_ANNOTATION_PREFIXES):
             continue
         value = annotations[key]
-        _check_size(value, "CDI annotation %s" % key)
+        _check_size(value, f"CDI annotation {key}")
         for raw in value.split(","):
             qualified = raw.strip()
             if not qualified:
@@ -186,7 +190,7 @@ def cdi_annotation_devices(annotations, kind=KIND):
             if prefix != kind:
                 continue
             if not sep or not device:
-                raise RequestError("CDI annotation %s: malformed device name %r" % (key, qualified))
+                raise RequestError(f"CDI annotation {key}: malformed device name {qualified!r}")
             _add_name(names, device, "the CDI annotations")
     return list(names)
 
@@ -249,7 +253,7 @@ class Request:
         self.source = source
 
     def __repr__(self):
-        return "Request(%r, %r, source=%r)" % (self.devices, self.capabilities, self.source)
+        return f"Request({self.devices!r}, {self.capabilities!r}, source={self.source!r})"
 
 
 def gpu_request(config, accept_envvar_unprivileged=True, accept_volume_mounts=False):
@@ -275,7 +279,7 @@ def gpu_request(config, accept_envvar_unprivileged=True, accept_volume_mounts=Fa
     try:
         capabilities = parse_capabilities(env.get("NVIDIA_DRIVER_CAPABILITIES"))
     except CapabilityError as exc:
-        raise RequestError("NVIDIA_DRIVER_CAPABILITIES: %s" % exc) from None
+        raise RequestError(f"NVIDIA_DRIVER_CAPABILITIES: {exc}") from None
     return Request(devices, capabilities, env, source)
 
 
@@ -305,7 +309,7 @@ _TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
 def check_config(config, what="config.json"):
     """Raise ``RequestError`` unless ``config`` has the types the shim and hook rely on."""
     if not isinstance(config, dict):
-        raise RequestError("%s is not a JSON object" % what)
+        raise RequestError(f"{what} is not a JSON object")
     for path, kind, element in _CONFIG_SHAPE:
         value = config
         for key in path:
@@ -314,22 +318,22 @@ def check_config(config, what="config.json"):
             continue
         name = ".".join(path)
         if not isinstance(value, kind):
-            raise RequestError("%s: %s is not %s" % (what, name, _TYPE_NAMES[kind]))
+            raise RequestError(f"{what}: {name} is not {_TYPE_NAMES[kind]}")
         if element is not None and not all(isinstance(item, element) for item in value):
-            raise RequestError("%s: %s holds an element that is not %s" % (what, name, _TYPE_NAMES[element]))
+            raise RequestError(f"{what}: {name} holds an element that is not {_TYPE_NAMES[element]}")
     for key, value in (config.get("annotations") or {}).items():
         if not isinstance(value, str):
-            raise RequestError("%s: annotation %s is not a string" % (what, key))
+            raise RequestError(f"{what}: annotation {key} is not a string")
     for mount in config.get("mounts") or ():
         for key in ("source", "destination"):
             if not isinstance(mount.get(key, ""), str):
-                raise RequestError("%s: a mount's %s is not a string" % (what, key))
+                raise RequestError(f"{what}: a mount's {key} is not a string")
     for phase, hooks in (config.get("hooks") or {}).items():
         if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
-            raise RequestError("%s: hooks.%s is not an array of objects" % (what, phase))
+            raise RequestError(f"{what}: hooks.{phase} is not an array of objects")
         for hook in hooks:
             if not isinstance(hook.get("path", ""), str) or not isinstance(hook.get("args", []), list):
-                raise RequestError("%s: a hook in hooks.%s has a path or args of the wrong type" % (what, phase))
+                raise RequestError(f"{what}: a hook in hooks.{phase} has a path or args of the wrong type")
     return config
 
 
@@ -361,7 +365,7 @@ def read_fd(fd, limit, what):
             break
         data += more
     if len(data) > limit:
-        raise RequestError("%s is larger than %d bytes" % (what, limit))
+        raise RequestError(f"{what} is larger than {int(limit)} bytes")
     return data
 
 
@@ -375,7 +379,7 @@ def read_config(path):
         raise RequestError(str(exc)) from None
     check_config(config, path)
     if not (config.get("root") or {}).get("path"):
-        raise RequestError("%s has no root.path" % path)
+        raise RequestError(f"{path} has no root.path")
     return config
 
 
@@ -394,7 +398,7 @@ def resolve_devices(index, names):
         key = name if name in devices else aliases.get(name)
         if key is None or key not in devices:
             known = ", ".join(sorted(devices)) or "none"
-            raise RequestError("unknown GPU %r requested (this node has: %s)" % (name, known))
+            raise RequestError(f"unknown GPU {name!r} requested (this node has: {known})")
         edits.append(devices[key])
     return edits
 
@@ -402,7 +406,7 @@ def resolve_devices(index, names):
 def _stat_node(path):
     st = os.stat(path)
     if not stat.S_ISCHR(st.st_mode):
-        raise RequestError("%s is not a character device" % path)
+        raise RequestError(f"{path} is not a character device")
     return os.major(st.st_rdev), os.minor(st.st_rdev)
 
 
@@ -440,7 +444,7 @@ def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=
                     major, minor = stat_node(host)
                 except OSError as exc:
                     reason = exc.strerror or exc
-                    raise RequestError("GPU device node %s is missing on this host (%s)" % (host, reason)) from None
+                    raise RequestError(f"GPU device node {host} is missing on this host ({reason})") from None
             if path not in have_paths:
                 have_paths.add(path)
                 devices.append(
@@ -503,7 +507,7 @@ def inject(
     missing = [c for c in request.capabilities if c not in provided]
     if missing and request.env.get("NVIDIA_DRIVER_CAPABILITIES", "").strip() != "all":
         raise RequestError(
-            "driver capabilities %s requested but the CDI spec was generated without them" % ",".join(missing)
+            "driver capabilities {} requested but the CDI spec was generated without them".format(",".join(missing))
         )
     edits = [index.get("containerEdits") or {}, *device_edits]
     apply_edits(config, edits, request.capabilities, index.get("mountCapabilities"), stat_node)

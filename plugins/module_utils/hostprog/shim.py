@@ -1,5 +1,6 @@
-# Copyright (c) gpufleet developers
+# Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``gpufleet-container-runtime``: the OCI runtime shim, and the ``nvidia-container-runtime-hook`` entry point.
 
 The engine calls the shim exactly as it calls runc (``runc [global flags] <command> [flags] <id>``).
@@ -28,6 +29,8 @@ is bounded (``_oci.MAX_*``, ``_ldcache.MAX_CACHE_BYTES``), type-checked, and par
 failure is one line and exit status 1, never a traceback.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -52,13 +55,11 @@ def check_trusted(st, path, what):
     """Refuse a file that decides what runs as root unless root (or this process's user) owns it and
     neither group nor others may write it."""
     if st.st_uid not in (0, os.geteuid()):
-        raise ShimError(
-            "%s %s is owned by uid %d, not root: refusing it (chown root:root %s)" % (what, path, st.st_uid, path)
-        )
+        raise ShimError(f"{what} {path} is owned by uid {st.st_uid}, not root: refusing it (chown root:root {path})")
     if st.st_mode & 0o022:
         raise ShimError(
-            "%s %s is writable by group or others (mode %o): refusing it (chmod go-w %s)"
-            % (what, path, st.st_mode & 0o7777, path)
+            f"{what} {path} is writable by group or others (mode {st.st_mode & 0o7777:o}): "
+            f"refusing it (chmod go-w {path})"
         )
 
 
@@ -68,7 +69,7 @@ def read_trusted(path, limit, what):
     from .oci import RequestError, read_limited  # noqa: PLC0415
 
     try:
-        return read_limited(path, limit, "%s %s" % (what, path), lambda st: check_trusted(st, path, what))
+        return read_limited(path, limit, f"{what} {path}", lambda st: check_trusted(st, path, what))
     except FileNotFoundError:
         return None
     except RequestError as exc:
@@ -87,13 +88,13 @@ def _config():
     except ValueError as exc:
         raise ShimError(str(exc)) from None
     if not isinstance(value, dict):
-        raise ShimError("%s: not a JSON object" % path)
+        raise ShimError(f"{path}: not a JSON object")
     for key, item in value.items():
         kind = CONFIG_KEYS.get(key)
         if kind is None:
-            raise ShimError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(CONFIG_KEYS))))
+            raise ShimError("{}: unknown key {!r} (known: {})".format(path, key, ", ".join(sorted(CONFIG_KEYS))))
         if not isinstance(item, kind):
-            raise ShimError("%s: %s must be a %s" % (path, key, "boolean" if kind is bool else "string"))
+            raise ShimError("{}: {} must be a {}".format(path, key, "boolean" if kind is bool else "string"))
     return value
 
 
@@ -101,18 +102,19 @@ def _runtime(config):
     runtime = os.environ.get("GPUFLEET_RUNTIME") or config.get("runtime")
     if runtime:
         if not os.path.isabs(runtime):
-            raise ShimError("runtime %r in the configuration is not an absolute path" % runtime)
+            raise ShimError(f"runtime {runtime!r} in the configuration is not an absolute path")
     else:
         runtime = next((c for c in RUNTIME_CANDIDATES if os.access(c, os.X_OK)), None)
         if runtime is None:
             raise ShimError(
-                'no low-level runtime found (tried %s); set "runtime" in %s'
-                % (", ".join(RUNTIME_CANDIDATES), CONFIG_PATH)
+                'no low-level runtime found (tried {}); set "runtime" in {}'.format(
+                    ", ".join(RUNTIME_CANDIDATES), CONFIG_PATH
+                )
             )
     try:
         check_trusted(os.stat(runtime), runtime, "the runtime")
     except OSError as exc:
-        raise ShimError("the runtime %s cannot be used: %s" % (runtime, exc.strerror or exc)) from None
+        raise ShimError(f"the runtime {runtime} cannot be used: {exc.strerror or exc}") from None
     return runtime
 
 
@@ -151,7 +153,7 @@ def bundle_of(args):
 def _log_error(flags, message):
     """One line on stderr, and in runc's ``--log`` file in its ``--log-format`` (where containerd and
     CRI-O look for the reason a start failed)."""
-    text = "%s: %s" % (NAME, message)
+    text = f"{NAME}: {message}"
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
     log = flags.get("--log")
@@ -165,7 +167,7 @@ def _log_error(flags, message):
 
         line = dumps({"level": "error", "msg": text, "time": stamp})
     else:  # logrus's text format, as runc writes it
-        line = 'time="%s" level=error msg="%s"' % (stamp, text.replace("\\", "\\\\").replace('"', '\\"'))
+        line = 'time="{}" level=error msg="{}"'.format(stamp, text.replace("\\", "\\\\").replace('"', '\\"'))
     try:
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -197,14 +199,14 @@ def _read_index(path, required):
     data = read_trusted(path, MAX_INDEX_BYTES, "the CDI index")
     if data is None:
         if required:
-            raise ShimError("GPUs requested but %s is missing: run gpufleet.nvidia.cdi_spec on this host" % path)
+            raise ShimError(f"GPUs requested but {path} is missing: run gpufleet.nvidia.cdi_spec on this host")
         return {}
     try:
         index = loads(data, None, path)
     except ValueError as exc:
-        raise ShimError("%s; regenerate it with gpufleet.nvidia.cdi_spec" % exc) from None
+        raise ShimError(f"{exc}; regenerate it with gpufleet.nvidia.cdi_spec") from None
     if not isinstance(index, dict) or not isinstance(index.get("devices", {}), dict):
-        raise ShimError("%s is not a gpufleet CDI index; regenerate it with gpufleet.nvidia.cdi_spec" % path)
+        raise ShimError(f"{path} is not a gpufleet CDI index; regenerate it with gpufleet.nvidia.cdi_spec")
     return index
 
 
@@ -231,8 +233,7 @@ def _prepare(config_file, raw, shim_config):
             return False
     except (TypeError, KeyError, AttributeError) as exc:  # config.json is checked: the index is malformed
         raise ShimError(
-            "%s is malformed (%s: %s); regenerate it with gpufleet.nvidia.cdi_spec"
-            % (index_path, type(exc).__name__, exc)
+            f"{index_path} is malformed ({type(exc).__name__}: {exc}); regenerate it with gpufleet.nvidia.cdi_spec"
         ) from None
     inline_hook(config, os.path.dirname(config_file))
     # Atomic, with the file's mode; no fsync: the file lives as long as this container start.
@@ -267,7 +268,7 @@ def inline_hook(config, bundle):
         options = _cdi_hook.parse_args([HOOK_NAME, *[str(a) for a in (ours[0].get("args") or [])[1:]]])
         _cdi_hook.apply(options, root, _cdi_hook.mount_destinations(config))
     except (_cdi_hook.HookError, OSError) as exc:
-        raise ShimError("cannot prepare the container's driver libraries: %s" % exc) from None
+        raise ShimError(f"cannot prepare the container's driver libraries: {exc}") from None
     hooks.remove(ours[0])
     if not hooks:
         config["hooks"].pop("createContainer", None)
@@ -287,12 +288,12 @@ def main(argv=None):
             try:
                 prepare(bundle_of(args[at + 1 :]), config)
             except (OSError, ValueError) as exc:
-                raise ShimError("cannot prepare the bundle: %s" % exc) from None
+                raise ShimError(f"cannot prepare the bundle: {exc}") from None
     except ShimError as exc:
         _log_error(flags, str(exc))
         return 1
     except Exception as exc:  # never a traceback instead of the reason: one line, no start
-        _log_error(flags, "internal error (%s: %s)" % (type(exc).__name__, exc))
+        _log_error(flags, f"internal error ({type(exc).__name__}: {exc})")
         return 1
     os.execv(runtime, [runtime, *args])  # noqa: S606  # the runtime the admin configured, by absolute path
     return 127  # not reached

@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The container engine adapter: everything this collection knows about one engine, in one place.
 
 One adapter per engine, shaped after nvidia-container-toolkit's ``pkg/config/engine`` interface: the read
@@ -26,7 +27,11 @@ An adapter says:
 Standard library only (target Pythons 3.8+; ``tomlkit`` or Python 3.11's ``tomllib`` to read TOML).
 """
 
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from __future__ import annotations
+
+from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from .common import CDI_MIN_VERSIONS, older_than
 
 try:
     import tomllib as _tomllib
@@ -38,7 +43,7 @@ Glob = Callable[[str], List[str]]
 Version = Optional[Tuple[int, int, int]]
 
 
-def toml_loader() -> Optional[Callable[[str], Dict[str, Any]]]:
+def toml_loader() -> Callable[[str], dict[str, Any]] | None:
     """A ``text -> plain dict`` TOML parser: ``tomllib`` (3.11+), else ``tomlkit``; None with neither."""
     if _tomllib is not None:
         return _tomllib.loads
@@ -72,37 +77,39 @@ class Engine:
     their engine supports; the defaults describe an engine this collection only reads."""
 
     name = ""
-    binaries: Tuple[str, ...] = ()
-    packages: Tuple[str, ...] = ()
+    binaries: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
     binary = ""
     unit = ""
     config_path = ""
-    drop_in: Optional[str] = None
+    drop_in: str | None = None
     config_format = "toml"
     # An empty main file means the built-in defaults, as a missing one does: an edit that empties it deletes it.
     empty_main_is_default = False
+    # What ``cdi=true`` does on a version too old to read CDI specs (``{shown}``: that version); None: nothing to say.
+    cdi_ignored: str | None = None
 
-    def parse(self, text: str) -> Dict[str, Any]:
+    def parse(self, text: str) -> dict[str, Any]:
         """A config file's text as plain data; raises ``ValueError`` (or the TOML parser's error)."""
         loads = toml_loader()
         if loads is None:
             raise ValueError("no TOML parser (tomllib needs Python 3.11, or install tomlkit)")
         return loads(text) if text.strip() else {}
 
-    def files_before_main(self) -> List[str]:
+    def files_before_main(self) -> list[str]:
         """Files the engine reads before its main file (podman's distribution defaults)."""
         return []
 
-    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+    def config_files(self, main: Mapping[str, Any] | None, glob: Glob, config_path: str = "") -> list[str]:
         """The files the engine reads after its main file (``main`` parsed, or None), in its order."""
         return []
 
-    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+    def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         """``{runtimes, default_runtime, cdi_enabled}`` from the parsed files (main first; None: missing or
         unreadable) as the engine at ``version`` (None: unknown) sees them."""
         raise NotImplementedError
 
-    def plan(self, job: Any) -> List[Planned]:
+    def plan(self, job: Any) -> list[Planned]:
         raise NotImplementedError(f"{self.name}: this collection does not configure it")
 
     def validate(self, job: Any, tmp: str) -> None:
@@ -110,15 +117,18 @@ class Engine:
         sets ``job.result['validated_by']``."""
         job.result["validated_by"] = "parse"
 
-    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+    def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         """A command that succeeds once the engine answers (None: only systemd's view is left)."""
         return None
 
-    def cdi_warning(self, version: Version) -> Optional[str]:
-        """The warning for ``cdi=true`` on a version that ignores it, else None."""
-        return None
+    def cdi_warning(self, version: Version) -> str | None:
+        """The warning for ``cdi=true`` on a version older than ``CDI_MIN_VERSIONS`` says reads CDI (``cdi_ignored``,
+        with ``{shown}`` for the version), else None; an unknown version gives no warning."""
+        minimum = CDI_MIN_VERSIONS.get(self.name)
+        shown = older_than(version, minimum) if self.cdi_ignored and minimum else None
+        return self.cdi_ignored.format(shown=shown) if shown and self.cdi_ignored else None
 
-    def target(self, config_path: str, drop_in: Optional[str]) -> str:
+    def target(self, config_path: str, drop_in: str | None) -> str:
         """The file that holds the runtime's registration: the drop-in when there is one, else the main file."""
         return drop_in or config_path
 

@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Shared pieces of the runtime-registration editors (docker, containerd, CRI-O).
 
 Pure Python, no ansible import: these run on the target (Python 3.8+) and under the 3.8 test venv.
@@ -7,7 +8,7 @@ Every editor takes the current text of a file and the wanted options and returns
 the new text plus one human-readable line per change. An unchanged file comes back byte-identical.
 """
 
-from typing import List, Optional, Tuple
+from __future__ import annotations
 
 from ..base.version import parse, strip_epoch
 
@@ -22,9 +23,7 @@ TRACK_PREFIX = "gpufleet.nvidia: "
 class RuntimeConfigError(Exception):
     """A config file we must not touch: says which file, which line, and what to do about it."""
 
-    def __init__(
-        self, message: str, path: Optional[str] = None, line: Optional[int] = None, hint: Optional[str] = None
-    ) -> None:
+    def __init__(self, message: str, path: str | None = None, line: int | None = None, hint: str | None = None) -> None:
         self.message = message
         self.path = path
         self.line = line
@@ -45,7 +44,7 @@ class Edit:
     """The result of one editor call: ``text`` (new content, ``None`` for "delete the file") and
     ``changes`` (what was done, one line each; empty when nothing changed)."""
 
-    def __init__(self, text: Optional[str], changes: List[str]) -> None:
+    def __init__(self, text: str | None, changes: list[str]) -> None:
         self.text = text
         self.changes = list(changes)
 
@@ -61,7 +60,7 @@ class Edit:
 FIX_BY_HAND = "fix the file by hand and run again; it was left untouched"
 
 
-def older_than(engine_version: Optional[Tuple[int, int, int]], minimum: Tuple[int, int, int]) -> Optional[str]:
+def older_than(engine_version: tuple[int, int, int] | None, minimum: tuple[int, int, int]) -> str | None:
     """The engine version as text when it is known and older than ``minimum``, else ``None``
     (an unknown version is never reported as too old)."""
     if engine_version and tuple(engine_version) < minimum:
@@ -74,7 +73,7 @@ def older_than(engine_version: Optional[Tuple[int, int, int]], minimum: Tuple[in
 CDI_MIN_VERSIONS = {"docker": (25, 0, 0), "containerd": (1, 7, 0), "crio": (1, 23, 0)}
 
 
-def reads_cdi(engine: str, version: Optional[str]) -> bool:
+def reads_cdi(engine: str, version: str | None) -> bool:
     """Whether ``engine`` at ``version`` (as the engine or gpu_facts prints it, a package epoch allowed)
     reads CDI specs; an unknown version counts as no."""
     if engine == "podman":
@@ -84,7 +83,7 @@ def reads_cdi(engine: str, version: Optional[str]) -> bool:
     return bool(minimum and parsed and parsed >= minimum)
 
 
-def line_of(text: str, needle: str, start: int = 0) -> Optional[int]:
+def line_of(text: str, needle: str, start: int = 0) -> int | None:
     """1-based line of the first ``needle`` in ``text`` (``None`` when absent)."""
     pos = text.find(needle, start)
     if pos < 0:

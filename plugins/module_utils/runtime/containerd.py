@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Registering a runtime with containerd (config v1, v2, v3), as pure functions over TOML text.
 
 Config versions and where the CRI runtimes live:
@@ -32,41 +33,26 @@ anyway). The copy is a snapshot: every run refreshes it, so re-run the module af
 table of the main file. From 2.1 on, imports are merged key by key and the drop-in holds only our keys.
 """
 
+from __future__ import annotations
+
 import fnmatch
 import glob as _glob
 import os
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Sequence
 
 from . import toml as t
-from .base import Planned, Version
+from .base import Planned
 from .common import (
-    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     MANAGED_MARKER,
     Edit,
     RuntimeConfigError,
-    older_than,
 )
 from .facts import CONTAINERD_DROP_IN as DEFAULT_DROP_IN
 from .facts import CONTAINERD_PATH as DEFAULT_PATH
 from .facts import CRI_PLUGIN, ContainerdFacts, default_version, effective_cri, whole_table_needed
 
 RUNTIME_TYPE = "io.containerd.runc.v2"
-
-
-CDI_MIN_VERSION = CDI_MIN_VERSIONS["containerd"]
-
-
-def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
-    """A warning for ``cdi=true`` on a containerd that ignores ``enable_cdi`` (before 1.7), else ``None``.
-    An unknown version gives no warning."""
-    shown = older_than(engine_version, CDI_MIN_VERSION)
-    if shown:
-        return (
-            f"cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
-            "the key is written but has no effect until containerd is upgraded"
-        )
-    return None
 
 
 def detect_version(text: str, path: str = DEFAULT_PATH, empty_version: int = 2) -> int:
@@ -88,7 +74,7 @@ def _version_of(doc: Any, text: str, path: str) -> int:
     return int(version)
 
 
-def _load(text: str, path: str, empty_version: int) -> Tuple[Any, int, bool]:
+def _load(text: str, path: str, empty_version: int) -> tuple[Any, int, bool]:
     """(document, version, was_empty)."""
     if not text.strip():
         doc = t.parse(text, path)
@@ -101,7 +87,7 @@ def _cri(doc: Any, version: int, *, text: str, path: str, create: bool) -> Any:
     return t.get_table(doc, ["plugins", CRI_PLUGIN[version]], text=text, path=path, create=create)
 
 
-def _source_runtime(runtimes: Any, default_name: str, name: str) -> Optional[Any]:
+def _source_runtime(runtimes: Any, default_name: str, name: str) -> Any | None:
     for candidate in (default_name, "runc", "crun"):
         if candidate != name and t.is_table(runtimes.get(candidate)):
             return runtimes[candidate]
@@ -118,10 +104,10 @@ def _register(
     track: bool,
     text: str,
     path: str,
-    source: Optional[Any] = None,
-) -> List[str]:
+    source: Any | None = None,
+) -> list[str]:
     """Add/update the runtime in a CRI plugin table; returns the changes."""
-    changes: List[str] = []
+    changes: list[str] = []
     prefix = "plugins.<cri>."
     ctd = t.get_table(cri, ["containerd"], text=text, path=path, create=True)
     runtimes = t.get_table(ctd, ["runtimes"], text=text, path=path, create=True)
@@ -204,7 +190,7 @@ def _register(
     return changes
 
 
-def _finish(doc: Any, original: str, changes: List[str]) -> Edit:
+def _finish(doc: Any, original: str, changes: list[str]) -> Edit:
     if not changes:
         return Edit(original, [])
     return Edit(t.dumps(doc), changes)
@@ -222,7 +208,7 @@ def present_main(
 ) -> Edit:
     """Register the runtime in the main config file itself."""
     doc, version, empty = _load(text, path, empty_version)
-    changes: List[str] = []
+    changes: list[str] = []
     if empty:
         t.set_tracked(doc, "version", version)
         changes.append(f"version = {version} (the file was empty)")
@@ -243,7 +229,7 @@ def _drop_empty_version(doc: Any) -> bool:
 
 def absent_main(
     text: str,
-    runtime_path: Optional[str] = None,
+    runtime_path: str | None = None,
     *,
     name: str = "nvidia",
     cdi: bool = False,
@@ -258,7 +244,7 @@ def absent_main(
         return Edit(text, [])
     doc, version, _empty = _load(text, path, empty_version)
     cri_id = CRI_PLUGIN[version]
-    changes: List[str] = []
+    changes: list[str] = []
     cri = _cri(doc, version, text=text, path=path, create=False)
     if cri is not None:
         ctd = cri.get("containerd")
@@ -320,8 +306,8 @@ def _header(name: str, whole: bool, version: int) -> str:
 
 
 def cri_source(
-    main_text: str, imports: Sequence[Tuple[str, str]], version: int, main_path: str = DEFAULT_PATH
-) -> Optional[Any]:
+    main_text: str, imports: Sequence[tuple[str, str]], version: int, main_path: str = DEFAULT_PATH
+) -> Any | None:
     """The CRI plugin table containerd would use without our drop-in (``effective_cri`` before 2.1), as a
     tomlkit table: that of the last file (main file, then ``imports`` in containerd's order, ours excluded)
     that defines it."""
@@ -344,7 +330,7 @@ def render_drop_in(
     set_as_default: bool = False,
     cdi: bool = False,
     whole_table: bool = True,
-    source_cri: Optional[Any] = None,
+    source_cri: Any | None = None,
     path: str = DEFAULT_DROP_IN,
 ) -> str:
     """The drop-in's full text (deterministic: the same inputs give the same bytes)."""
@@ -387,13 +373,13 @@ def render_drop_in(
     return out if out.endswith("\n") else out + "\n"
 
 
-def is_ours(drop_in_text: Optional[str]) -> bool:
+def is_ours(drop_in_text: str | None) -> bool:
     return bool(drop_in_text) and MANAGED_MARKER in drop_in_text.split("\n", 1)[0]
 
 
 def present_drop_in(
     main_text: str,
-    drop_in_text: Optional[str],
+    drop_in_text: str | None,
     runtime_path: str,
     *,
     name: str = "nvidia",
@@ -403,8 +389,8 @@ def present_drop_in(
     drop_in: str = DEFAULT_DROP_IN,
     empty_version: int = 2,
     whole_table: bool = True,
-    imports: Sequence[Tuple[str, str]] = (),
-) -> Tuple[Edit, Edit]:
+    imports: Sequence[tuple[str, str]] = (),
+) -> tuple[Edit, Edit]:
     """Register through a drop-in: (edit of the main file, edit of the drop-in).
 
     ``imports`` are the other imported files as (path, text), in containerd's order, ours excluded;
@@ -417,7 +403,7 @@ def present_drop_in(
             "choose another drop_in path, or remove the file",
         )
     doc, version, empty = _load(main_text, path, empty_version)
-    changes: List[str] = []
+    changes: list[str] = []
     if empty:
         t.set_tracked(doc, "version", version)
     imports_list = doc.get("imports")
@@ -453,15 +439,15 @@ def present_drop_in(
 
 def absent_drop_in(
     main_text: str,
-    drop_in_text: Optional[str],
+    drop_in_text: str | None,
     *,
     path: str = DEFAULT_PATH,
     drop_in: str = DEFAULT_DROP_IN,
     empty_version: int = 2,
-) -> Tuple[Edit, Edit]:
+) -> tuple[Edit, Edit]:
     """Undo ``present_drop_in``: our entry in ``imports`` (and ``imports`` itself when we added it),
     and the drop-in when it carries our marker (``Edit(None, ...)`` means delete it)."""
-    changes: List[str] = []
+    changes: list[str] = []
     if main_text.strip():
         doc, _version, _empty = _load(main_text, path, empty_version)
         imports_list = doc.get("imports")
@@ -485,7 +471,12 @@ def absent_drop_in(
 class Containerd(ContainerdFacts):
     """containerd's adapter: its facts (``facts.ContainerdFacts``) and how to register a runtime with it."""
 
-    def plan(self, job: Any) -> List[Planned]:
+    cdi_ignored = (
+        "cdi=true: containerd {shown} ignores enable_cdi (CDI support comes with containerd 1.7); "
+        "the key is written but has no effect until containerd is upgraded"
+    )
+
+    def plan(self, job: Any) -> list[Planned]:
         p = job.p
         present = p["state"] == "present"
         text, existed = job.read(job.config_path)
@@ -519,7 +510,7 @@ class Containerd(ContainerdFacts):
             Planned(job.drop_in, drop_edit, drop_text, drop_exists),
         ]
 
-    def _imports(self, job: Any, main_text: str) -> List[Tuple[str, str]]:
+    def _imports(self, job: Any, main_text: str) -> list[tuple[str, str]]:
         """The other imported files (path, text), in containerd's order, ours excluded."""
         if not main_text.strip():
             return []
@@ -552,15 +543,12 @@ class Containerd(ContainerdFacts):
                 config_dump=out,
             )
 
-    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+    def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         ctr = bin_path("ctr")
         return [ctr, "version"] if ctr else None
 
-    def cdi_warning(self, version: Version) -> Optional[str]:
-        return cdi_warning(version)
 
-
-def retarget_imports(text: str, config_path: str, drop_in: str, candidate_drop: Optional[str]) -> str:
+def retarget_imports(text: str, config_path: str, drop_in: str, candidate_drop: str | None) -> str:
     """The candidate main file with our drop-in's import pointing at the candidate drop-in, and relative
     imports made absolute (the candidate lives in a temporary directory)."""
     if not text.strip():
@@ -583,5 +571,5 @@ def retarget_imports(text: str, config_path: str, drop_in: str, candidate_drop: 
     return t.tomlkit.dumps(doc)
 
 
-def _files(pattern: str) -> List[str]:
+def _files(pattern: str) -> list[str]:
     return sorted(f for f in _glob.glob(pattern) if os.path.isfile(f))

@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Registering a runtime with CRI-O, as pure functions over TOML text.
 
 CRI-O reads ``/etc/crio/crio.conf`` and then every ``/etc/crio/crio.conf.d/*.conf`` in lexical order,
@@ -15,10 +16,12 @@ CDI: CRI-O has no switch for it; CDI injection is always on since CRI-O 1.23 (sp
 nothing here.
 """
 
+from __future__ import annotations
+
 import glob as _glob
 import os
 import shutil
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Sequence
 
 from . import toml as t
 from .base import Planned
@@ -35,7 +38,7 @@ MONITOR_KEYS = ("monitor_path", "monitor_cgroup", "monitor_env", "monitor_exec_c
 CDI_NOTE = "CRI-O enables CDI by itself since 1.23 (cdi_spec_dirs); nothing to set"
 
 
-def monitor_settings(configs: Sequence[Tuple[str, str]], name: str = "nvidia") -> List[Tuple[str, Any]]:
+def monitor_settings(configs: Sequence[tuple[str, str]], name: str = "nvidia") -> list[tuple[str, Any]]:
     """Monitor settings of the default runtime, as CRI-O would merge ``configs`` (path, text) in order."""
     default_runtime = None
     runtimes: dict = {}
@@ -65,7 +68,7 @@ def render_drop_in(
     *,
     name: str = "nvidia",
     set_as_default: bool = False,
-    monitor: Sequence[Tuple[str, Any]] = (),
+    monitor: Sequence[tuple[str, Any]] = (),
 ) -> str:
     t.require_tomlkit()
     doc = t.tomlkit.parse(
@@ -90,17 +93,17 @@ def render_drop_in(
     return out if out.endswith("\n") else out + "\n"
 
 
-def is_ours(text: Optional[str]) -> bool:
+def is_ours(text: str | None) -> bool:
     return bool(text) and MANAGED_MARKER in text.split("\n", 1)[0]
 
 
 def present_drop_in(
-    drop_in_text: Optional[str],
+    drop_in_text: str | None,
     runtime_path: str,
     *,
     name: str = "nvidia",
     set_as_default: bool = False,
-    configs: Sequence[Tuple[str, str]] = (),
+    configs: Sequence[tuple[str, str]] = (),
     drop_in: str = DEFAULT_DROP_IN,
 ) -> Edit:
     """The drop-in's edit; ``configs`` are crio.conf and the other drop-ins (path, text), in order."""
@@ -119,7 +122,7 @@ def present_drop_in(
     return Edit(new, [f"{drop_in}: {'written' if not drop_in_text else 'updated'}"])
 
 
-def absent_drop_in(drop_in_text: Optional[str], *, drop_in: str = DEFAULT_DROP_IN) -> Edit:
+def absent_drop_in(drop_in_text: str | None, *, drop_in: str = DEFAULT_DROP_IN) -> Edit:
     if drop_in_text is not None and is_ours(drop_in_text):
         return Edit(None, [f"{drop_in}: removed"])
     return Edit(drop_in_text, [])
@@ -135,7 +138,7 @@ def present_main(
 ) -> Edit:
     """Register in crio.conf itself (``drop_in=false``); keys we change carry our trailing comment."""
     doc = t.parse(text, path)
-    changes: List[str] = []
+    changes: list[str] = []
     rt = t.get_table(doc, ["crio", "runtime"], text=text, path=path, create=True)
     runtimes = t.get_table(rt, ["runtimes"], text=text, path=path, create=True)
     monitor = monitor_settings([(path, text)], name)
@@ -167,13 +170,11 @@ def present_main(
     return Edit(t.dumps(doc), changes) if changes else Edit(text, [])
 
 
-def absent_main(
-    text: str, runtime_path: Optional[str] = None, *, name: str = "nvidia", path: str = DEFAULT_PATH
-) -> Edit:
+def absent_main(text: str, runtime_path: str | None = None, *, name: str = "nvidia", path: str = DEFAULT_PATH) -> Edit:
     if not text.strip():
         return Edit(text, [])
     doc = t.parse(text, path)
-    changes: List[str] = []
+    changes: list[str] = []
     rt = t.get_table(doc, ["crio", "runtime"], text=text, path=path, create=False)
     if rt is None:
         return Edit(text, [])
@@ -199,7 +200,7 @@ class Crio(CrioFacts):
 
     SOCKET = "unix:///var/run/crio/crio.sock"
 
-    def plan(self, job: Any) -> List[Planned]:
+    def plan(self, job: Any) -> list[Planned]:
         p = job.p
         present = p["state"] == "present"
         if p["cdi"]:
@@ -248,10 +249,10 @@ class Crio(CrioFacts):
                     f.write(drop_new)
         job.check([binary, "--config", candidate, "--config-dir", conf_dir, "config"], "crio config")
 
-    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+    def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         crictl = bin_path("crictl")
         return [crictl, "--runtime-endpoint", self.SOCKET, "version"] if crictl else None
 
 
-def _files(pattern: str) -> List[str]:
+def _files(pattern: str) -> list[str]:
     return sorted(f for f in _glob.glob(pattern) if os.path.isfile(f))

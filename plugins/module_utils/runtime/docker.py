@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Registering a runtime in docker's ``daemon.json``, as pure functions (standard library only).
 
 What is kept: every key we do not own, the key order, and the file's indentation (2 or 4 spaces, a
@@ -9,20 +10,20 @@ inline arrays are laid out like the rest of the file) -- only when
 something changed; a file that needs no change is returned byte-identical.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
 from collections import OrderedDict
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable
 
-from .base import Planned, Version
+from .base import Planned
 from .common import (
-    CDI_MIN_VERSIONS,
     FIX_BY_HAND,
     Edit,
     RuntimeConfigError,
     line_of,
-    older_than,
 )
 from .facts import DOCKER_PATH as DEFAULT_PATH
 from .facts import DockerFacts
@@ -30,22 +31,9 @@ from .facts import DockerFacts
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
 RESERVED_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
-CDI_MIN_VERSION = CDI_MIN_VERSIONS["docker"]
 
 
-def cdi_warning(engine_version: Optional[Tuple[int, int, int]]) -> Optional[str]:
-    """A warning for ``cdi=true`` on a docker that has no CDI support (before 25), else ``None``.
-    An unknown version gives no warning."""
-    shown = older_than(engine_version, CDI_MIN_VERSION)
-    if shown:
-        return (
-            f"cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
-            "honour it); use the nvidia runtime for GPU containers on this host"
-        )
-    return None
-
-
-def detect_indent(text: str) -> Union[str, None]:
+def detect_indent(text: str) -> str | None:
     """The indentation unit of a JSON text: ``"\\t"``, ``"  "``, ``"    "``...; ``None`` for a
     one-line (compact) file; four spaces for an empty one (what dockerd's own docs show)."""
     if not text.strip():
@@ -60,7 +48,7 @@ def detect_indent(text: str) -> Union[str, None]:
     return "    "
 
 
-def _load(text: str, path: str) -> "OrderedDict[str, Any]":
+def _load(text: str, path: str) -> OrderedDict[str, Any]:
     if not text.strip():
         return OrderedDict()
     try:
@@ -76,7 +64,7 @@ def _load(text: str, path: str) -> "OrderedDict[str, Any]":
     return data
 
 
-def _dump(data: "OrderedDict[str, Any]", original: str) -> str:
+def _dump(data: OrderedDict[str, Any], original: str) -> str:
     indent = detect_indent(original)
     out = json.dumps(data, indent=indent, ensure_ascii=False)
     if not original.strip() or original.endswith("\n"):
@@ -114,7 +102,7 @@ def present(
             "choose another name, e.g. nvidia; the file was left untouched",
         )
     data = _load(text, path)
-    changes: List[str] = []
+    changes: list[str] = []
     runtimes = data.get("runtimes")
     if runtimes is None:
         runtimes = data["runtimes"] = OrderedDict()
@@ -153,7 +141,7 @@ def present(
 
 def absent(
     text: str,
-    runtime_path: Optional[str] = None,
+    runtime_path: str | None = None,
     *,
     name: str = "nvidia",
     cdi: bool = False,
@@ -165,7 +153,7 @@ def absent(
     ``runtimes``/``features`` objects when that leaves them empty. An object left empty becomes an
     empty text (dockerd reads a missing file and ``{}`` the same)."""
     data = _load(text, path)
-    changes: List[str] = []
+    changes: list[str] = []
     runtimes = data.get("runtimes")
     if runtimes is not None:
         _expect(runtimes, dict, "runtimes", text=text, path=path, key="runtimes")
@@ -195,9 +183,14 @@ def absent(
 class Docker(DockerFacts):
     """docker's adapter: its facts (``facts.DockerFacts``) and how to register a runtime with it."""
 
+    cdi_ignored = (
+        "cdi=true: docker {shown} has no CDI support, it ignores features.cdi (docker 25 and later "
+        "honour it); use the nvidia runtime for GPU containers on this host"
+    )
+
     VALIDATE_FROM = (23, 0, 0)
 
-    def plan(self, job: Any) -> List[Planned]:
+    def plan(self, job: Any) -> list[Planned]:
         p = job.p
         text, existed = job.read(job.config_path)
         if p["state"] == "present":
@@ -218,9 +211,6 @@ class Docker(DockerFacts):
             f.write(job.new_text(job.config_path) or "{}")
         job.check([dockerd, "--validate", "--config-file", candidate], "dockerd --validate")
 
-    def probe(self, bin_path: Callable[[str], Optional[str]]) -> Optional[List[str]]:
+    def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         docker = bin_path("docker")
         return [docker, "info"] if docker else None
-
-    def cdi_warning(self, version: Version) -> Optional[str]:
-        return cdi_warning(version)

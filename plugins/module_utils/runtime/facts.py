@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What each container engine is and what it reads: the read side of the engine adapters.
 
 One class per engine: where it lives (binaries, packages, unit, main file, our drop-in), which files it reads
@@ -11,9 +12,11 @@ the configuration. Kept apart from the editors so that the host programs (which 
 Standard library only (target Pythons 3.8+; TOML through ``base.toml_loader``).
 """
 
+from __future__ import annotations
+
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Sequence
 
 from .base import Engine, Glob, Version, dig
 
@@ -42,13 +45,13 @@ class DockerFacts(Engine):
     empty_main_is_default = True
     CDI_DEFAULT_FROM = (28, 2, 0)
 
-    def parse(self, text: str) -> Dict[str, Any]:
+    def parse(self, text: str) -> dict[str, Any]:
         data = json.loads(text) if text and text.strip() else {}
         if not isinstance(data, dict):
             raise ValueError("daemon.json is not a JSON object")
         return data
 
-    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+    def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         data = (files[0][1] if files else None) or {}
         runtimes = data.get("runtimes") if isinstance(data.get("runtimes"), Mapping) else {}
         features = data.get("features") if isinstance(data.get("features"), Mapping) else {}
@@ -60,17 +63,17 @@ class DockerFacts(Engine):
         }
 
 
-def default_version(engine_version: Optional[Tuple[int, int, int]]) -> int:
+def default_version(engine_version: tuple[int, int, int] | None) -> int:
     """The config version containerd assumes for a missing or empty file: 3 on 2.x, else 2."""
     return 3 if engine_version and engine_version[0] >= 2 else 2
 
 
-def whole_table_needed(engine_version: Optional[Tuple[int, int, int]]) -> bool:
+def whole_table_needed(engine_version: tuple[int, int, int] | None) -> bool:
     """Whether imports replace plugin tables wholesale (before 2.1; unknown versions count as old)."""
     return not engine_version or tuple(engine_version[:2]) < (2, 1)
 
 
-def file_version(data: Mapping[str, Any], main_version: Optional[int] = None) -> Any:
+def file_version(data: Mapping[str, Any], main_version: int | None = None) -> Any:
     """A file's config version as containerd reads it: its ``version``; without one, the main file's for an
     imported file (containerd merges imports into the main file before it reads the version), 1 for the main
     file itself."""
@@ -80,8 +83,8 @@ def file_version(data: Mapping[str, Any], main_version: Optional[int] = None) ->
 
 
 def effective_cri(
-    docs: Sequence[Optional[Mapping[str, Any]]], version: int, replace_tables: bool = True
-) -> Optional[Mapping[str, Any]]:
+    docs: Sequence[Mapping[str, Any] | None], version: int, replace_tables: bool = True
+) -> Mapping[str, Any] | None:
     """The CRI plugin table containerd uses, from ``docs`` (the main file, then the imports in containerd's
     order; empty or None ones are skipped). The one rule of the editor and of discovery:
 
@@ -90,7 +93,7 @@ def effective_cri(
       table object of that file is returned, so that the editor can copy it with its comments);
     * from 2.1 on the tables are merged key by key (a new plain dict).
     """
-    found: Optional[Mapping[str, Any]] = None
+    found: Mapping[str, Any] | None = None
     for index, doc in enumerate(docs):
         if not doc:
             continue
@@ -103,7 +106,7 @@ def effective_cri(
     return found
 
 
-def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> Dict[str, Any]:
+def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(low)
     for key, value in high.items():
         out[key] = (
@@ -112,7 +115,7 @@ def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def import_patterns(main: Optional[Mapping[str, Any]], config_path: str) -> List[str]:
+def import_patterns(main: Mapping[str, Any] | None, config_path: str) -> list[str]:
     """The main file's ``imports`` as absolute patterns (relative ones are relative to the main file's folder)."""
     entries = (main or {}).get("imports")
     base = os.path.dirname(config_path)
@@ -136,13 +139,13 @@ class ContainerdFacts(Engine):
     drop_in = CONTAINERD_DROP_IN
     empty_main_is_default = True
 
-    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
-        found: List[str] = []
+    def config_files(self, main: Mapping[str, Any] | None, glob: Glob, config_path: str = "") -> list[str]:
+        found: list[str] = []
         for pattern in import_patterns(main, config_path or self.config_path):
             found += [f for f in glob(pattern) if f not in found]
         return found
 
-    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+    def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         main = (files[0][1] if files else None) or {}
         raw = file_version(main) if main else default_version(version)
         config_version = raw if raw in CRI_PLUGIN and not isinstance(raw, bool) else None
@@ -179,10 +182,10 @@ class CrioFacts(Engine):
     drop_in = CRIO_DROP_IN
     CRUN_DEFAULT_FROM = (1, 31, 0)
 
-    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+    def config_files(self, main: Mapping[str, Any] | None, glob: Glob, config_path: str = "") -> list[str]:
         return glob(os.path.join(drop_in_dir(config_path or self.config_path), "*.conf"))
 
-    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+    def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         runtimes: set = set()
         default = None
         for _path, data in files:
@@ -204,14 +207,14 @@ class Podman(Engine):
     binary = "podman"
     config_path = PODMAN_PATH
 
-    def config_files(self, main: Optional[Mapping[str, Any]], glob: Glob, config_path: str = "") -> List[str]:
+    def config_files(self, main: Mapping[str, Any] | None, glob: Glob, config_path: str = "") -> list[str]:
         return glob(PODMAN_DROP_IN_DIR + "/*.conf")
 
-    def files_before_main(self) -> List[str]:
+    def files_before_main(self) -> list[str]:
         """Read before the main file: the distribution's defaults."""
         return [PODMAN_DEFAULTS]
 
-    def read(self, files: Sequence[Tuple[str, Optional[Mapping[str, Any]]]], version: Version) -> Dict[str, Any]:
+    def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         runtimes: set = set()
         default = None
         for _path, data in files:
@@ -225,4 +228,4 @@ class Podman(Engine):
         }
 
 
-FACTS: Dict[str, Engine] = {e.name: e for e in (DockerFacts(), ContainerdFacts(), CrioFacts(), Podman())}
+FACTS: dict[str, Engine] = {e.name: e for e in (DockerFacts(), ContainerdFacts(), CrioFacts(), Podman())}

@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Restarting an engine's systemd unit, and putting the previous configuration back when it does not return.
 
 ``restart_with_rollback`` restarts the unit, waits until the engine answers its probe, and when it does not
@@ -10,8 +11,10 @@ restores the previous files, restarts again and says whether the engine came bac
 Standard library only (target Pythons 3.8+).
 """
 
+from __future__ import annotations
+
 import time
-from typing import Callable, List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Tuple
 
 RunCommand = Callable[[List[str]], Tuple[int, str, str]]
 
@@ -31,9 +34,9 @@ class Service:
         systemctl: str,
         unit: str,
         *,
-        probe: Optional[List[str]] = None,
+        probe: list[str] | None = None,
         timeout: float = 60,
-        journalctl: Optional[str] = None,
+        journalctl: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -68,7 +71,7 @@ class Service:
                 return False
             self.sleep(1)
 
-    def journal(self, since: Optional[int] = None) -> str:
+    def journal(self, since: int | None = None) -> str:
         """The unit's journal from ``since`` (seconds since the epoch) on: what the engine said."""
         if not self.journalctl:
             return "(no journalctl)"

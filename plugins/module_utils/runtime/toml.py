@@ -1,5 +1,6 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Round-trip TOML helpers shared by the containerd and CRI-O editors (tomlkit, imported lazily).
 
 tomlkit keeps comments, key order and layout. It is needed on the target host; when it is missing,
@@ -7,10 +8,12 @@ tomlkit keeps comments, key order and layout. It is needed on the target host; w
 ``MISSING_TOMLKIT_HINT``) instead of failing to import.
 """
 
+from __future__ import annotations
+
 import copy
 import re
 import traceback
-from typing import Any, List, Optional, Sequence
+from typing import Any, Sequence
 
 from .common import (
     FIX_BY_HAND,
@@ -26,7 +29,7 @@ except ImportError:  # pragma: no cover - exercised by ansible-test sanity's imp
     tomlkit = None
     _TomlParseError = Exception
     _Table = dict
-    TOMLKIT_IMPORT_ERROR: Optional[str] = traceback.format_exc()
+    TOMLKIT_IMPORT_ERROR: str | None = traceback.format_exc()
 else:
     TOMLKIT_IMPORT_ERROR = None
 
@@ -53,7 +56,7 @@ def dumps(doc: Any) -> str:
     return tomlkit.dumps(doc)
 
 
-def key_line(text: str, key: str) -> Optional[int]:
+def key_line(text: str, key: str) -> int | None:
     """Best-effort 1-based line where ``key`` is assigned or opens a table in ``text``."""
     k = re.escape(key)
     pat = re.compile(r'^\s*(?:\[[^\]]*"?' + k + r'"?\s*\]|"?' + k + r'"?\s*=)', re.M)
@@ -69,7 +72,7 @@ def get_table(container: Any, keys: Sequence[str], *, text: str, path: str, crea
     """The table at ``keys`` under ``container``; created as implicit (header-less) tables when
     ``create``; ``None`` when missing and not ``create``. A non-table in the way is an error."""
     cur = container
-    walked: List[str] = []
+    walked: list[str] = []
     for key in keys:
         walked.append(key)
         nxt = cur.get(key)
@@ -102,7 +105,7 @@ def _render(value: Any) -> str:
         return repr(value)
 
 
-def body(table: Any) -> List[Any]:
+def body(table: Any) -> list[Any]:
     """The (key, item) pairs of a table or document, comments and blank lines included."""
     container = table if hasattr(table, "body") else getattr(table, "value", None)
     if not hasattr(container, "body"):
@@ -111,7 +114,7 @@ def body(table: Any) -> List[Any]:
     return list(container.body) if container is not None else []
 
 
-def _plain_items(table: Any) -> List[Any]:
+def _plain_items(table: Any) -> list[Any]:
     return [(k, v) for k, v in body(table) if k is not None and not is_table(v)]
 
 
@@ -146,7 +149,7 @@ def add_key(table: Any, key: str, value: Any) -> Any:
     return item
 
 
-def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> Optional[str]:
+def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> str | None:
     """Set ``key`` to ``value`` leaving a trailing ``# gpufleet.nvidia: was <old>`` (or ``added``)
     comment so that ``unset_tracked`` can put back exactly what was there. Returns a description
     of the change, ``None`` when the value was already right."""
@@ -169,7 +172,7 @@ def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> Opti
     return f"{key}: {old} -> {_render(value)}"
 
 
-def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> Optional[str]:
+def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> str | None:
     """Undo ``set_tracked``. Without our comment the key is not ours: it is set to ``fallback``
     when one is given (a default runtime that would no longer exist), else left alone."""
     if key not in table:

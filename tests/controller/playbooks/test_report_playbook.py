@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """playbooks/report.yml through ansible-playbook on the controller: a hand-made fleet (its facts published by a
 stand-in for gpu_facts, nothing touched; a crafted GPU name among them) and a report_templates_dir that replaces
 the Markdown template and the style sheet while the HTML page stays the collection's."""

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """site.yml's device_plugin stage runs on the hosts the kubernetes_node filter names (the same rule the toolkit role
 uses for what the runtime shim trusts): the stage's own condition, taken from site.yml, evaluated for real."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """playbooks/tasks/stage.yml on localhost: a stage that fails is recorded as gpufleet_failed, said in the
 output, and the later stages skip the host. The failing stage is the toolkit role refused by its own
 argument spec, so nothing on this machine is touched."""

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Shared inputs of the fleet report's tests (plugin_utils/report, plugin_utils/report_render, the filters):
 hand-made hostvars of a fleet with one host in each state, and of its corners."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Every role's variables are written once, in meta/argument_specs.yml: defaults/main.yml holds the same names and
 values, and the README's variable table is what tests/tools/role_docs.py generates from the specs."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The device_plugin role on the controller, no cluster: render_only writes exactly what the filter
 builds; the apply and Helm paths, run against a stand-in kubernetes.core that records each call, send
 exactly those documents (and the same values); a second run changes nothing, check mode writes nothing,

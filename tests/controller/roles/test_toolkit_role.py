@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The toolkit role on the controller (local connection, check mode: nothing is written): what the runtime shim
 trusts on each kind of host reaches host_programs and the gpufleet_toolkit fact. A Kubernetes node (by group or by
 device_plugin_enabled) ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes the device plugin's

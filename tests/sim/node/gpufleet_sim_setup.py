@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Runs on a simulated GPU node at every boot (gpufleet-sim.service), before the container engines.
 
 Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:

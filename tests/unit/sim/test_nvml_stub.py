@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The NVML stub (tests/sim/nvml), compiled with the host's gcc and loaded with ctypes: no Docker.
 
 Each probe runs in its own Python process: a library's soname is loaded once per process.

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Every option combination's documents pass kubernetes-validate in strict mode for each Kubernetes
 minor from 1.29 to the newest the pinned kubernetes-validate knows; the YAML files are the documents.
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """device_plugin_node: the device plugin stage's rule (a Kubernetes node with a GPU) and why a host is skipped."""
 
 import pytest

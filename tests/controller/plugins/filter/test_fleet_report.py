@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The fleet report's filters (plugins/filter/fleet_report.py) on the hand-made hostvars of ../conftest.py:
 registration, errors as AnsibleFilterError, the renderings byte for byte and their escaping."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """kubernetes_node: the one rule for "this host is a Kubernetes node" (site.yml, device_plugin and toolkit roles)."""
 
 import pytest

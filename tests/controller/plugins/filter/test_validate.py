@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """validate_plan / validate_images / validate_result: what the validate role runs per engine, what it loads or pulls
 first, and how it judges the output."""
 

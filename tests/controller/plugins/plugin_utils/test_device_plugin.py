@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The device_plugin role's pure builder: option checks, the values that reach the plugin's config file,
 the Helm values and the runtime check (stdlib only: also runs under the oldest target Python)."""
 

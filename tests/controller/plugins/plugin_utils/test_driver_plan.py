@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The driver role's plan: given host facts and settings, which task file, packages, repository and
 dnf stream. These are the only tests of the Ubuntu and RHEL paths (no such host runs here)."""
 

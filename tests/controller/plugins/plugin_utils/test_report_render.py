@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The report's Jinja2 renderings (plugins/plugin_utils/report_render.py): the shipped templates byte for byte,
 escaping that no template can forget, and a user's folder that replaces templates by file name."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The layers of ``module_utils`` (docs/architecture.md): each subpackage imports only its own modules and the
 layers below it, so no import runs back up and the host programs' payload stays ``hostprog/`` plus what it needs."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """cdi_spec end to end in-process: write, idempotence byte for byte, check mode, diff, absent, mode 0644."""
 
 import json

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The module's main() against temporary files: check mode, diff, backup, idempotence, bad input,
 and validation by the real containerd binary when it is installed."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """_jsonio: the host programs' json without ``import json`` (its import is paid on every GPU start)."""
 
 import json
@@ -70,12 +74,12 @@ def test_shim_and_hook_start_path_import_neither_json_nor_re(tmp_path):
     config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": {"path": "rootfs"}}
     (bundle / "config.json").write_text(json.dumps(config))
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        "import sys; sys.path.insert(0, {!r})\n"
         "from gpufleet_nvidia.hostprog import shim as _shim, cdi_hook as _cdi_hook\n"
-        "assert _shim.prepare(%r, {'index': %r})\n"
-        "assert _cdi_hook.container_root(%r)[0].endswith('rootfs')\n"
+        "assert _shim.prepare({!r}, {{'index': {!r}}})\n"
+        "assert _cdi_hook.container_root({!r})[0].endswith('rootfs')\n"
         "print(sorted(m for m in ('json', 're', 'enum', 'contextlib') if m in sys.modules))\n"
-    ) % (str(tmp_path / "lib"), str(bundle), str(tmp_path / "index.json"), str(bundle))
+    ).format(str(tmp_path / "lib"), str(bundle), str(tmp_path / "index.json"), str(bundle))
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     written = json.loads((bundle / "config.json").read_text())

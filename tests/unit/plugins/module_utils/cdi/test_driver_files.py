@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The capability -> driver-file rules, on the real Debian 535 tree and on crafted ones."""
 
 import functools
@@ -96,7 +100,7 @@ def test_debian_tree_default_capabilities(debian_driver_tree):
     # Debian's layout: the cache names the alternatives link, the real file is under nvidia/current.
     cuda = libraries["libcuda.so.1"]
     assert cuda.path == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
-    assert cuda.resolved == "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.%s" % version
+    assert cuda.resolved == f"/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.{version}"
     assert {"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4"} <= set(
         libraries
     )
@@ -114,7 +118,7 @@ def test_debian_tree_graphics_and_video(debian_driver_tree):
     root, version = debian_driver_tree
     _found, files = find_driver_files(root, "graphics,video", version)
     names = {f.name for f in files if f.kind == "library"}
-    assert {"libGLX_nvidia.so.0", "libEGL_nvidia.so.0", "libnvidia-eglcore.so.%s" % version} <= names
+    assert {"libGLX_nvidia.so.0", "libEGL_nvidia.so.0", f"libnvidia-eglcore.so.{version}"} <= names
     assert {"libnvcuvid.so.1", "libnvidia-encode.so.1"} <= names
     assert "libcuda.so.1" in names  # video implies compute
     assert "libnvidia-ml.so.1" not in names  # utility was not asked for
@@ -177,7 +181,7 @@ def test_debian_nvml_outside_the_cache_is_still_found(debian_driver_tree, tmp_pa
     found, files = find_driver_files(copy, "utility")
     assert found == version
     nvml = [f for f in files if f.name == "libnvidia-ml.so.1"]
-    assert [f.resolved for f in nvml] == ["/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.%s" % version]
+    assert [f.resolved for f in nvml] == [f"/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.{version}"]
 
 
 def test_library_only_in_debians_private_folder_is_found(tmp_path):

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The ld.so.cache parser against caches written by the real ldconfig, in all three layouts."""
 
 import os
@@ -39,7 +43,7 @@ def ldconfig_p(cache):
 def test_matches_glibc_reader_on_debian_driver_tree(debian_driver_tree, layout):
     root, _version = debian_driver_tree
     # ldconfig -r chroots, so -C names a file inside the tree; it is removed again.
-    inner = "/ld.so.cache.%s.%s" % (layout, os.getpid())
+    inner = f"/ld.so.cache.{layout}.{os.getpid()}"
     cache_in_root = root + inner
     try:
         subprocess.run([LDCONFIG, "-r", root, "-C", inner, "-c", layout], check=True)

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """CDI spec generation on the real Debian 535 tree and on fixtures; schema, version rules, stable bytes."""
 
 import json
@@ -107,7 +111,7 @@ def test_spec_from_the_debian_tree(debian):
     assert LIB + "/libGLX_nvidia.so." + version in mounts  # capabilities default to all
     assert "/usr/bin/nvidia-smi" in mounts
     assert "/etc/OpenCL/vendors/nvidia.icd" in mounts
-    assert "/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version in mounts
+    assert f"/lib/firmware/nvidia/{version}/gsp_ga10x.bin" in mounts
     for mount in common["mounts"]:
         assert os.path.exists(mount["hostPath"]), mount
     (hook,) = common["hooks"]
@@ -123,9 +127,9 @@ def test_spec_from_the_debian_tree(debian):
     # one per library mount, each naming the file the spec mounts there
     assert sorted(lib.split("::")[2] for lib in libraries) == sorted(m for m in mounts if m.startswith(LIB + "/"))
     links = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
-    assert "libcuda.so.1::%s/libcuda.so" % LIB in links
-    assert "libGLX_nvidia.so.0::%s/libGLX_indirect.so.0" % LIB in links
-    assert "libnvidia-opticalflow.so.1::%s/libnvidia-opticalflow.so" % LIB in links
+    assert f"libcuda.so.1::{LIB}/libcuda.so" in links
+    assert f"libGLX_nvidia.so.0::{LIB}/libGLX_indirect.so.0" in links
+    assert f"libnvidia-opticalflow.so.1::{LIB}/libnvidia-opticalflow.so" in links
 
     assert index["driverVersion"] == version and index["cudaVersion"] == "12.2"
     assert index["mountCapabilities"][LIB + "/libcuda.so." + version] == ["compute"]

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Builders of host trees (``sys/``, ``proc/``, ``dev/``, ``etc/``) for the discovery tests.
 
 Each call writes what the kernel or the driver would show; device nodes are real (``os.mknod``, the
@@ -140,7 +144,7 @@ class HostTree:
 
     def proc_gpu(self, bus_id, model, uuid, minor):
         self.write(
-            "/proc/driver/nvidia/gpus/%s/information" % bus_id,
+            f"/proc/driver/nvidia/gpus/{bus_id}/information",
             "Model: \t\t %s\nIRQ:   \t\t 150\nGPU UUID: \t %s\nVideo BIOS: \t 92.00.36.00.02\nBus Type: \t PCIe\n"
             "DMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t %s\nDevice Minor: \t %d\n"
             "GPU Excluded:\t No\n" % (model, uuid, bus_id, minor),
@@ -168,7 +172,7 @@ class HostTree:
     def nvml_stub(self, stub_path, version="535.261.03"):
         """Install the stub as the driver's libnvidia-ml and write the tree's ld.so.cache with ldconfig."""
         os.makedirs(self.path(LIBDIR), exist_ok=True)
-        shutil.copy(stub_path, self.path("%s/libnvidia-ml.so.%s" % (LIBDIR, version)))
+        shutil.copy(stub_path, self.path(f"{LIBDIR}/libnvidia-ml.so.{version}"))
         self.write("/etc/ld.so.conf", "/" + LIBDIR + "\n")
         ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
         subprocess.run([ldconfig, "-r", self.root], check=True)

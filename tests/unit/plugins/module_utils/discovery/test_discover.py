@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """discover() end to end on fixture host trees: every source, their merge, and every problem."""
 
 import ctypes
@@ -49,7 +53,7 @@ class Commands:
     def __call__(self, argv):
         self.calls.append(argv)
         name = argv[0].rsplit("/", 1)[-1]
-        return self.answers.get(name, (127, "", "%s: not found" % name))
+        return self.answers.get(name, (127, "", f"{name}: not found"))
 
 
 def codes(facts):
@@ -309,11 +313,11 @@ def debian_layout(tree, stub, version="535.261.03", flavour="current"):
     """Debian's packaging as installed on a node: the libraries in nvidia/<flavour>, the alternative's
     slave links for some sonames (libcuda.so.1) and none for libnvidia-ml.so.1 (not in ld.so.cache)."""
     libdir = "/usr/lib/x86_64-linux-gnu"
-    flavour_dir = "%s/nvidia/%s" % (libdir, flavour)
+    flavour_dir = f"{libdir}/nvidia/{flavour}"
     os.makedirs(tree.path(flavour_dir))
-    shutil.copy(stub, tree.path("%s/libnvidia-ml.so.%s" % (flavour_dir, version)))
+    shutil.copy(stub, tree.path(f"{flavour_dir}/libnvidia-ml.so.{version}"))
     tree.link(flavour_dir + "/libnvidia-ml.so.1", "libnvidia-ml.so." + version)
-    libcuda = tree.path("%s/libcuda.so.%s" % (flavour_dir, version))  # a real ELF with libcuda's soname
+    libcuda = tree.path(f"{flavour_dir}/libcuda.so.{version}")  # a real ELF with libcuda's soname
     empty = tree.write("/tmp/empty.c", "int cuda_stand_in;\n")
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", libcuda, empty], check=True)
     tree.link(flavour_dir + "/libcuda.so.1", "libcuda.so." + version)
@@ -346,7 +350,7 @@ def test_nvml_in_debians_flavour_directory(tmp_path, nvml_stub, stub_gpus):
     os.unlink(tree.path("/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1"))
     facts = discover(tree.root, sources=["nvml"], run_command=Commands())
     assert facts["gpu_count"] == 0 and facts["warnings"] == [
-        "nvml: libnvidia-ml.so.1 is not in %s's ld.so.cache" % tree.root
+        f"nvml: libnvidia-ml.so.1 is not in {tree.root}'s ld.so.cache"
     ]
 
 

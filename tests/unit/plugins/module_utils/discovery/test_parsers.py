@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The pure parsers behind gpu_facts: PCI, procfs, nvidia-smi XML, engines, labels, problems."""
 
 import pytest
@@ -238,7 +242,7 @@ def test_dpkg_versions():
 
 
 def _dpkg(package, version):
-    return "Package: %s\nStatus: install ok installed\nVersion: %s\n" % (package, version)
+    return f"Package: {package}\nStatus: install ok installed\nVersion: {version}\n"
 
 
 def _engine_tree(tmp_path, binaries, dpkg=""):

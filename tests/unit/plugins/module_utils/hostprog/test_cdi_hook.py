@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """gpufleet-cdi-hook on crafted container roots: it works, it never writes outside the root, never runs or
 loads anything, never blocks on the image (a crafted image must not reach the host).
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """/dev/char links of the NVIDIA device nodes: the plan (pure), then real nodes (mknod) under a temporary root."""
 
 import json
@@ -77,7 +81,7 @@ def test_apply_replaces_a_wrong_link_and_leaves_a_file_alone(dev_root, capsys):
 
 
 def test_dry_run_writes_nothing(dev_root, capsys):
-    assert _dev_char.main(["x", "--dry-run", "--dev-root=%s" % dev_root]) == 0
+    assert _dev_char.main(["x", "--dry-run", f"--dev-root={dev_root}"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["created"]) == 4 and not (dev_root / "dev" / "char").exists()
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """What a container asks for (NVIDIA_* variables, CDI annotations, docker --gpus) and how the edits land."""
 
 import copy
@@ -346,7 +350,7 @@ def test_cdi_annotation_request():
 
 @pytest.mark.parametrize("value", ["2", "GPU-zzzz", "0:0", "MIG-zzzz"])
 def test_unknown_device_fails(value):
-    with pytest.raises(RequestError, match="unknown GPU '%s' requested \\(this node has: " % value):
+    with pytest.raises(RequestError, match=f"unknown GPU '{value}' requested \\(this node has: "):
         inject(config(["NVIDIA_VISIBLE_DEVICES=" + value]), INDEX, stat_node=fake_stat)
 
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """gpufleet-container-runtime and nvidia-container-runtime-hook, run as installed (launchers + flat package)."""
 
 import json
@@ -279,7 +283,7 @@ def test_shell_fast_path_starts_python_only_for_a_gpu_create(tmp_path, args, pyt
     args = [a.replace("GPU", str(tmp_path / "GPU")).replace("PLAIN", str(tmp_path / "PLAIN")) for a in args]
     subprocess.run([str(shim), *args], check=True, env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path / "GPU"))
     calls = (tmp_path / "calls").read_text()
-    assert calls == ("python\n" if python else "runtime %s\n" % " ".join(args))
+    assert calls == ("python\n" if python else "runtime {}\n".format(" ".join(args)))
 
 
 # ---------------------------------------------------------------- the hook's work done by the shim

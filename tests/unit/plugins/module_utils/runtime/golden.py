@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """Golden files of the runtime editors' tests: inputs and expected results under fixtures/<engine>/.
 
 Regenerate the expected files with ``REGEN_RUNTIME_FIXTURES=1 pytest ...`` after a deliberate change, and

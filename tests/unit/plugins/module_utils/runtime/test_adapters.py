@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The write side of the engine adapters: plan (through the editors), validate (the engine's own check) and
 probe, driven by a job as the container_runtime module's runner is one."""
 

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """runtime/common: the one CDI-by-version rule of the module, the role and the validate filter."""
 
 import pytest
@@ -29,5 +33,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common imp
 def test_reads_cdi_one_rule_for_module_role_and_validate(engine, version, reads):
     assert reads_cdi(engine, version) is reads
     if engine in ("docker", "containerd") and version:  # the editors warn exactly where it is False
-        warn = (dock if engine == "docker" else ctd).cdi_warning(parse_version(version.split(":")[-1]))
+        warn = (dock.Docker() if engine == "docker" else ctd.Containerd()).cdi_warning(
+            parse_version(version.split(":")[-1])
+        )
         assert (warn is None) is reads

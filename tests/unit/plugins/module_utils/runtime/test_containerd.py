@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The containerd config editor (runtime/containerd.py): config v1/v2/v3, main file or drop-in.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,
@@ -169,7 +173,7 @@ def test_containerd_refuses_what_it_cannot_edit(case, line, words):
     ],
 )
 def test_containerd_cdi_warning_below_1_7(version, warns):
-    warning = ctd.cdi_warning(version)
+    warning = ctd.Containerd().cdi_warning(version)
     assert bool(warning) is warns
     if warns:
         assert "enable_cdi" in warning and "1.7" in warning

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The CRI-O config editor (runtime/crio.py): drop-in or main file, monitor settings.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,

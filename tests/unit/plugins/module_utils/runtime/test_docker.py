@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """The daemon.json editor (runtime/docker.py): admin-written files in, golden files out.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,
@@ -98,7 +102,7 @@ def test_docker_refuses_a_reserved_runtime_name(name):
     ],
 )
 def test_docker_cdi_warning_below_25(version, warns):
-    warning = dock.cdi_warning(version)
+    warning = dock.Docker().cdi_warning(version)
     assert bool(warning) is warns
     if warns:
         assert ".".join(str(n) for n in version) in warning and "docker 25" in warning

@@ -1,3 +1,7 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
 """runtime/service: restart an engine's unit, and roll back when it does not come back."""
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.service import Service, restart_with_rollback
