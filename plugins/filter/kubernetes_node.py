@@ -52,7 +52,7 @@ _value:
   type: bool
 """
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -75,5 +75,5 @@ def is_kubernetes_node(
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"kubernetes_node": is_kubernetes_node}

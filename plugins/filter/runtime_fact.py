@@ -67,12 +67,22 @@ _value:
   type: dict
 """
 
+from typing import Any, Callable, Mapping, Sequence
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.runtime_fact import runtime_fact as _runtime_fact
 
 
-def runtime_fact(results, nvidia, installed, settings, *, spec=None, links=None):
+def runtime_fact(
+    results: Sequence[Mapping[str, Any]],
+    nvidia: Mapping[str, Any],
+    installed: Sequence[str],
+    settings: Mapping[str, Any],
+    *,
+    spec: Mapping[str, Any] | None = None,
+    links: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     try:
         return _runtime_fact(results, nvidia, installed, settings, spec=spec, links=links)
     except (KeyError, TypeError, ValueError) as exc:
@@ -80,5 +90,5 @@ def runtime_fact(results, nvidia, installed, settings, *, spec=None, links=None)
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"runtime_fact": runtime_fact}

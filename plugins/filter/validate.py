@@ -15,7 +15,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 
@@ -43,7 +43,7 @@ _SEE_HELP = re.compile(r"^See '.*--help'\.?$")
 _LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
 
 
-def containerd_ref(image):
+def containerd_ref(image: str) -> str:
     """A reference as containerd stores it: ``busybox`` -> ``docker.io/library/busybox:latest``."""
     ref = image
     first = ref.split("/", 1)[0]
@@ -56,7 +56,7 @@ def containerd_ref(image):
     return ref
 
 
-def runtime_request(toolkit):
+def runtime_request(toolkit: Mapping[str, Any] | None) -> tuple[list[str], list[str]]:
     """``(docker args, ctr args)`` asking the ``nvidia`` runtime for every GPU the way this host's runtime trusts an
     unprivileged container (``gpufleet_toolkit``): ``NVIDIA_VISIBLE_DEVICES=all`` where that variable is honoured
     (NVIDIA's behaviour, docker hosts); on a Kubernetes node, where it is not, the device plugin's volume mounts (the
@@ -78,18 +78,18 @@ def runtime_request(toolkit):
 
 
 def validate_plan(
-    nvidia,
-    runtime=None,
-    toolkit=None,
+    nvidia: Mapping[str, Any] | None,
+    runtime: Mapping[str, Any] | None = None,
+    toolkit: Mapping[str, Any] | None = None,
     *,
-    image=None,
-    pull="missing",
-    engines=None,
-    runtime_path="/usr/local/bin/gpufleet-container-runtime",
-    containerd_namespace="default",
-    suffix="",
-    timeout=120,
-):
+    image: str | None = None,
+    pull: str = "missing",
+    engines: Iterable[str] | None = None,
+    runtime_path: str = "/usr/local/bin/gpufleet-container-runtime",
+    containerd_namespace: str = "default",
+    suffix: str = "",
+    timeout: int | str = 120,
+) -> list[dict[str, Any]]:
     """The checks to run, each ``{engine, mode, image, name, argv, present_argv, present_rc0, load_argv, pull_argv,
     skipped, message}``; see ``DOCUMENTATION_PLAN``."""
     if not image:
@@ -207,7 +207,7 @@ def validate_images(
     }
 
 
-def _seconds(delta):
+def _seconds(delta: str | None) -> float:
     """``0:00:01.234567`` (command's ``delta``) -> 1.235."""
     m = re.match(r"^(\d+):(\d+):(\d+(?:\.\d+)?)$", str(delta or ""))
     if not m:
@@ -215,7 +215,7 @@ def _seconds(delta):
     return round(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)), 3)
 
 
-def parse_output(stdout):
+def parse_output(stdout: str | None) -> dict[str, Any]:
     """``{complete, device_nodes, libcuda, libcuda_path}`` from the check script's output."""
     lines = (stdout or "").splitlines()
     complete = BEGIN in lines and END in lines
@@ -238,13 +238,13 @@ def parse_output(stdout):
     return {"complete": complete, "device_nodes": sorted(set(devices)), "libcuda": bool(path), "libcuda_path": path}
 
 
-def _last_line(text):
+def _last_line(text: str | None) -> str:
     """The last line that says something (docker ends its errors with "See 'docker run --help'.")."""
     lines = [x.strip() for x in (text or "").splitlines() if x.strip() and not _SEE_HELP.match(x.strip())]
     return lines[-1] if lines else ""
 
 
-def _judge(check, res, device_nodes):
+def _judge(check: Mapping[str, Any], res: Mapping[str, Any] | None, device_nodes: list[str]) -> dict[str, Any]:
     out = {"mode": check["mode"], "passed": False, "seconds": 0.0, "device_nodes": [], "libcuda": False}
     label = "{} ({})".format(check["engine"], check["mode"])
     if check.get("skipped") or res is None or res.get("skipped"):
@@ -282,7 +282,12 @@ def _judge(check, res, device_nodes):
     return out
 
 
-def validate_result(plan, results, device_nodes=None, check_mode=False):
+def validate_result(
+    plan: Iterable[Mapping[str, Any]] | None,
+    results: Iterable[Mapping[str, Any]] | None,
+    device_nodes: Iterable[str] | None = None,
+    check_mode: bool = False,
+) -> dict[str, Any]:
     """The ``gpufleet_validate`` fact; see ``DOCUMENTATION_RESULT``."""
     device_nodes = list(device_nodes or [])
     results = list(results or [])
@@ -356,7 +361,7 @@ def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "validate_plan": validate_plan,
             "validate_images": validate_images,

@@ -168,7 +168,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/etc/cdi/nvidia.yaml"},

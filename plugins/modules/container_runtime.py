@@ -225,6 +225,7 @@ diff:
 import os
 import tempfile
 import traceback
+from typing import Any, NoReturn
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
@@ -266,7 +267,7 @@ class Runner:
             "engine_version": text_of(self.version),
         }
 
-    def _drop_in(self):
+    def _drop_in(self) -> str | None:
         value = self.p["drop_in"]
         if self.engine.drop_in is None:
             return None
@@ -280,7 +281,7 @@ class Runner:
             self.module.fail_json(msg=f"drop_in must be an absolute path or false, got {value!r}")
         return value
 
-    def _detect_version(self):
+    def _detect_version(self) -> tuple[int, int, int] | None:
         binary = self.module.get_bin_path(self.engine.binary)
         if not binary:
             return None
@@ -288,24 +289,24 @@ class Runner:
         return parse_version(out or err) if rc == 0 else None
 
     # ---- what the adapters call -----------------------------------------------------------------------
-    def read(self, path):
+    def read(self, path: str) -> tuple[str, bool]:
         """(text, existed)."""
         text = read_text(path)
         return ("", False) if text is None else (text, True)
 
-    def warn(self, msg):
+    def warn(self, msg: str) -> None:
         self.module.warn(msg)
 
-    def bin_path(self, name):
+    def bin_path(self, name: str) -> str | None:
         return self.module.get_bin_path(name)
 
-    def new_text(self, path):
+    def new_text(self, path: str) -> str:
         """The candidate text of ``path`` ("" for a file about to be removed)."""
         if path in self.planned:
             return self.planned[path][2] or ""
         return self.read(path)[0]
 
-    def check(self, cmd, how):
+    def check(self, cmd: list[str], how: str) -> str:
         rc, out, err = self.module.run_command(cmd)
         self.result["validated_by"] = how
         if rc != 0:
@@ -317,11 +318,11 @@ class Runner:
             )
         return out
 
-    def fail(self, msg, **extra):
+    def fail(self, msg: str, **extra: Any) -> NoReturn:
         self.module.fail_json(msg=msg, changes=self.changes, **extra)
 
     # ---- planning -------------------------------------------------------------------------------------
-    def compute(self):
+    def compute(self) -> None:
         p = self.p
         if p["state"] == "present" and p["cdi"]:
             warning = self.engine.cdi_warning(self.version)
@@ -342,12 +343,12 @@ class Runner:
                 continue
             self.planned[path] = (old, existed, new)
 
-    def validate(self):
+    def validate(self) -> None:
         with tempfile.TemporaryDirectory(prefix="gpufleet-runtime-") as tmp:
             self.engine.validate(self, tmp)
 
     # ---- writing --------------------------------------------------------------------------------------
-    def write_all(self):
+    def write_all(self) -> None:
         for path, (_old, existed, new) in self.planned.items():
             # A copy inside a drop-in folder (conf.d, crio.conf.d) could be read by the engine as more
             # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
@@ -356,25 +357,25 @@ class Runner:
                 self.result["backup_files"].append(backup(path))
             self.write(path, new)
 
-    def write(self, path, new):
+    def write(self, path: str, new: str | None) -> None:
         if new is None:
             if os.path.exists(path):
                 os.unlink(path)
             return
         context = self.module.selinux_context(path) if os.path.exists(path) else None
 
-        def keep_context(tmp):
+        def keep_context(tmp: str) -> None:
             if context is not None:
                 self.module.set_context_if_different(tmp, context, False)
 
         atomic_write(path, new, makedirs=True, prepare=keep_context)
 
-    def restore(self):
+    def restore(self) -> None:
         for path, (old, existed, _new) in self.planned.items():
             self.write(path, old if existed else None)
 
     # ---- restart --------------------------------------------------------------------------------------
-    def restart(self):
+    def restart(self) -> None:
         unit = self.p["unit"] or self.engine.unit
         systemctl = self.module.get_bin_path("systemctl", required=True)
         service = Service(
@@ -398,7 +399,7 @@ class Runner:
             engine_back=outcome.engine_back,
         )
 
-    def run(self):
+    def run(self) -> NoReturn:
         self.compute()
         self.result["changes"] = self.changes
         self.result["files"] = sorted(self.planned)
@@ -443,7 +444,7 @@ ARGUMENT_SPEC = {
 }
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ["path"])],

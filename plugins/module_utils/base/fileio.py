@@ -41,7 +41,7 @@ def read_text(path: str, *, tolerant: bool = False, errors: str = "strict") -> s
         raise
 
 
-def _temporary(directory: str, base: str, mode: int):
+def _temporary(directory: str, base: str, mode: int) -> tuple[int, str]:
     """``(fd, path)`` of a new file next to the target (``mkstemp`` without importing ``tempfile``)."""
     for _attempt in range(100):
         tmp = os.path.join(directory, f".{base}.gpufleet-{os.getpid()}-{os.urandom(4).hex()}")

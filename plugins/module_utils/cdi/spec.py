@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
@@ -40,6 +41,7 @@ from .driver_files import (
     CONTAINER_LINKS,
     FIRMWARE_DIR,
     MPS_PIPE_DIR,
+    DriverFile,
     find_driver_files,
     parse_capabilities,
 )
@@ -85,7 +87,7 @@ CUDA_BY_BRANCH = (
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 
-def cuda_version_for(driver_version):
+def cuda_version_for(driver_version: str | None) -> str | None:
     """The CUDA version a driver version supports (``535.261.03`` -> ``12.2``), or None if unknown."""
     try:
         branch = int(str(driver_version).split(".", maxsplit=1)[0])
@@ -97,18 +99,18 @@ def cuda_version_for(driver_version):
     return None
 
 
-def container_libdir(arch):
+def container_libdir(arch: str) -> str:
     return CONTAINER_LIBDIRS.get(arch, (f"/usr/lib/{arch}-linux-gnu",))[0]
 
 
-def _mig_enabled(gpu):
+def _mig_enabled(gpu: dict[str, Any]) -> bool:
     mode = gpu.get("mig_mode")
     if isinstance(mode, dict):
         mode = mode.get("current")
     return mode is True or str(mode).strip().lower() in ("enabled", "enable", "on", "true", "1")
 
 
-def _mig_nodes(gpu, mig, mig_minors):
+def _mig_nodes(gpu: dict[str, Any], mig: dict[str, Any], mig_minors: dict[str, int] | None) -> list[str]:
     """The nvidia-caps nodes of one MIG device (GPU instance and compute instance access)."""
     gi = mig.get("gi", mig.get("gpu_instance_id"))
     ci = mig.get("ci", mig.get("compute_instance_id"))
@@ -124,7 +126,7 @@ def _mig_nodes(gpu, mig, mig_minors):
     return nodes
 
 
-def _node(path, dev_root):
+def _node(path: str, dev_root: str) -> dict[str, str]:
     entry = {"path": path}
     host = host_path(dev_root, path) if dev_root not in ("", "/") else path
     if host != path:
@@ -132,7 +134,7 @@ def _node(path, dev_root):
     return entry
 
 
-def _gpu_names(gpu, strategy):
+def _gpu_names(gpu: dict[str, Any], strategy: tuple[str, ...]) -> list[str]:
     names = []
     if "index" in strategy:
         names.append(str(gpu["index"]))
@@ -144,20 +146,20 @@ def _gpu_names(gpu, strategy):
 
 
 def build_spec(
-    gpus,
-    files,
-    control,
-    driver_version,
+    gpus: list[dict[str, Any]],
+    files: list[DriverFile],
+    control: list[str],
+    driver_version: str,
     *,
-    driver_root="/",
-    dev_root="/",
-    device_name_strategy=NAME_STRATEGIES,
-    capabilities=CAPABILITIES,
-    hook_path=HOOK_PATH,
-    cuda_version=None,
-    mig_minors=None,
-    extra_mounts=(),
-):
+    driver_root: str = "/",
+    dev_root: str = "/",
+    device_name_strategy: tuple[str, ...] | list[str] = NAME_STRATEGIES,
+    capabilities: tuple[str, ...] | list[str] = CAPABILITIES,
+    hook_path: str = HOOK_PATH,
+    cuda_version: str | None = None,
+    mig_minors: dict[str, int] | None = None,
+    extra_mounts: tuple[tuple[str, str, str], ...] | list[tuple[str, str, str]] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(spec, index)`` for the GPUs and driver files given.
 
     ``gpus``: dicts with ``index``, ``minor`` and optionally ``uuid``, ``mig_mode``, ``mig_devices``
@@ -206,7 +208,7 @@ def build_spec(
     mounts, mount_caps, folders, sonames, libraries = [], {}, [], set(), []
     wanted = set(capabilities)
 
-    def add_mount(host, container, caps):
+    def add_mount(host: str, container: str, caps: list[str]) -> None:
         if container in mount_caps:
             return
         mount_caps[container] = caps
@@ -294,7 +296,15 @@ def build_spec(
 _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
-def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=None, driver_version=None):
+def gather(
+    root: str = "/",
+    driver_root: str = "/",
+    dev_root: str = "/",
+    *,
+    capabilities: str | list | tuple | None = None,
+    gpus: list[dict[str, Any]] | None = None,
+    driver_version: str | None = None,
+) -> tuple[str, dict[str, Any]]:
     """Read what ``build_spec`` needs from a host (or a host mounted at ``root``).
 
     ``driver_root`` and ``dev_root`` are in host terms (what the engines will open), read under ``root``.
@@ -346,7 +356,7 @@ def gather(root="/", driver_root="/", dev_root="/", *, capabilities=None, gpus=N
 # Rendering: byte-stable for the same input (idempotence is a byte comparison).
 
 
-def render_json(document, compact=False):
+def render_json(document: object, compact: bool = False) -> str:
     if compact:
         return json.dumps(document, separators=(",", ":"), ensure_ascii=True) + "\n"
     return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
@@ -355,7 +365,7 @@ def render_json(document, compact=False):
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _scalar(value):
+def _scalar(value: object) -> str:
     if value is True:
         return "true"
     if value is False:
@@ -367,19 +377,19 @@ def _scalar(value):
     return json.dumps(str(value), ensure_ascii=True)  # a JSON string is a valid YAML double-quoted scalar
 
 
-def _key(key):
+def _key(key: str) -> str:
     return key if _PLAIN_KEY.match(key) else json.dumps(key, ensure_ascii=True)
 
 
-def _is_scalar(value):
+def _is_scalar(value: object) -> bool:
     return not isinstance(value, (dict, list)) or not value
 
 
-def _empty(value):
+def _empty(value: object) -> str:
     return "{}" if isinstance(value, dict) else "[]"
 
 
-def _yaml(value, indent, lines):
+def _yaml(value: dict | list, indent: int, lines: list[str]) -> None:
     pad = " " * indent
     if isinstance(value, dict):
         for key, item in value.items():
@@ -401,7 +411,7 @@ def _yaml(value, indent, lines):
                 lines.extend(sub[1:])
 
 
-def render_yaml(document, header=None):
+def render_yaml(document: dict | list, header: str | None = None) -> str:
     """Block-style YAML with every string double-quoted: deterministic, and read back by any YAML 1.1
     or 1.2 parser (the engines' Go YAML included) as exactly ``document``."""
     lines = [f"# {line}" for line in (header or "").splitlines()] if header else []
@@ -410,7 +420,7 @@ def render_yaml(document, header=None):
     return "\n".join(lines) + "\n"
 
 
-def render(document, fmt="yaml", header=None):
+def render(document: dict | list, fmt: str = "yaml", header: str | None = None) -> str:
     if fmt == "json":
         return render_json(document)
     if fmt == "yaml":

@@ -23,11 +23,18 @@ no sanity ignore file; a caller outside Ansible passes its own runner.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import scan_device_nodes
-from ..cdi.driver_files import BINARY_DIRS, CAPABILITIES, detect_installed_version, find_driver_files, read_driver_cache
+from ..cdi.driver_files import (
+    BINARY_DIRS,
+    CAPABILITIES,
+    detect_installed_version,
+    find_driver_files,
+    read_driver_cache,
+)
+from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
 from . import labels as _labels
 from . import nvidia_procfs as _nvidia_procfs
@@ -59,7 +66,7 @@ def is_gpu_node(pci_gpu_count: object) -> bool:
     return int(pci_gpu_count or 0) > 0
 
 
-def parse_sources(sources):
+def parse_sources(sources: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     """The ``sources`` option as an ordered tuple of source names (``auto`` = all, best first)."""
     if isinstance(sources, str):
         sources = [s.strip() for s in sources.split(",")]
@@ -76,7 +83,7 @@ def parse_sources(sources):
     return tuple(s for s in SOURCES if s in names)
 
 
-def _merge_gpus(by_source, order):
+def _merge_gpus(by_source: dict[str, list[dict[str, Any]]], order: tuple[str, ...]) -> list[dict[str, Any]]:
     """Merge per-source GPU records (keyed by PCI address, else UUID, else minor) into one list.
 
     Each field takes the first non-None value in ``order``; ``field_sources`` says whose. A GPU that only
@@ -104,7 +111,7 @@ def _merge_gpus(by_source, order):
     return [merged[k] for k in keys]
 
 
-def _finish_gpu(gpu):
+def _finish_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
     for field in GPU_FIELDS:
         gpu.setdefault(field, None)
     gpu.setdefault("mig_devices", [])
@@ -123,7 +130,7 @@ def _finish_gpu(gpu):
 # ...), the flavour chosen by the ``nvidia`` alternative; only some sonames get a link on the loader's
 # path through the alternative's slaves (libcuda.so.1, libnvidia-ptxjitcompiler.so.1), and
 # ``libnvidia-ml.so.1`` is not one of them: it is in no ld.so.cache. These are the sonames found there.
-def nvml_candidates(driver_root, entries):
+def nvml_candidates(driver_root: str, entries: list[LdCacheEntry]) -> list[str]:
     """What to dlopen, in order: on ``/`` the soname first (the loader's own search, LD_LIBRARY_PATH
     included); then the file behind ``libnvidia-ml.so.1`` in the driver root's ld.so.cache (Debian's
     ``nvidia/<flavour>`` entries included), resolved inside that root."""
@@ -136,7 +143,7 @@ def nvml_candidates(driver_root, entries):
     return candidates
 
 
-def _find_binary(driver_root, name):
+def _find_binary(driver_root: str, name: str) -> str | None:
     for directory in BINARY_DIRS:
         inner = resolve_in_root(driver_root, directory + "/" + name)
         path = host_path(driver_root, inner)
@@ -145,7 +152,12 @@ def _find_binary(driver_root, name):
     return None
 
 
-def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
+def discover(
+    root: str = "/",
+    driver_root: str | None = None,
+    sources: str | list[str] | tuple[str, ...] | None = ("auto",),
+    run_command: Callable[[list[str]], tuple[int, str, str]] | None = None,
+) -> dict[str, Any]:
     """The ``ansible_facts.nvidia`` dict of the host under ``root`` (see the module's RETURN)."""
     driver_root = root if driver_root is None else driver_root
     order = parse_sources(sources)
@@ -174,7 +186,7 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
         warnings.append(f"ld.so.cache: {exc}")
         entries = []
 
-    def resolve(path):
+    def resolve(path: str) -> str:
         return resolve_in_root(driver_root, path)
 
     installed_version = detect_installed_version(entries, resolve) if entries else None
@@ -348,7 +360,7 @@ def discover(root="/", driver_root=None, sources=("auto",), run_command=None):
     return facts
 
 
-def sources_explicit(sources):
+def sources_explicit(sources: str | list[str] | tuple[str, ...] | None) -> bool:
     """True when the caller named sources (not ``auto``): then an unavailable one is worth a warning."""
     if isinstance(sources, str):
         sources = [s.strip() for s in sources.split(",")]

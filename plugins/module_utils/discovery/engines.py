@@ -22,11 +22,12 @@ from __future__ import annotations
 import glob
 import os
 import re
+from typing import Any, Callable
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..base.version import parse as parse_version
-from ..runtime.base import toml_loader
+from ..runtime.base import Engine, Glob, toml_loader
 from ..runtime.facts import FACTS as ADAPTERS
 
 BINARY_DIRS = ("/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
@@ -34,11 +35,11 @@ _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 _toml_loads = toml_loader()
 
 
-def _read(root, inner):
+def _read(root: str, inner: str) -> str | None:
     return read_text(host_path(root, inner), tolerant=True)
 
 
-def _find_binary(root, names):
+def _find_binary(root: str, names: tuple[str, ...] | list[str]) -> str | None:
     for name in names:
         for directory in BINARY_DIRS:
             path = host_path(root, directory + "/" + name)
@@ -47,7 +48,7 @@ def _find_binary(root, names):
     return None
 
 
-def dpkg_versions(text, packages):
+def dpkg_versions(text: str | None, packages: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``{package: upstream version}`` of the installed packages among ``packages`` in a dpkg status
     file (``2:20.10.24+dfsg1-1+deb12u1`` -> ``20.10.24``)."""
     wanted = set(packages)
@@ -65,7 +66,7 @@ def dpkg_versions(text, packages):
     return found
 
 
-def _parse(root, inner, adapter, warnings):
+def _parse(root: str, inner: str, adapter: Engine, warnings: list[str]) -> tuple[Any, bool]:
     """``(data, unreadable)``: the file parsed (None when missing or unreadable; a warning says why)."""
     text = _read(root, inner)
     if text is None:
@@ -85,10 +86,10 @@ def _parse(root, inner, adapter, warnings):
         return None, True
 
 
-def _glob_in(root):
+def _glob_in(root: str) -> Glob:
     top = host_path(root, "/")
 
-    def find(pattern):
+    def find(pattern: str) -> list[str]:
         return sorted(
             "/" + os.path.relpath(path, top) for path in glob.glob(host_path(root, pattern)) if os.path.isfile(path)
         )
@@ -96,7 +97,7 @@ def _glob_in(root):
     return find
 
 
-def _configured(root, name, info, warnings):
+def _configured(root: str, name: str, info: dict[str, Any], warnings: list[str]) -> None:
     """Fill ``config_path``, ``runtimes``, ``default_runtime``, ``cdi_enabled`` through the engine's adapter."""
     adapter = ADAPTERS[name]
     info["config_path"] = adapter.config_path
@@ -112,7 +113,11 @@ def _configured(root, name, info, warnings):
     info.update(adapter.read(files, parse_version(info["version"])))
 
 
-def detect(root, run_command=None, warnings=None):
+def detect(
+    root: str,
+    run_command: Callable[[list[str]], tuple[int, str, str]] | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, dict[str, Any]]:
     """``{engine: {installed, binary, version, config_path, runtimes, default_runtime, cdi_enabled}}``."""
     warnings = [] if warnings is None else warnings
     status = None

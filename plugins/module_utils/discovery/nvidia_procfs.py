@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ..base.fileio import read_text
 from .pci import normalize_bus_id
@@ -29,7 +30,7 @@ _NVRM = re.compile(r"^NVRM version:\s*(?P<text>.*?)\s+(?P<version>\d+\.\d+(?:\.\
 _GCC = re.compile(r"^GCC version:\s*(?P<gcc>.*)$")
 
 
-def parse_version(text):
+def parse_version(text: str | None) -> dict[str, str | None]:
     """``/proc/driver/nvidia/version`` -> ``{"version", "flavor", "gcc"}`` (None values when absent).
 
     ``flavor`` is ``open`` for the open GPU kernel modules ("Open Kernel Module"), else ``proprietary``.
@@ -47,7 +48,7 @@ def parse_version(text):
     return result
 
 
-def parse_information(text):
+def parse_information(text: str | None) -> dict[str, str]:
     """One GPU's ``information`` file -> ``{key: value}`` with the keys as the driver writes them."""
     info = {}
     for line in (text or "").splitlines():
@@ -57,7 +58,7 @@ def parse_information(text):
     return info
 
 
-def gpu_from_information(info, bus_dir_name=None):
+def gpu_from_information(info: dict[str, str], bus_dir_name: str | None = None) -> dict[str, Any]:
     """The GPU record (discovery's common shape) one ``information`` file gives."""
     uuid = info.get("GPU UUID") or None
     if uuid and "?" in uuid:
@@ -77,7 +78,7 @@ def gpu_from_information(info, bus_dir_name=None):
     }
 
 
-def read_gpus(proc_dir):
+def read_gpus(proc_dir: str) -> list[dict[str, Any]] | None:
     """Every GPU the kernel module registered (``<proc>/driver/nvidia/gpus/*/information``), or None
     when the directory is not there (module not loaded)."""
     gpus_dir = os.path.join(proc_dir, "driver", "nvidia", "gpus")
@@ -93,13 +94,13 @@ def read_gpus(proc_dir):
     return gpus
 
 
-def read_version(proc_dir):
+def read_version(proc_dir: str) -> dict[str, str | None] | None:
     """``parse_version`` of ``<proc>/driver/nvidia/version``, or None when the file is not there."""
     text = read_text(os.path.join(proc_dir, "driver", "nvidia", "version"), tolerant=True)
     return None if text is None else parse_version(text)
 
 
-def module_state(sys_dir, name="nvidia"):
+def module_state(sys_dir: str, name: str = "nvidia") -> dict[str, Any]:
     """``/sys/module/<name>``: ``{"present", "version", "taint", "initstate"}``. A built-in has no
     ``initstate``; a module being loaded or unloaded says ``coming``/``going``."""
     base = os.path.join(sys_dir, "module", name)
@@ -112,6 +113,6 @@ def module_state(sys_dir, name="nvidia"):
     return state
 
 
-def module_loaded(state):
+def module_loaded(state: dict[str, Any]) -> bool:
     """A ``module_state`` that is a live module (or a built-in one, which has no ``initstate``)."""
     return bool(state["present"]) and state["initstate"] in (None, "live")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ..base.fileio import read_text
 
@@ -25,7 +26,7 @@ GPU_CLASS_PREFIXES = ("0x0300", "0x0302")
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
-def normalize_bus_id(value):
+def normalize_bus_id(value: str | None) -> str | None:
     """Any spelling of a PCI address (NVML's ``00000000:05:00.0``, ``05:00.0``, upper case) in the
     ``0000:05:00.0`` form sysfs uses; None when ``value`` is not a PCI address."""
     if not value:
@@ -38,17 +39,17 @@ def normalize_bus_id(value):
     return f"{domain:04x}:{bus.lower()}:{device.lower()}.{function}"
 
 
-def is_gpu_class(pci_class):
+def is_gpu_class(pci_class: str | None) -> bool:
     """True for a display controller that is a GPU (VGA ``0x0300xx`` or 3D ``0x0302xx``)."""
     return bool(pci_class) and pci_class.lower().startswith(GPU_CLASS_PREFIXES)
 
 
-def _read(path):
+def _read(path: str) -> str | None:
     text = read_text(path, tolerant=True)
     return None if text is None else text.strip()
 
 
-def read_function(device_dir, bus_id):
+def read_function(device_dir: str, bus_id: str) -> dict[str, Any]:
     """One PCI function's sysfs attributes as a dict (missing attributes are None)."""
     pci_class = _read(os.path.join(device_dir, "class"))
     device = _read(os.path.join(device_dir, "device"))
@@ -77,14 +78,14 @@ def read_function(device_dir, bus_id):
     }
 
 
-def _link_name(path):
+def _link_name(path: str) -> str | None:
     try:
         return os.path.basename(os.readlink(path))
     except OSError:
         return None
 
 
-def scan_pci(devices_dir):
+def scan_pci(devices_dir: str) -> list[dict[str, Any]]:
     """Every NVIDIA PCI function under ``devices_dir`` (``<root>/sys/bus/pci/devices``), sorted by
     address. A missing directory is an empty bus, not an error."""
     try:
@@ -100,13 +101,13 @@ def scan_pci(devices_dir):
     return sorted(found, key=lambda f: f["pci_bus_id"])
 
 
-def gpu_pci_device_id(device_id, vendor_id=NVIDIA_VENDOR):
+def gpu_pci_device_id(device_id: str | None, vendor_id: str | None = NVIDIA_VENDOR) -> str | None:
     """The ``0x20b010de`` form NVML and nvidia-smi print for a PCI device id (device, then vendor)."""
     if not device_id:
         return None
     return f"0x{int(device_id, 16):04x}{int(vendor_id or NVIDIA_VENDOR, 16):04x}"
 
 
-def read_machine(sys_dir):
+def read_machine(sys_dir: str) -> str | None:
     """The DMI product name (``/sys/class/dmi/id/product_name``), as GFD's ``gpu.machine`` uses it."""
     return _read(os.path.join(sys_dir, "class", "dmi", "id", "product_name")) or None

@@ -55,7 +55,7 @@ def installed_version(root: str = "/", driver_root: str = "/") -> str | None:
     return version
 
 
-def write_text(path, text, mode=0o644):
+def write_text(path: str, text: str, mode: int = 0o644) -> None:
     """Atomically replace ``path`` (a temporary file in the same directory, fsync'd, renamed)."""
     atomic_write(path, text, mode, makedirs=True)
 

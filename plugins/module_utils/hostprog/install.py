@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+from typing import Callable
 
 from ..base.fileio import atomic_write
 
@@ -47,7 +48,7 @@ RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mo
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
 
 
-def _imports(module, source):
+def _imports(module: str, source: str) -> set[str]:
     """The collection modules ``module`` (dotted, relative to ``module_utils``) imports, anywhere in its source.
 
     Only relative imports count: everything the host programs share lives under ``module_utils``. A name that is
@@ -65,7 +66,7 @@ def _imports(module, source):
     return found
 
 
-def payload(read):
+def payload(read: Callable[[str], str]) -> list[str]:
     """Every module the programs need: their own modules and, recursively, what those import (sorted).
 
     ``read(module)`` gives a module's source text. Computed, not listed: a new import reaches the targets.
@@ -81,7 +82,7 @@ def payload(read):
     return sorted(seen)
 
 
-def packages(modules):
+def packages(modules: list[str]) -> list[str]:
     """The packages (dotted; ``""`` is the top) that hold ``modules``, each needing its ``__init__.py``."""
     found = {""}
     for module in modules:
@@ -138,11 +139,11 @@ exec "$GPUFLEET_RUNTIME" "$@"
 """
 
 
-def _grep():
+def _grep() -> str:
     return "/bin/grep" if os.path.exists("/bin/grep") else "/usr/bin/grep"
 
 
-def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
+def launcher(name: str, libdir: str, python: str = PYTHON, runtime: str = DEFAULT_RUNTIME) -> str:
     """The text of program ``name``'s launcher; ``runtime`` is the real OCI runtime the shim execs."""
     module, function = PROGRAMS[name]
     if name == "gpufleet-container-runtime":
@@ -166,7 +167,7 @@ def launcher(name, libdir, python=PYTHON, runtime=DEFAULT_RUNTIME):
     )
 
 
-def render_runtime_config(accept_envvar_unprivileged=True, accept_volume_mounts=False):
+def render_runtime_config(accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False) -> str:
     """The text of the shim's ``runtime.json``: both keys always, sorted, indented, a newline at the end.
 
     The same settings give the same bytes, so the file is rewritten only when a setting changes.
@@ -178,15 +179,23 @@ def render_runtime_config(accept_envvar_unprivileged=True, accept_volume_mounts=
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
-def _read_source(source):
-    def read(module):
+def _read_source(source: str) -> Callable[[str], str]:
+    def read(module: str) -> str:
         with open(os.path.join(source, *module.split(".")) + ".py", encoding="utf-8") as f:
             return f.read()
 
     return read
 
 
-def render_files(bindir, libdir, read, python=PYTHON, *, programs=None, runtime=DEFAULT_RUNTIME):
+def render_files(
+    bindir: str,
+    libdir: str,
+    read: Callable[[str], str],
+    python: str = PYTHON,
+    *,
+    programs: list[str] | tuple[str, ...] | None = None,
+    runtime: str = DEFAULT_RUNTIME,
+) -> list[tuple[str, str, int]]:
     """``[(path, text, mode)]`` of everything an installation holds: the package, then the launchers.
 
     ``read(module)`` gives a module's source text (from a checkout, or from inside an AnsiballZ payload).
@@ -201,7 +210,15 @@ def render_files(bindir, libdir, read, python=PYTHON, *, programs=None, runtime=
     return files
 
 
-def install(bindir, libdir, python=PYTHON, *, source=None, programs=None, runtime=DEFAULT_RUNTIME):
+def install(
+    bindir: str,
+    libdir: str,
+    python: str = PYTHON,
+    *,
+    source: str | None = None,
+    programs: list[str] | tuple[str, ...] | None = None,
+    runtime: str = DEFAULT_RUNTIME,
+) -> list[str]:
     """Copy the modules into ``<libdir>/gpufleet_nvidia`` and write the launchers into ``bindir``.
 
     Returns the paths written (the package's ``__init__.py`` aside). ``source`` is the folder holding the

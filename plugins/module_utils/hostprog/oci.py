@@ -44,6 +44,9 @@ import stat
 from ..base.version import compare as _compare
 from ..cdi.driver_files import CapabilityError, parse_capabilities
 
+if False:  # typing imports ``re``: only for the annotations, never at run time (the shim's start path)
+    from typing import Callable
+
 KIND = "nvidia.com/gpu"
 CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
 LEGACY_HOOK = "nvidia-container-runtime-hook"
@@ -69,7 +72,7 @@ class RequestError(ValueError):
         return " ".join(super().__str__().splitlines())
 
 
-def env_dict(env):
+def env_dict(env: list[str] | None) -> dict[str, str]:
     """``process.env`` (a list of ``KEY=value``) -> dict; the last occurrence of a key wins."""
     result = {}
     for item in env or ():
@@ -81,23 +84,23 @@ def env_dict(env):
     return result
 
 
-def is_true(value):
+def is_true(value: object) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
-def _check_size(value, what):
+def _check_size(value: str, what: str) -> None:
     if len(value) > MAX_REQUEST_BYTES:
         raise RequestError(f"{what} is longer than {MAX_REQUEST_BYTES} bytes ({len(value)})")
 
 
-def _add_name(names, name, what):
+def _add_name(names: dict[str, None], name: str, what: str) -> None:
     if name not in names:
         if len(names) >= MAX_REQUEST_DEVICES:
             raise RequestError(f"{what} names more than {MAX_REQUEST_DEVICES} devices")
         names[name] = None
 
 
-def parse_visible_devices(value):
+def parse_visible_devices(value: str | None) -> list[str] | None:
     """``NVIDIA_VISIBLE_DEVICES`` -> None (not a GPU container), ``[]`` (``none``: driver only),
     ``["all"]`` or the list of requested device names, in the order given, without duplicates."""
     if value is None:
@@ -121,7 +124,9 @@ def parse_visible_devices(value):
     return list(names) or None
 
 
-def check_requirements(env, cuda_version, driver_version, facts=None):
+def check_requirements(
+    env: dict[str, str], cuda_version: str | None, driver_version: str | None, facts: dict[str, str] | None = None
+) -> None:
     """Raise ``RequestError`` unless every ``NVIDIA_REQUIRE_*`` in ``env`` (a dict) holds.
 
     ``cuda``/``driver`` constraints compare versions numerically against ``cuda_version`` and
@@ -147,7 +152,7 @@ def check_requirements(env, cuda_version, driver_version, facts=None):
             )
 
 
-def _holds(alternative, known, name):
+def _holds(alternative: str, known: dict[str, str | None], name: str) -> bool:
     import re  # noqa: PLC0415  # see _CONSTRAINT
 
     for raw in alternative.split(","):
@@ -171,7 +176,7 @@ def _holds(alternative, known, name):
     return True
 
 
-def cdi_annotation_devices(annotations, kind=KIND):
+def cdi_annotation_devices(annotations: dict[str, str] | None, kind: str = KIND) -> list[str]:
     """Device names of ``kind`` requested through CDI annotations, in a stable order (by key).
 
     Names of other kinds are not ours and are skipped; a malformed name of our kind is an error.
@@ -195,7 +200,7 @@ def cdi_annotation_devices(annotations, kind=KIND):
     return list(names)
 
 
-def volume_mount_devices(mounts):
+def volume_mount_devices(mounts: list[dict] | None) -> list[str]:
     """Device names requested as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<name>``
     (the device plugin's ``volume-mounts`` strategy), in order, without duplicates."""
     names = {}
@@ -212,21 +217,21 @@ def volume_mount_devices(mounts):
     return list(names)
 
 
-def is_privileged(config):
+def is_privileged(config: dict) -> bool:
     """NVIDIA's test for a privileged container: ``CAP_SYS_ADMIN`` in the bounding set."""
     caps = (config.get("process") or {}).get("capabilities") or {}
     return PRIVILEGED_CAPABILITY in (caps.get("bounding") or ())
 
 
-def _is_legacy_hook(hook):
+def _is_legacy_hook(hook: dict) -> bool:
     return os.path.basename(str(hook.get("path", ""))) == LEGACY_HOOK
 
 
-def has_legacy_hook(config):
+def has_legacy_hook(config: dict) -> bool:
     return any(_is_legacy_hook(h) for h in ((config.get("hooks") or {}).get("prestart") or ()))
 
 
-def remove_legacy_hook(config):
+def remove_legacy_hook(config: dict) -> bool:
     """Drop NVIDIA's ``nvidia-container-runtime-hook`` from the prestart hooks; True when one was there."""
     hooks = config.get("hooks") or {}
     prestart = hooks.get("prestart") or []
@@ -246,17 +251,19 @@ class Request:
 
     __slots__ = ("capabilities", "devices", "env", "source")
 
-    def __init__(self, devices, capabilities, env, source):
+    def __init__(self, devices: list[str], capabilities: tuple[str, ...], env: dict[str, str], source: str) -> None:
         self.devices = devices
         self.capabilities = capabilities
         self.env = env
         self.source = source
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Request({self.devices!r}, {self.capabilities!r}, source={self.source!r})"
 
 
-def gpu_request(config, accept_envvar_unprivileged=True, accept_volume_mounts=False):
+def gpu_request(
+    config: dict, accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False
+) -> Request | None:
     """The GPU request of an OCI ``config`` (already through ``check_config``), or None when it is not a
     GPU container.
 
@@ -306,7 +313,7 @@ _CONFIG_SHAPE = (
 _TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
 
 
-def check_config(config, what="config.json"):
+def check_config(config: object, what: str = "config.json") -> dict:
     """Raise ``RequestError`` unless ``config`` has the types the shim and hook rely on."""
     if not isinstance(config, dict):
         raise RequestError(f"{what} is not a JSON object")
@@ -337,7 +344,9 @@ def check_config(config, what="config.json"):
     return config
 
 
-def read_limited(path, limit, what=None, check=None):
+def read_limited(
+    path: str, limit: int, what: str | None = None, check: Callable[[os.stat_result], object] | None = None
+) -> bytes:
     """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file.
 
     ``check(st)``, when given, runs on the open file's ``fstat`` first (the shim's ownership rule), so
@@ -355,7 +364,7 @@ def read_limited(path, limit, what=None, check=None):
         os.close(fd)
 
 
-def read_fd(fd, limit, what):
+def read_fd(fd: int, limit: int, what: str) -> bytes:
     """At most ``limit`` bytes from the open file ``fd``; ``RequestError`` naming ``what`` when it holds more
     (never more than ``limit + 1`` bytes are read)."""
     data = os.read(fd, limit + 1)
@@ -369,7 +378,7 @@ def read_fd(fd, limit, what):
     return data
 
 
-def read_config(path):
+def read_config(path: str) -> dict:
     """The bundle's ``config.json``: read within ``MAX_CONFIG_BYTES``, parsed, type-checked."""
     from ..base.jsonio import loads  # noqa: PLC0415
 
@@ -387,7 +396,7 @@ def read_config(path):
 # The index: what the shim reads instead of the YAML spec (written by cdi_spec next to it).
 
 
-def resolve_devices(index, names):
+def resolve_devices(index: dict, names: list[str]) -> list[dict]:
     """The ``containerEdits`` of each requested device name, in order; ``RequestError`` for an unknown
     one. Plain indexes, ``GPU-``/``MIG-`` UUIDs and ``<gpu>:<mig>`` are looked up as the spec names
     them; a UUID also matches when the spec only names devices by index (through ``aliases``)."""
@@ -403,14 +412,20 @@ def resolve_devices(index, names):
     return edits
 
 
-def _stat_node(path):
+def _stat_node(path: str) -> tuple[int, int]:
     st = os.stat(path)
     if not stat.S_ISCHR(st.st_mode):
         raise RequestError(f"{path} is not a character device")
     return os.major(st.st_rdev), os.minor(st.st_rdev)
 
 
-def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=_stat_node):
+def apply_edits(
+    config: dict,
+    edits: list[dict],
+    capabilities: tuple[str, ...] | list[str],
+    mount_capabilities: dict[str, list[str]] | None = None,
+    stat_node: Callable[[str], tuple[int, int]] = _stat_node,
+) -> dict:
     """Apply CDI ``containerEdits`` dicts to ``config`` in place.
 
     Device nodes go to ``linux.devices`` and to the ``linux.resources.devices`` allow list with the
@@ -486,8 +501,14 @@ def apply_edits(config, edits, capabilities, mount_capabilities=None, stat_node=
 
 
 def inject(
-    config, index, stat_node=_stat_node, accept_envvar_unprivileged=True, accept_volume_mounts=False, *, request=None
-):
+    config: dict,
+    index: dict,
+    stat_node: Callable[[str], tuple[int, int]] = _stat_node,
+    accept_envvar_unprivileged: bool = True,
+    accept_volume_mounts: bool = False,
+    *,
+    request: Request | None = None,
+) -> bool:
     """The shim's whole job on ``create``: find the request, check it, apply the edits.
 
     Returns True when ``config`` was changed (it is changed in place), False for a container that does

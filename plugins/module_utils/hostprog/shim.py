@@ -51,7 +51,7 @@ class ShimError(Exception):
     """The container start must fail; the message is the reason."""
 
 
-def check_trusted(st, path, what):
+def check_trusted(st: os.stat_result, path: str, what: str) -> None:
     """Refuse a file that decides what runs as root unless root (or this process's user) owns it and
     neither group nor others may write it."""
     if st.st_uid not in (0, os.geteuid()):
@@ -63,7 +63,7 @@ def check_trusted(st, path, what):
         )
 
 
-def read_trusted(path, limit, what):
+def read_trusted(path: str, limit: int, what: str) -> bytes | None:
     """The bytes of a trusted file (``check_trusted``, on the open file) of at most ``limit`` bytes; None
     when it is missing."""
     from .oci import RequestError, read_limited  # noqa: PLC0415
@@ -76,7 +76,7 @@ def read_trusted(path, limit, what):
         raise ShimError(str(exc)) from None
 
 
-def _config():
+def _config() -> dict:
     path = os.environ.get("GPUFLEET_RUNTIME_CONFIG", CONFIG_PATH)
     data = read_trusted(path, MAX_SMALL_FILE, "the configuration")
     if data is None:
@@ -98,7 +98,7 @@ def _config():
     return value
 
 
-def _runtime(config):
+def _runtime(config: dict) -> str:
     runtime = os.environ.get("GPUFLEET_RUNTIME") or config.get("runtime")
     if runtime:
         if not os.path.isabs(runtime):
@@ -118,7 +118,7 @@ def _runtime(config):
     return runtime
 
 
-def parse_args(args):
+def parse_args(args: list[str]) -> tuple[str | None, int, dict[str, str | bool]]:
     """``(command, index of the command, global flags dict)`` of a runc command line (``args`` without argv[0])."""
     flags = {}
     i = 0
@@ -139,7 +139,7 @@ def parse_args(args):
     return None, len(args), flags
 
 
-def bundle_of(args):
+def bundle_of(args: list[str]) -> str:
     """The ``--bundle``/``-b`` of a ``create``/``run`` command's own arguments, else the current directory."""
     for i, arg in enumerate(args):
         if arg in ("--bundle", "-b", "-bundle") and i + 1 < len(args):
@@ -150,7 +150,7 @@ def bundle_of(args):
     return os.getcwd()
 
 
-def _log_error(flags, message):
+def _log_error(flags: dict[str, str | bool], message: str) -> None:
     """One line on stderr, and in runc's ``--log`` file in its ``--log-format`` (where containerd and
     CRI-O look for the reason a start failed)."""
     text = f"{NAME}: {message}"
@@ -178,7 +178,7 @@ def _log_error(flags, message):
         pass
 
 
-def prepare(bundle, config):
+def prepare(bundle: str, config: dict) -> bool:
     """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten. ``config``:
     the shim's configuration (``_config``)."""
     from .oci import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
@@ -193,7 +193,7 @@ def prepare(bundle, config):
         raise ShimError(str(exc)) from None
 
 
-def _read_index(path, required):
+def _read_index(path: str, required: bool) -> dict:
     from ..base.jsonio import loads  # noqa: PLC0415
 
     data = read_trusted(path, MAX_INDEX_BYTES, "the CDI index")
@@ -210,7 +210,7 @@ def _read_index(path, required):
     return index
 
 
-def _prepare(config_file, raw, shim_config):
+def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
     from ..base.fileio import atomic_write  # noqa: PLC0415  # imports only ``os``
     from ..base.jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
     from .oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
@@ -244,7 +244,7 @@ def _prepare(config_file, raw, shim_config):
 HOOK_NAME = "gpufleet-cdi-hook"
 
 
-def inline_hook(config, bundle):
+def inline_hook(config: dict, bundle: str) -> bool:
     """Do ``gpufleet-cdi-hook``'s whole work here, before ``runc create``, and drop its hook entry: no
     process is started for it, and runc runs no hook at all for the GPU (a Python start and an
     ``ldconfig`` less per GPU container than the hook path).
@@ -277,7 +277,7 @@ def inline_hook(config, bundle):
     return True
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     args = list(argv[1:])
     command, at, flags = parse_args(args)
@@ -310,7 +310,7 @@ LEGACY_MESSAGE = (
 )
 
 
-def legacy_hook_main(argv=None):
+def legacy_hook_main(argv: list[str] | None = None) -> int:
     """Succeed when the shim already injected this container (its annotation is in the OCI state);
     otherwise fail the start: a ``--gpus`` container must not run without its GPUs."""
     argv = sys.argv if argv is None else argv
