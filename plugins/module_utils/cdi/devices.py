@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections import namedtuple
+
+from ..base.record import record
 
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255
 MODESET_MINOR = 254
 
-DeviceNode = namedtuple("DeviceNode", ["path", "major", "minor"])
+DeviceNode = record("DeviceNode", ("path", "major", "minor"))
 
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import namedtuple
 
 from ..base.pathsafe import host_path, resolve_in_root
+from ..base.record import record
 from .ldcache import LdCacheEntry, read_ld_so_cache
 
 # Canonical order: the order capabilities are listed in and applied in.
@@ -118,7 +118,7 @@ CONTAINER_LIBDIRS = {
     "i386": ("/usr/lib/i386-linux-gnu", "/usr/lib32"),
 }
 
-DriverFile = namedtuple("DriverFile", ["kind", "capability", "name", "path", "resolved", "arch"])
+DriverFile = record("DriverFile", ("kind", "capability", "name", "path", "resolved", "arch"))
 """One file for a container. ``kind``: library, binary, config, firmware, ipc. ``path``: where it was
 found, ``resolved``: the real file behind every link; both absolute in the (driver) root's own terms."""
 

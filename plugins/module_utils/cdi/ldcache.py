@@ -21,7 +21,8 @@ Two layouts exist and a file may hold both, old first:
 from __future__ import annotations
 
 import struct
-from collections import namedtuple
+
+from ..base.record import record
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache"
@@ -47,7 +48,7 @@ _ARCH_BY_REQUIRED = {
 # The cache's own endianness byte (new format, since glibc 2.33).
 _ENDIAN_UNSET, _ENDIAN_INVALID, _ENDIAN_LITTLE, _ENDIAN_BIG = 0, 1, 2, 3
 
-LdCacheEntry = namedtuple("LdCacheEntry", ["soname", "path", "flags", "arch", "hwcap"])
+LdCacheEntry = record("LdCacheEntry", ("soname", "path", "flags", "arch", "hwcap"))
 
 
 class LdCacheError(ValueError):
