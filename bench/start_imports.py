@@ -47,7 +47,7 @@ def once(code: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args()
@@ -74,7 +74,7 @@ def main() -> int:
             "this tree": install(REPO, work + "/b"),
         }
         samples = {name: [] for name in variants}
-        for _ in range(args.rounds):
+        for _round in range(args.rounds):
             for name, code in variants.items():
                 samples[name].append(once(code))
     medians = {name: statistics.median(values) for name, values in samples.items()}

@@ -63,7 +63,7 @@ def test_copies_keep_the_type():
     import copy
 
     a = Node("/dev/nvidia0", 195, 0)
-    assert type(copy.copy(a)) is Node and copy.deepcopy(a) == a
+    assert copy.copy(a).__class__ is Node and copy.deepcopy(a) == a
 
 
 def test_importing_it_loads_no_other_module():
