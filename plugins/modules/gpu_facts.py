@@ -41,6 +41,12 @@ options:
     elements: str
     choices: [auto, nvml, nvidia-smi, procfs, sysfs]
     default: [auto]
+  toolkit_bindir:
+    description:
+      - Where the C(gpufleet.nvidia.toolkit) role installed the collection's programs (its C(toolkit_bindir)), for
+        RV(ansible_facts.nvidia.toolkit).
+    type: path
+    default: /usr/local/bin
 attributes:
   check_mode:
     description: Can run in check mode and returns the same facts.
@@ -400,6 +406,74 @@ ansible_facts:
               description: How to fix it.
               type: str
               returned: always
+        toolkit:
+          description:
+          - The container toolkit installed on the host, as the C(toolkit) role publishes it in C(gpufleet_toolkit), so
+            that a stage that runs alone (C(site.yml --tags runtime)) finds what an earlier run installed; null when
+            neither provider is installed.
+          - The native provider is found by its launchers in O(toolkit_bindir) (marked C(installed by gpufleet.nvidia))
+            and C(/etc/gpufleet/runtime.json); NVIDIA's by C(/usr/bin/nvidia-container-runtime) and
+            C(/etc/nvidia-container-runtime/config.toml).
+          type: dict
+          returned: always
+          contains:
+            provider:
+              description: C(native) or C(nvidia).
+              type: str
+              returned: when installed
+            runtime_path:
+              description: The OCI runtime to register with the engines.
+              type: str
+              returned: when installed
+            hook_path:
+              description: The collection's CDI hook, null when it is not installed.
+              type: str
+              returned: when installed
+            programs:
+              description: The toolkit's programs found, absolute paths.
+              type: list
+              elements: str
+              returned: when installed
+            version:
+              description: Always null here (the C(toolkit) role's fact carries the version).
+              type: str
+              returned: when installed
+            accept_envvar_unprivileged:
+              description: Whether the runtime honours C(NVIDIA_VISIBLE_DEVICES) from unprivileged containers.
+              type: bool
+              returned: when installed
+            accept_volume_mounts:
+              description: Whether the runtime reads device requests from volume mounts.
+              type: bool
+              returned: when installed
+            source:
+              description: C(discovered).
+              type: str
+              returned: when installed
+          sample:
+            provider: native
+            runtime_path: /usr/local/bin/gpufleet-container-runtime
+            hook_path: /usr/local/bin/gpufleet-cdi-hook
+            programs: [/usr/local/bin/gpufleet-container-runtime, /usr/local/bin/gpufleet-cdi-hook]
+            version: null
+            accept_envvar_unprivileged: true
+            accept_volume_mounts: false
+            source: discovered
+        cdi_spec:
+          description:
+          - The NVIDIA CDI spec found first of C(/etc/cdi/nvidia.yaml), C(/etc/cdi/nvidia.json),
+            C(/var/run/cdi/nvidia.yaml), C(/var/run/cdi/nvidia.json); null when there is none.
+          type: dict
+          returned: always
+          contains:
+            path:
+              description: The spec's path.
+              type: str
+              returned: when found
+            driver_version:
+              description: The driver version the collection stamped it with, null when it carries no stamp.
+              type: str
+              returned: when found
         sources:
           description: C(requested) (the sources tried, best first) and C(answered) (those that answered).
           type: dict
@@ -414,6 +488,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import SOURCES, discover
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.toolkit import DEFAULT_BINDIR
 
 
 def main() -> None:
@@ -422,6 +497,7 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "driver_root": {"type": "path"},
             "sources": {"type": "list", "elements": "str", "choices": ["auto", *SOURCES], "default": ["auto"]},
+            "toolkit_bindir": {"type": "path", "default": DEFAULT_BINDIR},
         },
         supports_check_mode=True,
     )
@@ -435,6 +511,7 @@ def main() -> None:
             driver_root=module.params["driver_root"],
             sources=module.params["sources"],
             run_command=run_command,
+            toolkit_bindir=module.params["toolkit_bindir"],
         )
     except ValueError as exc:
         module.fail_json(msg=f"gpu_facts: {exc}")

@@ -769,7 +769,8 @@ def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: It
     ``[]`` when it can."""
     if not runtime:
         return [
-            "gpufleet_runtime is not set on this host: run the runtime stage first (site.yml --tags runtime) so "
+            "gpufleet_runtime is not set on this host and gpu_facts found no container engine there: run the runtime "
+            "stage first (site.yml --tags runtime) so "
             f"{engine} has the nvidia runtime, or set device_plugin_check_runtime=false if it is managed elsewhere"
         ]
     facts = (runtime.get("engines") or {}).get(engine)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
+
 ENGINES = ("docker", "containerd", "crio", "podman")
 STATUS_TEXT = {
     "passed": "passed",
@@ -24,6 +26,7 @@ STATUS_TEXT = {
     "not_validated": "not validated",
     "cpu_only": "CPU-only",
     "no_facts": "unreachable / no facts",
+    "not_in_run": "not in this run",
 }
 # The per-host facts the model reads; nothing else of hostvars reaches the report.
 HOST_VARS = (
@@ -178,9 +181,10 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
         "validation": None,
         "problems": [],
         "failed": None,
-        "toolkit": _get(hv, "gpufleet_toolkit"),
+        # This run's toolkit and runtime stages, else what gpu_facts read from the host (a stage run alone).
+        "toolkit": stage_toolkit(_get(hv, "gpufleet_toolkit"), nvidia),
         "device_plugin": _get(hv, "gpufleet_device_plugin"),
-        "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec"),
+        "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec") or _get(nvidia or {}, "cdi_spec"),
     }
     if failed is not None:
         entry["failed"] = {
@@ -231,22 +235,39 @@ def summarize(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
         "failed": count["failed"],
         "stage_failed": count["stage_failed"],
         "not_validated": count["not_validated"],
+        "not_in_run": count["not_in_run"],
         "problems": sum(len(e["problems"]) for e in entries),
     }
     summary["ok"] = summary["failed"] == 0 and summary["stage_failed"] == 0 and summary["no_facts"] == 0
     return summary
 
 
-def fleet_report_model(hostvars: Any, hosts: Iterable[Any] | None, generated: Any = "") -> Model:
-    """The report's data; see the filter's documentation (``plugins/filter/fleet_report_model.yml``)."""
+def fleet_report_model(
+    hostvars: Any, hosts: Iterable[Any] | None, generated: Any = "", in_run: Iterable[Any] | None = None
+) -> Model:
+    """The report's data; see the filter's documentation (``plugins/filter/fleet_report_model.yml``).
+
+    ``in_run``: the hosts this run's stages targeted (``--limit``, ``gpufleet_hosts``); every other host of ``hosts``
+    is listed as ``not_in_run``, not as unreachable, and does not fail the run. None: every host was in the run."""
     if hosts is None or isinstance(hosts, (str, bytes)):
         raise ReportError("fleet_report_model: hosts must be a list of host names (groups['all'])")
-    entries = [host_entry(str(h), _host_vars(hostvars, h)) for h in hosts]
+    if isinstance(in_run, (str, bytes)):
+        raise ReportError("fleet_report_model: in_run must be a list of host names")
+    ran = None if in_run is None else {str(h) for h in in_run}
+    entries = []
+    for host in hosts:
+        entry = host_entry(str(host), _host_vars(hostvars, host))
+        if ran is not None and str(host) not in ran:
+            entry["status"] = "not_in_run"
+        entries.append(entry)
     summary = summarize(entries)
+    line = SUMMARY_LINE.format(**summary)
+    if summary["not_in_run"]:
+        line += f"; {summary['not_in_run']} not in this run"
     return {
         "generated": str(generated or ""),
         "summary": summary,
-        "summary_line": SUMMARY_LINE.format(**summary),
+        "summary_line": line,
         "hosts": entries,
     }
 

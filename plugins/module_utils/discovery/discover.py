@@ -42,6 +42,7 @@ from . import nvidia_smi as _nvidia_smi
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
+from . import toolkit as _toolkit
 from .container import detect_container
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
@@ -157,6 +158,7 @@ def discover(
     driver_root: str | None = None,
     sources: str | list[str] | tuple[str, ...] | None = ("auto",),
     run_command: Callable[[list[str]], tuple[int, str, str]] | None = None,
+    toolkit_bindir: str = _toolkit.DEFAULT_BINDIR,
 ) -> dict[str, Any]:
     """The ``ansible_facts.nvidia`` dict of the host under ``root`` (see the module's RETURN)."""
     driver_root = root if driver_root is None else driver_root
@@ -346,6 +348,8 @@ def discover(
         "libraries": libraries,
         "engines": _engines.detect(root, run_command, warnings),
         "container": detect_container(root),
+        "toolkit": _toolkit.toolkit(root, toolkit_bindir),
+        "cdi_spec": _toolkit.cdi_spec(root),
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }

@@ -118,3 +118,36 @@ def test_report_templates_dir_through_the_playbook(tmp_path):
     assert f"<style>{CSS}</style>" in page and "<script>" not in page and "&lt;script&gt;" in page
     assert page.replace(CSS, "") != to_report_html(report).replace(CSS, "")  # the shipped style is gone
     assert to_report_markdown(report).startswith("# GPU fleet report\n")
+
+
+def test_a_limited_run_reports_every_host_and_the_others_as_not_in_this_run(tmp_path):
+    """With --limit the report is still written (a play on localhost would be skipped), lists every host of the
+    inventory, and the hosts outside the limit are "not in this run", not unreachable: the run passes."""
+    inventory = {
+        "all": {
+            "hosts": HOSTVARS,
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+        }
+    }
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "fake_gpu_facts.py").write_text(FAKE_GPU_FACTS)
+    (tmp_path / "play.yml").write_text(PLAY.format(report=REPO / "playbooks" / "report.yml"))
+    out = tmp_path / "out"
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
+    args = ["-i", "inventory.json", "play.yml", "--limit", "good,cpu", "-e", f"report_dir={out}"]
+    proc = subprocess.run(
+        [str(PLAYBOOK_BIN), *args, "-e", "report_fail_on_error=true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads((out / "fleet-report.json").read_text())
+    status = {h["name"]: h["status"] for h in report["hosts"]}
+    assert status == {"good": "passed", "bad": "not_in_run", "cpu": "cpu_only", "down": "not_in_run"}
+    assert report["summary"]["ok"] is True and report["summary"]["not_in_run"] == 2
+    assert report["summary_line"].endswith("; 2 not in this run")
+    assert "not in this run" in (out / "fleet-report.md").read_text()

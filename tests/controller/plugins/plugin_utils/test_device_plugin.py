@@ -304,7 +304,11 @@ RUNTIME_OK = {"engines": {"containerd": {"registered": True, "cdi": True}}}
 @pytest.mark.parametrize(
     ("runtime", "strategies", "message"),
     [
-        (None, ["envvar"], r"gpufleet_runtime is not set on this host: run the runtime stage first"),
+        (
+            None,
+            ["envvar"],
+            r"gpufleet_runtime is not set on this host and gpu_facts found no container engine there",
+        ),
         ({"engines": {}}, ["envvar"], r"gpufleet_runtime.engines has no containerd"),
         (
             {"engines": {"containerd": {"registered": False, "cdi": True, "message": "config.toml not writable"}}},

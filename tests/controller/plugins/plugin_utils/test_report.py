@@ -147,3 +147,37 @@ def test_host_texts():
     assert report.passed_engines({"engines": []}) == "-"
     assert report.status_text("no_facts") == "unreachable / no facts" and report.status_text("new") == "new"
     assert (report.yes_no(1), report.yes_no(None)) == ("yes", "no")
+
+
+def test_hosts_left_out_of_the_run_are_not_in_this_run_and_do_not_fail_it(fleet):
+    ran = ["good", "cpu"]
+    model = report.fleet_report_model(fleet.HOSTVARS, fleet.HOSTS, generated=fleet.GENERATED, in_run=ran)
+    status = {h["name"]: h["status"] for h in model["hosts"]}
+    assert status["good"] == "passed" and status["cpu"] == "cpu_only"
+    assert {h for h, s in status.items() if s == "not_in_run"} == set(fleet.HOSTS) - set(ran)
+    s = model["summary"]
+    assert (s["hosts"], s["not_in_run"], s["no_facts"], s["failed"], s["stage_failed"]) == (7, 5, 0, 0, 0)
+    assert s["ok"] is True
+    assert model["summary_line"].endswith("; 5 not in this run")
+    assert report.status_text("not_in_run") == "not in this run"
+    assert "not in this run" not in report.fleet_report_model(fleet.HOSTVARS, fleet.HOSTS)["summary_line"]
+    with pytest.raises(report.ReportError, match="in_run must be a list"):
+        report.fleet_report_model(fleet.HOSTVARS, fleet.HOSTS, in_run="good")
+
+
+def test_a_run_without_the_toolkit_and_runtime_stages_reports_what_the_host_has():
+    toolkit = {
+        "provider": "native",
+        "runtime_path": "/usr/local/bin/gpufleet-container-runtime",
+        "source": "discovered",
+    }
+    spec = {"path": "/etc/cdi/nvidia.yaml", "driver_version": "550.127.05"}
+    nvidia = {"pci_gpu_count": 1, "gpu_node": True, "engines": {}, "toolkit": toolkit, "cdi_spec": spec}
+    entry = report.host_entry("gpu", {"ansible_facts": {"nvidia": nvidia}})
+    assert entry["toolkit"] == toolkit and entry["cdi_spec"] == spec
+    published = {"provider": "nvidia", "runtime_path": "/usr/bin/nvidia-container-runtime"}
+    runtime = {"cdi_spec": {"path": "/var/run/cdi/nvidia.yaml"}}
+    entry = report.host_entry(
+        "gpu", {"ansible_facts": {"nvidia": nvidia}, "gpufleet_toolkit": published, "gpufleet_runtime": runtime}
+    )
+    assert entry["toolkit"] == published and entry["cdi_spec"] == runtime["cdi_spec"]

@@ -1,0 +1,33 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""as_bool, as_int, as_list: a role variable as its argument spec types it, also when it came as a string."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import role_vars
+
+
+def _wrap(func: Callable[[Any, str], Any]) -> Callable[..., Any]:
+    def filter_(value: Any, name: str = "value") -> Any:
+        try:
+            return func(value, name)
+        except ValueError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    filter_.__name__ = func.__name__
+    return filter_
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "as_bool": _wrap(role_vars.as_bool),
+            "as_int": _wrap(role_vars.as_int),
+            "as_list": _wrap(role_vars.as_list),
+        }

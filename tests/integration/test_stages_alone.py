@@ -1,0 +1,131 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Every stage of site.yml runs alone on a fleet an earlier run converged (issue 21).
+
+The fleet is the molecule ``bookworm`` scenario's (``extensions/molecule/bookworm/fleet.yml``: a GPU node with docker
+20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put in
+``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
+``tests/sim/playbooks/prepare.yml`` and one full ``site.yml``:
+
+* each stage tag alone (``driver``, ``toolkit``, ``runtime``, ``device_plugin``, ``validate``, ``report``) passes
+  with zero changes on every host: what it needs of an earlier stage it reads from the host (gpu_facts' toolkit,
+  engines, CDI spec), not from a fact of this play;
+* the README's ``--tags runtime,validate -e gpufleet_hosts=<group>`` and ``--check --diff`` as written (inventory
+  aside) pass with zero changes;
+* ``-e '{"driver_hold": "false"}'`` (a string, as an AWX survey sends it) in check mode passes the driver stage;
+* ``--limit`` to the GPU node leaves the CPU node out of the stages, and the report lists it as "not in this run".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = REPO / "playbooks" / "site.yml"
+PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
+FLEET = REPO / "extensions" / "molecule" / "bookworm" / "fleet.yml"
+GPU, CPU = "gpu-bookworm", "cpu-bookworm"
+STAGES = ("driver", "toolkit", "runtime", "device_plugin", "validate", "report")
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def _recap(proc: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    return {
+        m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
+        for m in RECAP.finditer(proc.stdout)
+    }
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    return f"rc={proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def fleet_runs(sim_fleet_factory, tmp_path_factory):
+    fleet = sim_fleet_factory(FLEET, name="i21")
+    tmp = tmp_path_factory.mktemp("stages-alone")
+    kube = tmp / "kube.yml"
+    kube.write_text(yaml.safe_dump({"all": {"children": {"kube_nodes": {"hosts": {GPU: None}}}}}))
+    settings = {
+        "device_plugin_mode": "render_only",
+        "device_plugin_render_dir": str(tmp / "gitops"),
+        "report_dir": str(tmp / "report"),
+    }
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
+
+    def run(playbook: Path, *args: str) -> subprocess.CompletedProcess:
+        cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "-i", str(kube)]
+        cmd += ["-e", json.dumps(settings), *args, str(playbook)]
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO, env=env)
+
+    runs = {"prepare": run(PREPARE)}
+    runs["site"] = run(SITE)
+    if runs["site"].returncode == 0:
+        for stage in STAGES:
+            runs[stage] = run(SITE, "--tags", stage)
+        # The README's examples, as written (inventory aside: its rack7 is this inventory's gpu_nodes; the settings
+        # above only place the files).
+        runs["readme"] = run(SITE, "--tags", "runtime,validate", "-e", "gpufleet_hosts=gpu_nodes")
+        runs["readme_check"] = run(SITE, "--check", "--diff")
+        runs["string"] = run(SITE, "--tags", "driver", "--check", "-e", '{"driver_hold": "false"}')
+        runs["limit"] = run(SITE, "--limit", GPU)
+        runs["limit_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
+    return runs
+
+
+def test_the_full_run_converges(fleet_runs):
+    assert fleet_runs["prepare"].returncode == 0, _why(fleet_runs["prepare"])
+    assert fleet_runs["site"].returncode == 0, _why(fleet_runs["site"])
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_alone_passes_with_zero_changes(fleet_runs, stage):
+    if stage not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    proc = fleet_runs[stage]
+    assert proc.returncode == 0, _why(proc)
+    recap = _recap(proc)
+    assert {GPU, CPU} <= set(recap), _why(proc)
+    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), recap
+    if stage != "report":
+        # the stage's role ran on the GPU node (not skipped for want of an earlier stage's fact)
+        assert f"Apply the role of the stage {stage}" in proc.stdout, _why(proc)
+        assert "Record the failure of the stage" not in proc.stdout, _why(proc)
+
+
+@pytest.mark.parametrize("run", ["readme", "readme_check"])
+def test_the_readmes_examples(fleet_runs, run):
+    proc = fleet_runs.get(run) or fleet_runs["site"]
+    assert proc.returncode == 0, _why(proc)
+    recap = _recap(proc)
+    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), recap
+    assert "no runtime to register" not in proc.stdout
+    if run == "readme":
+        assert GPU in recap and CPU not in recap, recap
+
+
+def test_a_survey_string_for_a_bool_in_check_mode(fleet_runs):
+    proc = fleet_runs.get("string") or fleet_runs["site"]
+    assert proc.returncode == 0, _why(proc)
+    assert "was derived from value of type 'str'" not in proc.stdout + proc.stderr
+
+
+def test_a_limited_run_leaves_the_others_out_and_reports_them(fleet_runs):
+    proc = fleet_runs.get("limit") or fleet_runs["site"]
+    assert proc.returncode == 0, _why(proc)
+    recap = _recap(proc)
+    assert GPU in recap and CPU not in recap, recap
+    status = {h["name"]: h["status"] for h in fleet_runs["limit_report"]["hosts"]}
+    assert status == {GPU: "passed", CPU: "not_in_run"}, status
+    assert fleet_runs["limit_report"]["summary"]["ok"] is True
