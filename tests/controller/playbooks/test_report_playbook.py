@@ -7,9 +7,6 @@ stand-in for gpu_facts, nothing touched; a crafted GPU name among them) and a re
 the Markdown template and the style sheet while the HTML page stays the collection's."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +16,10 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_report import (
     to_report_html,
     to_report_markdown,
 )
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 FAKE_GPU_FACTS = """
 from ansible.module_utils.basic import AnsibleModule
@@ -85,24 +82,16 @@ def test_report_templates_dir_through_the_playbook(tmp_path):
     (templates / "report.md.j2").write_text(MARKDOWN)
     (templates / "report.css.j2").write_text(CSS)
     out = tmp_path / "out"
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        # report_templates_dir relative: to the directory ansible-playbook runs in.
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            "inventory.json",
-            "play.yml",
-            "-e",
-            f"report_dir={out}",
-            "-e",
-            "report_templates_dir=my-templates",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    # report_templates_dir relative: to the directory ansible-playbook runs in.
+    proc = run_playbook(
+        "-i",
+        "inventory.json",
+        "play.yml",
+        "-e",
+        f"report_dir={out}",
+        "-e",
+        "report_templates_dir=my-templates",
         cwd=tmp_path,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     report = json.loads((out / "fleet-report.json").read_text())
@@ -134,16 +123,8 @@ def test_a_limited_run_reports_every_host_and_the_others_as_not_in_this_run(tmp_
     (tmp_path / "library" / "fake_gpu_facts.py").write_text(FAKE_GPU_FACTS)
     (tmp_path / "play.yml").write_text(PLAY.format(report=REPO / "playbooks" / "report.yml"))
     out = tmp_path / "out"
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
     args = ["-i", "inventory.json", "play.yml", "--limit", "good,cpu", "-e", f"report_dir={out}"]
-    proc = subprocess.run(
-        [str(PLAYBOOK_BIN), *args, "-e", "report_fail_on_error=true"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
+    proc = run_playbook(*args, "-e", "report_fail_on_error=true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     report = json.loads((out / "fleet-report.json").read_text())
     status = {h["name"]: h["status"] for h in report["hosts"]}

@@ -6,17 +6,16 @@
 uses for what the runtime shim trusts): the stage's own condition, taken from site.yml, evaluated for real."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 # host -> (inventory group, its variables, GPUs, whether the device_plugin stage runs)
 HOSTS = {
@@ -75,14 +74,7 @@ def test_the_stage_runs_on_kubernetes_gpu_nodes_only(tmp_path):
         }
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    proc = run_playbook("-i", tmp_path / "inventory.yml", tmp_path / "play.yml")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     runs = json.loads((tmp_path / "runs.json").read_text())
     assert runs == {host: spec[3] for host, spec in HOSTS.items()}

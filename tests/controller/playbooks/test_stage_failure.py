@@ -7,16 +7,14 @@ output, and the later stages skip the host. The failing stage is the toolkit rol
 argument spec, so nothing on this machine is touched."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 PLAY = """
 - hosts: localhost
@@ -41,8 +39,7 @@ def test_a_failed_stage_is_recorded_said_and_skips_the_later_stages(tmp_path):
     dump = tmp_path / "failed.json"
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(stage=REPO / "playbooks" / "tasks" / "stage.yml", dump=dump))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(PLAYBOOK_BIN), str(play)], capture_output=True, text=True, env=env, check=False)
+    proc = run_playbook(play)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     failed = json.loads(dump.read_text())
     assert failed["stage"] == "toolkit"

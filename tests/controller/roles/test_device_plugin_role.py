@@ -8,8 +8,6 @@ exactly those documents (and the same values); a second run changes nothing, che
 a node whose containerd lacks the nvidia runtime fails early, a failed validation pod fails its node."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,11 +15,11 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.filter.device_plugin_manifests import render
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import COLLECTIONS, run_playbook
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "device_plugin"
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-A100"}
 SETTINGS = {"mig_strategy": "single", "time_slicing": {"replicas": 4}, "dcgm_exporter_enabled": True}
 
@@ -93,19 +91,13 @@ def run_play(tmp_path, runtime, *args, toolkit=None):
       check_mode: false
 """
     )
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
+    proc = run_playbook(
+        "-i",
+        inventory(tmp_path, runtime, toolkit),
+        play,
+        *args,
         ANSIBLE_FORCE_COLOR="0",
         ANSIBLE_STDOUT_CALLBACK="default",
-        ANSIBLE_NOCOLOR="1",
-    )
-    proc = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory(tmp_path, runtime, toolkit)), str(play), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
     )
     facts = json.loads(dump.read_text()) if dump.exists() else {}
     return proc, render_dir, facts
@@ -256,19 +248,15 @@ def run_apply(tmp_path, mode, phase):
         .replace("device_plugin_mode: render_only", f"device_plugin_mode: {mode}")
         .replace('device_plugin_render_dir: "-"', "device_plugin_kubeconfig: /nonexistent/kubeconfig")
     )
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=f"{stub_kubernetes_core(tmp_path)}:{REPO / '.cache' / 'collections'}",
-        ANSIBLE_NOCOLOR="1",
+    proc = run_playbook(
+        "-i",
+        inv,
+        play,
+        "-e",
+        "device_plugin_validate_timeout=5",
+        collections=f"{stub_kubernetes_core(tmp_path)}:{COLLECTIONS}",
         STUB_LOG=str(log),
         STUB_PHASE=phase,
-    )
-    proc = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inv), str(play), "-e", "device_plugin_validate_timeout=5"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc, calls

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 PLAY = """
 - hosts: all
@@ -58,22 +58,7 @@ def _run(tmp: Path, root: str, bindir: str) -> tuple[subprocess.CompletedProcess
         "runtime_cdi_spec_path": str(tmp / "cdi" / "nvidia.yaml"),
         "runtime_udev_rule_path": str(tmp / "udev" / "71.rules"),
     }
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            str(tmp / "inventory.yml"),
-            str(tmp / "play.yml"),
-            "--check",
-            "-e",
-            json.dumps(extra),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    proc = run_playbook("-i", tmp / "inventory.yml", tmp / "play.yml", "--check", "-e", json.dumps(extra))
     facts = json.loads((tmp / "facts.json").read_text()) if (tmp / "facts.json").exists() else {}
     return proc, facts
 

@@ -13,9 +13,7 @@ string."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 ROLES = ("driver", "toolkit", "runtime", "device_plugin", "validate")
 # Keys whose whole value is a Jinja expression.
 EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
@@ -178,26 +177,14 @@ def string_run(tmp_path_factory):
     }
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp / "play.yml").write_text(PLAY.format(root=tree.root, tmp=tmp))
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
-        ANSIBLE_NOCOLOR="1",
+    proc = run_playbook(
+        "-i",
+        tmp / "inventory.yml",
+        tmp / "play.yml",
+        "--check",
+        "-e",
+        f"@{tmp / 'extra.json'}",
         ANSIBLE_STDOUT_CALLBACK="default",
-    )
-    proc = subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-i",
-            str(tmp / "inventory.yml"),
-            str(tmp / "play.yml"),
-            "--check",
-            "-e",
-            f"@{tmp / 'extra.json'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
     )
     facts = json.loads((tmp / "facts.json").read_text()) if (tmp / "facts.json").exists() else {}
     return proc, facts, extra

@@ -8,17 +8,16 @@ device_plugin_enabled) ignores NVIDIA_VISIBLE_DEVICES from unprivileged containe
 volume mounts; every other host keeps NVIDIA's behaviour; the role variables override both."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 PLAY = """
 - hosts: all
@@ -70,18 +69,8 @@ def run(tmp_path_factory):
     inventory = {"all": {"vars": base, "children": {"kube_nodes": {"hosts": kube}, "docker": {"hosts": other}}}}
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp / "play.yml").write_text(PLAY.format(tmp=tmp))
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="default",
-    )
-    proc = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml"), "--check", "--diff"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    proc = run_playbook(
+        "-i", tmp / "inventory.yml", tmp / "play.yml", "--check", "--diff", ANSIBLE_STDOUT_CALLBACK="default"
     )
     facts = json.loads((tmp / "facts.json").read_text()) if (tmp / "facts.json").exists() else {}
     return proc, facts, tmp
