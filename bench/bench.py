@@ -135,6 +135,8 @@ class Fleet:
 def prepare_gpu_nodes(fleet, nodes):
     """What tests/integration/test_cdi_e2e.py does: host programs from this tree, the mini image, the
     CDI spec and the shim registered as docker's runtime ``nvidia``."""
+    if REPO not in sys.path:  # tests/sim imports itself as ``tests.sim``
+        sys.path.insert(0, REPO)
     from tests.sim.fleet import host_program_files
 
     files = host_program_files(os.environ.get("GPUFLEET_BENCH_MODULE_UTILS"))
