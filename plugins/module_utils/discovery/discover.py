@@ -36,6 +36,7 @@ from ..cdi.driver_files import (
 )
 from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
+from . import gpu_users as _gpu_users
 from . import labels as _labels
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
@@ -350,6 +351,8 @@ def discover(
         "container": detect_container(root),
         "toolkit": _toolkit.toolkit(root, toolkit_bindir),
         "cdi_spec": _toolkit.cdi_spec(root),
+        # The processes holding /dev/nvidia* open (about 45 ms for 530 processes): this module itself is left out.
+        "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }

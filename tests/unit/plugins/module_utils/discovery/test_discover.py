@@ -88,9 +88,10 @@ def test_host_without_gpus(tmp_path):
     assert commands.calls == []
     assert set(facts) == {
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
-        "engines", "container", "toolkit", "cdi_spec", "labels", "problems", "sources", "warnings",
+        "engines", "container", "toolkit", "cdi_spec", "gpu_users", "labels", "problems", "sources", "warnings",
     }  # fmt: skip
     assert (facts["toolkit"], facts["cdi_spec"]) == (None, None)
+    assert facts["gpu_users"] == {"processes": [], "scanned": 0, "unreadable": 0, "truncated": False}
 
 
 def test_gpus_on_the_bus_and_no_driver(tmp_path):
