@@ -66,6 +66,7 @@ _value:
   type: dict
 """
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
@@ -80,7 +81,7 @@ def driver_gpu_gate(
         raise AnsibleFilterError(
             f"driver_gpu_gate: drain must be a bool (driver_drain | gpufleet.nvidia.as_bool), got {drain!r}"
         )
-    if isinstance(ignore, str) or not isinstance(ignore, (list, tuple)):
+    if ignore is None or isinstance(ignore, (str, bytes, Mapping)) or not isinstance(ignore, Iterable):
         raise AnsibleFilterError(f"driver_gpu_gate: ignore must be a list of command names, got {ignore!r}")
     try:
         return gate(gpu_users, drain=drain, ignore=ignore, reason=str(reason), host=str(host))
