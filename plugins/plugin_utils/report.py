@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import GateError, describe, processes
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
 
 ENGINES = ("docker", "containerd", "crio", "podman")
@@ -180,6 +181,7 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
         "engines": [],
         "validation": None,
         "problems": [],
+        "gpu_users": [],
         "failed": None,
         # This run's toolkit and runtime stages, else what gpu_facts read from the host (a stage run alone).
         "toolkit": stage_toolkit(_get(hv, "gpufleet_toolkit"), nvidia),
@@ -212,6 +214,11 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
             for p in _get(nvidia, "problems", [])
         ],
     )
+    try:
+        # The processes holding a GPU (gpu_facts' gpu_users), each {pid, command, devices, engine, container_id, ...}.
+        entry["gpu_users"] = processes(_get(nvidia, "gpu_users"))
+    except GateError:
+        entry["gpu_users"] = []
     if validate is not None:
         entry["validation"] = {
             "passed": bool(_get(validate, "passed", False)),
@@ -327,6 +334,11 @@ def passed_engines(host: Mapping[str, Any]) -> str:
     return ", ".join(e["name"] for e in host["engines"] if e["validation"] and e["validation"]["passed"]) or "-"
 
 
+def gpu_user_text(user: Mapping[str, Any]) -> str:
+    """``pid 4242 (python3) in docker container 4f3c2b1a0e9d holds /dev/nvidia0`` (the driver role's wording)."""
+    return describe(user)
+
+
 def yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
@@ -338,5 +350,6 @@ TEXT_FILTERS = {
     "engine_result": engine_result,
     "engine_detail": engine_detail,
     "passed_engines": passed_engines,
+    "gpu_user_text": gpu_user_text,
     "yes_no": yes_no,
 }

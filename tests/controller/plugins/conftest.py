@@ -69,10 +69,33 @@ def _val(**engines):
 
 
 PROBLEM = {"code": "device_char_links_missing", "message": "no /dev/char links", "fix": "run the runtime role"}
+DOCKER_ID = "4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
+GPU_USERS = {
+    "processes": [
+        {
+            "pid": 812,
+            "command": "nvidia-persistenced",
+            "devices": ["/dev/nvidia0", "/dev/nvidiactl"],
+            "container": None,
+        },
+        {
+            "pid": 4242,
+            "command": "python3",
+            "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"],
+            "container": {"engine": "docker", "id": DOCKER_ID, "pod_uid": None, "namespace": None},
+        },
+    ],
+    "scanned": 300,
+    "unreadable": 0,
+    "truncated": False,
+}
 HOSTVARS = {
     "good": {
         "ansible_facts": {
-            "nvidia": _nvidia([_gpu(0), _gpu(1)], {"docker": {"runtimes": ["nvidia", "runc"]}, "containerd": {}})
+            "nvidia": dict(
+                _nvidia([_gpu(0), _gpu(1)], {"docker": {"runtimes": ["nvidia", "runc"]}, "containerd": {}}),
+                gpu_users=GPU_USERS,
+            )
         },
         "gpufleet_runtime": {
             "engines": {
@@ -117,6 +140,21 @@ EDGE_HOSTVARS = {
                     [{"code": "c_1", "message": "m `x` [y](z)", "fix": "f #1"}, {"code": "c2"}],
                 ),
                 driver={"installed_version": None, "loaded": False},
+                gpu_users={
+                    "processes": [
+                        {
+                            "pid": 7,
+                            "command": "<b>x</b> | *y*",
+                            "devices": ["/dev/nvidia0"],
+                            "container": {
+                                "engine": "containerd",
+                                "id": "cafe" * 16,
+                                "pod_uid": "8d4c3f12-0a6b-4c55-9d2e-7f3a1b2c4d5e",
+                                "namespace": "k8s.io",
+                            },
+                        }
+                    ]
+                },
             )
         },
         "gpufleet_runtime": {"engines": {"nerdctl": {"registered": True, "version": "1.7"}}},

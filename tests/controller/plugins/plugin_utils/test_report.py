@@ -181,3 +181,19 @@ def test_a_run_without_the_toolkit_and_runtime_stages_reports_what_the_host_has(
         "gpu", {"ansible_facts": {"nvidia": nvidia}, "gpufleet_toolkit": published, "gpufleet_runtime": runtime}
     )
     assert entry["toolkit"] == published and entry["cdi_spec"] == runtime["cdi_spec"]
+
+
+def test_the_processes_holding_a_gpu_are_listed_per_host(model, fleet):
+    """gpu_facts' gpu_users, in the driver role's wording; a host without the fact lists none."""
+    hosts = {h["name"]: h for h in model["hosts"]}
+    users = hosts["good"]["gpu_users"]
+    assert [(u["pid"], u["engine"], u["container_id"]) for u in users] == [
+        (812, None, None),
+        (4242, "docker", fleet.DOCKER_ID),
+    ]
+    assert report.gpu_user_text(users[1]) == (
+        "pid 4242 (python3) in docker container 4f3c2b1a0e9d holds /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidiactl"
+    )
+    assert hosts["bad"]["gpu_users"] == [] and hosts["down"]["gpu_users"] == []
+    broken = report.host_entry("x", {"ansible_facts": {"nvidia": {"gpu_users": "not a dict"}}})
+    assert broken["gpu_users"] == []
