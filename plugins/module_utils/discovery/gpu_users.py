@@ -21,8 +21,9 @@ told by the cgroup path in ``/proc/<pid>/cgroup`` (both the cgroup v2 ``0::`` li
   containerd ``internal/cri/server/podsandbox/helpers_linux.go`` ``getCgroupsPath`` (v2.0; ``pkg/cri/...`` in 1.6/1.7);
 * CRI-O: ``crio-<id>.scope`` or ``<parent>/crio-<id>``; cri-o ``internal/config/cgmgr`` (``crioPrefix = "crio"``);
   its monitor's ``crio-conmon-<id>.scope`` is not a container;
-* podman: ``libpod-<id>.scope`` (systemd, rootful and rootless) or ``/libpod_parent/libpod-<id>`` (cgroupfs);
-  podman ``libpod/runtime_ctr.go`` / ``pkg/specgen`` (``libpod-`` prefix, ``libpod_parent``), podman 4 - 5;
+* podman: ``libpod-<id>.scope`` (systemd cgroup manager, under ``machine.slice`` or a user's slice when rootless)
+  or ``/libpod_parent/libpod-<id>`` (cgroupfs, sometimes with a ``/ctr`` child); ``podman-run(1)``
+  ``--cgroup-parent``, and podman 5.4 on the simulated cgroup v1 node (``tests/integration/test_gpu_users.py``);
 * Kubernetes pods in general: ``kubepods`` slices carry the pod UID (``pod<uid>``, ``_`` for ``-`` in the
   systemd form), whatever the runtime;
 * other containerd clients (``ctr run``, nerdctl's own namespace): containerd's default cgroup is
