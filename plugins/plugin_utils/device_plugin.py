@@ -357,6 +357,16 @@ def _config_volume() -> dict[str, Any]:
     return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
 
 
+def mig_monitor_env(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """``NVIDIA_MIG_MONITOR_DEVICES=all`` where MIG is on, nowhere else. NVIDIA's chart sets it on the plugin, GFD and
+    the MPS daemon only when the MIG strategy is not ``none`` (k8s-device-plugin v0.17.4, deployments/helm/
+    nvidia-device-plugin/templates/_helpers.tpl, ``addMigMonitorDevices``), and NVIDIA's legacy-mode hook refuses to
+    start a container that sets it without CAP_SYS_ADMIN in its bounding set ("cannot set MIG_MONITOR_DEVICES in non
+    privileged container": nvidia-container-toolkit v1.17.8, cmd/nvidia-container-runtime-hook/container_config.go);
+    every container that gets it here is privileged or has SYS_ADMIN added."""
+    return [("NVIDIA_MIG_MONITOR_DEVICES", "all")] if s["mig_strategy"] != "none" else []
+
+
 def plugin_security(s: dict[str, Any]) -> dict[str, Any]:
     """The plugin container's securityContext (the same in the manifests and in the Helm values)."""
     if s["pass_device_specs"]:
@@ -376,8 +386,8 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         ("CONFIG_FILE", CONFIG_PATH),
         ("NVIDIA_VISIBLE_DEVICES", "all"),
         ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-        ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
     ]
+    env.extend(mig_monitor_env(s))
     if s["nvidia_driver_root"] != "/" or uses_cdi(s):
         mounts.append({"name": "driver-root", "mountPath": "/driver-root", "readOnly": True})
         volumes.append(_host_path("driver-root", s["nvidia_driver_root"]))
@@ -420,6 +430,7 @@ def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
                 ("NVIDIA_VISIBLE_DEVICES", "all"),
                 ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
                 ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
+                *mig_monitor_env(s),
             ]
         ),
         "securityContext": copy.deepcopy(GFD_SECURITY),

@@ -1,0 +1,87 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The device_plugin role's render read against NVIDIA's own files, one scenario at a time.
+
+No cluster runs here, so each of NVIDIA's requirements is stated below as a fact, with its source (file and tag,
+read 2026-11-23), and the render of each scenario (default, time slicing, MPS, MIG single/mixed, CDI strategies,
+NodeFeature API, DCGM) is checked against it. ``kubernetes-validate`` checks the same documents' schema
+(``tests/controller/plugins/filter/test_device_plugin_manifests.py``). Where the render deliberately differs from
+NVIDIA's chart, the test says so and why (the role's README lists every difference).
+"""
+
+import json
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
+
+CHART = "k8s-device-plugin v0.17.4, deployments/helm/nvidia-device-plugin"
+NODE = {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2"}}
+
+
+def render(settings, nodes=(NODE,)):
+    """``{(kind, name): document}`` of the whole render."""
+    return {(d["kind"], d["metadata"]["name"]): d for _g, _f, docs in dp.documents(settings, list(nodes)) for d in docs}
+
+
+def daemonset(settings, name):
+    return render(settings)[("DaemonSet", name)]["spec"]["template"]["spec"]
+
+
+def container(settings, daemonset_name, index=0):
+    return daemonset(settings, daemonset_name)["containers"][index]
+
+
+def env(c):
+    """A container's environment: plain values as strings, fieldRefs as ``fieldRef:<path>``."""
+    out = {}
+    for e in c.get("env", []):
+        out[e["name"]] = e["value"] if "value" in e else "fieldRef:" + e["valueFrom"]["fieldRef"]["fieldPath"]
+    return out
+
+
+def mounts(c):
+    return {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+
+
+def host_paths(spec):
+    return {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+
+
+def bounding_has_sys_admin(c):
+    """containerd/CRI-O apply ``drop`` first, then ``add``; their default set has no SYS_ADMIN."""
+    ctx = c.get("securityContext") or {}
+    return bool(ctx.get("privileged")) or "SYS_ADMIN" in (ctx.get("capabilities") or {}).get("add", [])
+
+
+PLUGIN, GFD, MPS, DCGM = "nvidia-device-plugin", "gpu-feature-discovery", "nvidia-device-plugin-mps-control-daemon", (
+    "nvidia-dcgm-exporter"
+)
+
+# --- 1. NVIDIA_MIG_MONITOR_DEVICES -----------------------------------------------------------------------------------
+# Fact (CHART templates/_helpers.tpl "nvidia-device-plugin.options": addMigMonitorDevices is true only when the MIG
+# strategy is not none; daemonset-device-plugin.yml and daemonset-gfd.yml set NVIDIA_MIG_MONITOR_DEVICES=all only
+# then). Fact (nvidia-container-toolkit v1.17.8, cmd/nvidia-container-runtime-hook/container_config.go:273): the
+# legacy hook panics "cannot set MIG_MONITOR_DEVICES in non privileged container" unless CAP_SYS_ADMIN is in the
+# container's bounding set.
+MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
+
+
+@pytest.mark.parametrize("strategies", [["volume-mounts"], ["envvar"], ["cdi-annotations"], ["cdi-cri"]])
+def test_no_mig_monitor_without_mig(strategies):
+    settings = {"device_list_strategy": strategies}
+    for name in (PLUGIN, GFD):
+        assert MIG_MONITOR not in env(container(settings, name)), name
+    assert MIG_MONITOR not in env(container({"mps": {"replicas": 2}}, MPS))
+
+
+@pytest.mark.parametrize("mig", ["single", "mixed"])
+@pytest.mark.parametrize("strategies", [["volume-mounts"], ["envvar"], ["cdi-cri"]])
+def test_mig_monitor_with_mig_only_where_the_hook_accepts_it(mig, strategies):
+    settings = {"mig_strategy": mig, "device_list_strategy": strategies}
+    for name in (PLUGIN, GFD):
+        c = container(settings, name)
+        assert env(c)[MIG_MONITOR] == "all", name
+        assert bounding_has_sys_admin(c), name
