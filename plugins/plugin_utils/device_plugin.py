@@ -83,6 +83,11 @@ PRESENT_LABEL = "nvidia.com/gpu.present"
 CONFIG_PATH = "/config/config.yaml"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 MPS_ROOT = "/run/nvidia/mps"
+# The MPS pipes and the daemon's shared memory as NVIDIA's binaries see them: mps.ContainerRoot is "/mps", hard-coded
+# (k8s-device-plugin v0.17.4, cmd/mps-control-daemon/mps/root.go; used by the daemon and by the plugin's health
+# check, internal/plugin/mps.go), and "mount-shm" puts a tmpfs on /mps/shm (cmd/mps-control-daemon/mount/
+# mount-shm.go) that the daemon and the plugin see as /dev/shm. The host folder is MPS_ROOT (the chart's mps.root).
+MPS_CONTAINER_ROOT = "/mps"
 SHM = "/dev/shm"  # noqa: S108 - the container's shared memory, backed by a host folder for MPS
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -308,7 +313,6 @@ def _pod_spec(
     containers: list[dict[str, Any]],
     volumes: list[dict[str, Any]],
     service_account: str | None = None,
-    host_pid: bool = False,
 ) -> dict[str, Any]:
     spec = {
         "nodeSelector": dict(s["node_selector"]),
@@ -326,8 +330,6 @@ def _pod_spec(
         spec["serviceAccountName"] = service_account
     else:
         spec["automountServiceAccountToken"] = False
-    if host_pid:
-        spec["hostPID"] = True
     return spec
 
 
@@ -397,10 +399,11 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         mounts.append({"name": "cdi-root", "mountPath": "/var/run/cdi"})
         volumes.append(_host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"))
     if s["mps"]:
-        mounts.append({"name": "mps-root", "mountPath": MPS_ROOT})
+        # The plugin's health check reaches the daemon's pipes under /mps; MPS_ROOT is the host folder it names in
+        # the mounts it gives workloads (NVIDIA's chart: MPS_ROOT={{ .Values.mps.root }}, mps-root on /mps).
         mounts.append({"name": "mps-shm", "mountPath": SHM})
-        volumes.append(_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"))
-        volumes.append(_host_path("mps-shm", MPS_ROOT + "/shm"))
+        mounts.append({"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT})
+        volumes.extend(_mps_volumes())
         env.append(("MPS_ROOT", MPS_ROOT))
     security = plugin_security(s)
     container = {
@@ -412,7 +415,7 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         "securityContext": security,
         "volumeMounts": mounts,
     }
-    spec = _pod_spec(s, [container], volumes, host_pid=bool(s["mps"]))
+    spec = _pod_spec(s, [container], volumes)
     return _daemonset(
         "nvidia-device-plugin", s, "nvidia-device-plugin", spec, {"gpufleet.nvidia/config-sha256": checksum}
     )
@@ -488,35 +491,50 @@ def gfd_rbac(s: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _mps_volumes() -> list[dict[str, Any]]:
+    return [_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"), _host_path("mps-shm", MPS_ROOT + "/shm")]
+
+
 def mps_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
+    """NVIDIA's MPS control daemon (k8s-device-plugin v0.17.4, templates/daemonset-mps-control-daemon.yml): an init
+    container mounts the tmpfs on /mps/shm, propagated to the host folder, which the daemon and the plugin then see
+    as /dev/shm. No hostPID (the chart has none). The node selector is the plugin's, not the chart's
+    ``nvidia.com/mps.capable=true``: that label comes only from GFD through NFD, and the role's one config turns MPS
+    on for every node the plugin runs on, so the two selectors pick the same nodes wherever the label exists."""
+    init = {
+        "name": "mps-control-daemon-mounts",
+        "image": image(s),
+        "imagePullPolicy": s["image_pull_policy"],
+        "command": ["mps-control-daemon", "mount-shm"],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT, "mountPropagation": "Bidirectional"},
+        ],
+    }
     container = {
         "name": "mps-control-daemon",
         "image": image(s),
         "imagePullPolicy": s["image_pull_policy"],
         "command": ["mps-control-daemon"],
-        "env": _env(
-            [
-                ("CONFIG_FILE", CONFIG_PATH),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-                ("MPS_ROOT", MPS_ROOT),
-            ]
-        ),
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            *_env(
+                [
+                    ("CONFIG_FILE", CONFIG_PATH),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ]
+            ),
+        ],
         "securityContext": {"privileged": True},
         "volumeMounts": [
-            {"name": "mps-root", "mountPath": MPS_ROOT},
             {"name": "mps-shm", "mountPath": SHM},
+            {"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT},
             {"name": "config", "mountPath": "/config", "readOnly": True},
         ],
     }
-    container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    volumes = [
-        _host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
-        _host_path("mps-shm", MPS_ROOT + "/shm"),
-        _config_volume(),
-    ]
-    spec = _pod_spec(s, [container], volumes, host_pid=True)
-    spec["nodeSelector"]["nvidia.com/mps.capable"] = "true"
+    spec = _pod_spec(s, [container], [*_mps_volumes(), _config_volume()])
+    spec["initContainers"] = [init]
     return _daemonset(
         "nvidia-device-plugin-mps-control-daemon",
         s,

@@ -85,3 +85,47 @@ def test_mig_monitor_with_mig_only_where_the_hook_accepts_it(mig, strategies):
         c = container(settings, name)
         assert env(c)[MIG_MONITOR] == "all", name
         assert bounding_has_sys_admin(c), name
+
+
+# --- 2. MPS ----------------------------------------------------------------------------------------------------------
+# Facts (k8s-device-plugin v0.17.4): cmd/mps-control-daemon/mps/root.go "ContainerRoot = Root("/mps")", used by the
+# daemon (mps/manager.go) and by the plugin's MPS health check (internal/plugin/mps.go); cmd/mps-control-daemon/mount/
+# mount-shm.go mounts a tmpfs on /mps/shm. CHART templates/daemonset-mps-control-daemon.yml: init container
+# "mps-control-daemon-mounts" (command [mps-control-daemon, mount-shm], privileged, mps-root on /mps with
+# mountPropagation Bidirectional); the daemon mounts mps-shm on /dev/shm and mps-root on /mps, is privileged and has
+# NODE_NAME; daemonset-device-plugin.yml mounts mps-shm on /dev/shm, mps-root on /mps and sets MPS_ROOT to the host
+# folder (values.yaml mps.root "/run/nvidia/mps"); neither template sets hostPID.
+MPS_SETTINGS = {"mps": {"replicas": 4}}
+
+
+def test_mps_pipes_are_where_nvidias_binaries_look():
+    for name in (PLUGIN, MPS):
+        spec = daemonset(MPS_SETTINGS, name)
+        c = spec["containers"][0]
+        assert mounts(c)["mps-root"] == "/mps", name
+        assert mounts(c)["mps-shm"] == "/dev/shm", name
+        assert host_paths(spec)["mps-root"] == "/run/nvidia/mps", name
+        assert host_paths(spec)["mps-shm"] == "/run/nvidia/mps/shm", name
+        assert "hostPID" not in spec, name
+    assert env(container(MPS_SETTINGS, PLUGIN))["MPS_ROOT"] == "/run/nvidia/mps"
+
+
+def test_mps_daemon_mounts_its_shared_memory_first():
+    spec = daemonset(MPS_SETTINGS, MPS)
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["mps-control-daemon", "mount-shm"]
+    assert init["securityContext"] == {"privileged": True}
+    assert init["volumeMounts"] == [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}]
+    daemon = spec["containers"][0]
+    assert daemon["command"] == ["mps-control-daemon"]
+    assert daemon["securityContext"] == {"privileged": True}
+    assert env(daemon)["NODE_NAME"] == "fieldRef:spec.nodeName"
+
+
+def test_mps_daemon_schedules_where_the_plugin_does():
+    """Deliberate difference: NVIDIA's chart selects nvidia.com/mps.capable=true, a label only GFD sets and only NFD
+    puts on the node; the role's single config has MPS on for every node the plugin runs on, so the daemon takes the
+    plugin's selector and schedules with or without GFD/NFD."""
+    assert daemonset(MPS_SETTINGS, MPS)["nodeSelector"] == daemonset(MPS_SETTINGS, PLUGIN)["nodeSelector"]
+    assert "nvidia.com/mps.capable" not in daemonset(MPS_SETTINGS, MPS)["nodeSelector"]
+    assert ("DaemonSet", MPS) not in render({})
