@@ -355,6 +355,10 @@ def _env(pairs: Iterable[tuple[str, object]]) -> list[dict[str, Any]]:
     return [{"name": k, "value": str(v)} for k, v in pairs]
 
 
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 def _config_volume() -> dict[str, Any]:
     return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
 
@@ -427,15 +431,22 @@ def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         "image": image(s),
         "imagePullPolicy": s["image_pull_policy"],
         "command": ["gpu-feature-discovery"],
-        "env": _env(
-            [
-                ("CONFIG_FILE", CONFIG_PATH),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-                ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
-                *mig_monitor_env(s),
-            ]
-        ),
+        # NODE_NAME and NAMESPACE name the NodeFeature object GFD writes with the NodeFeature API; without them GFD
+        # stops at start ("required flag node-name not set": k8s-device-plugin v0.17.4, internal/lm/output.go and
+        # internal/flags/node.go); the chart sets both always (templates/daemonset-gfd.yml).
+        "env": [
+            _field_env("NODE_NAME", "spec.nodeName"),
+            _field_env("NAMESPACE", "metadata.namespace"),
+            *_env(
+                [
+                    ("CONFIG_FILE", CONFIG_PATH),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                    ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
+                    *mig_monitor_env(s),
+                ]
+            ),
+        ],
         "securityContext": copy.deepcopy(GFD_SECURITY),
         "volumeMounts": [
             {"name": "output-dir", "mountPath": FEATURES_DIR},
@@ -517,7 +528,7 @@ def mps_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         "imagePullPolicy": s["image_pull_policy"],
         "command": ["mps-control-daemon"],
         "env": [
-            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            _field_env("NODE_NAME", "spec.nodeName"),
             *_env(
                 [
                     ("CONFIG_FILE", CONFIG_PATH),

@@ -129,3 +129,27 @@ def test_mps_daemon_schedules_where_the_plugin_does():
     assert daemonset(MPS_SETTINGS, MPS)["nodeSelector"] == daemonset(MPS_SETTINGS, PLUGIN)["nodeSelector"]
     assert "nvidia.com/mps.capable" not in daemonset(MPS_SETTINGS, MPS)["nodeSelector"]
     assert ("DaemonSet", MPS) not in render({})
+
+
+# --- 3. GFD with the NodeFeature API ---------------------------------------------------------------------------------
+# Facts (k8s-device-plugin v0.17.4): internal/lm/output.go NewOutputer returns "required flag node-name not set" /
+# "required flag namespace not set" when GFD_USE_NODE_FEATURE_API is on and they are empty; internal/flags/node.go reads
+# them from NODE_NAME and NAMESPACE. CHART templates/daemonset-gfd.yml sets NODE_NAME=spec.nodeName and
+# NAMESPACE=metadata.namespace always; templates/role.yml lets GFD create/update nodefeatures (nfd.k8s-sigs.io).
+
+
+@pytest.mark.parametrize("api", [False, True])
+def test_gfd_knows_its_node_and_namespace(api):
+    c = container({"gfd_node_feature_api": api}, GFD)
+    assert env(c)["NODE_NAME"] == "fieldRef:spec.nodeName"
+    assert env(c)["NAMESPACE"] == "fieldRef:metadata.namespace"
+    assert env(c)["GFD_USE_NODE_FEATURE_API"] == str(api).lower()
+
+
+def test_gfd_with_the_node_feature_api_may_write_node_features():
+    docs = render({"gfd_node_feature_api": True})
+    spec = daemonset({"gfd_node_feature_api": True}, GFD)
+    assert spec["serviceAccountName"] == "gpu-feature-discovery"
+    rules = docs[("ClusterRole", "gpu-feature-discovery")]["rules"]
+    nfd = next(r for r in rules if r["apiGroups"] == ["nfd.k8s-sigs.io"])
+    assert "nodefeatures" in nfd["resources"] and {"create", "update", "get"} <= set(nfd["verbs"])
