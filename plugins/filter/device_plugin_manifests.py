@@ -23,7 +23,10 @@ options:
     type: dict
     required: true
   nodes:
-    description: The GPU nodes, a list of C(name) (the Kubernetes node name) and C(labels) (from C(gpu_facts)).
+    description:
+      - The GPU nodes, a list of C(name) (the Kubernetes node name), C(labels) (from C(gpu_facts)) and optionally
+        C(gpus) (C(gpu_facts)' C(gpus); with C(mig_strategy=mixed) the validation pod asks for the first MIG
+        profile found there, and a node without one gets no validation pod).
     type: list
     elements: dict
     default: []

@@ -79,6 +79,11 @@ GFD_SECURITY = {"privileged": True}
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ENGINES = ("containerd", "crio")
 GPU_RESOURCE = "nvidia.com/gpu"
+# Renaming in k8s-device-plugin v0.17.4 (api/config/v1/config.go DisableResourceNamingInConfig, replicas.go
+# disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is true, and
+# then every shared resource is renamed to <name>.shared (ResourceName.DefaultSharedRename), whatever "rename" says.
+SHARED_SUFFIX = ".shared"
+MIG_PREFIX = "nvidia.com/mig-"
 PRESENT_LABEL = "nvidia.com/gpu.present"
 CONFIG_PATH = "/config/config.yaml"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -155,13 +160,31 @@ def _sharing(kind: str, raw: dict[str, Any] | None) -> dict[str, Any]:
         if rename:
             if not _RESOURCE_NAME.match(rename if "/" in rename else "x/" + rename):
                 _fail(where, f"rename {rename!r} is not a valid resource name (such as nvidia.com/gpu.shared)")
-            entry["rename"] = rename
+            if rename != name + SHARED_SUFFIX:
+                _fail(
+                    where,
+                    f"rename {rename!r} would be ignored: the pinned device plugin only renames a shared resource to "
+                    f"<name>{SHARED_SUFFIX} ({name + SHARED_SUFFIX}), for every shared resource at once; set rename to "
+                    f"{name + SHARED_SUFFIX} or use rename_by_default: true",
+                )
         out.append(entry)
     names = [e["name"] for e in out]
     if len(set(names)) != len(names):
         _fail(kind, f"resource listed twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    renamed = [bool(res.get("rename")) for res in resources]
+    rename_by_default = bool(raw.get("rename_by_default", False))
+    if any(renamed) and not all(renamed) and not rename_by_default:
+        _fail(
+            kind,
+            "the pinned device plugin renames every shared resource or none: give rename to all of them, or set "
+            "rename_by_default: true",
+        )
+    rename_by_default = rename_by_default or any(renamed)
+    if rename_by_default:
+        for entry in out:
+            entry["rename"] = entry["name"] + SHARED_SUFFIX
     return {
-        "rename_by_default": bool(raw.get("rename_by_default", False)),
+        "rename_by_default": rename_by_default,
         "fail_requests_greater_than_one": bool(raw.get("fail_requests_greater_than_one", False)),
         "resources": out,
     }
@@ -639,12 +662,43 @@ def validation_pod_name(node_name: str) -> str:
     return f"gpufleet-validate-{base}-{digest}"
 
 
-def validation_pod(s: dict[str, Any], node_name: str) -> dict[str, Any]:
+def node_mig_profiles(node: dict[str, Any]) -> list[str]:
+    """The MIG profiles of a node's MIG devices (``gpu_facts``' ``gpus[].mig_devices[].profile``), in GPU order."""
+    profiles = []
+    for gpu in node.get("gpus") or []:
+        for mig in (gpu or {}).get("mig_devices") or []:
+            profile = (mig or {}).get("profile")
+            if profile and profile not in profiles:
+                profiles.append(str(profile))
+    return profiles
+
+
+def validation_resource(s: dict[str, Any], node: dict[str, Any]) -> str | None:
+    """The resource the node advertises that the validation pod asks for one of; None when the render cannot know it.
+
+    k8s-device-plugin v0.17.4 (internal/rm/rm.go, the MIG strategies' resources): with MIG ``none`` or ``single`` the
+    GPUs (or their MIG devices) are ``nvidia.com/gpu``; with ``mixed`` each MIG profile is its own
+    ``nvidia.com/mig-<profile>`` and a node whose GPUs are all in MIG mode has no ``nvidia.com/gpu``. With renaming a
+    shared resource is advertised only as ``<name>.shared``."""
+    if s["mig_strategy"] == "mixed":
+        profiles = node_mig_profiles(node)
+        if not profiles:
+            return None
+        name = MIG_PREFIX + profiles[0]
+    else:
+        name = GPU_RESOURCE
+    sharing = s["time_slicing"] or s["mps"]
+    if sharing and sharing["rename_by_default"] and any(r["name"] == name for r in sharing["resources"]):
+        name += SHARED_SUFFIX
+    return name
+
+
+def validation_pod(s: dict[str, Any], node_name: str, resource: str = GPU_RESOURCE) -> dict[str, Any]:
     container = {
         "name": "gpu-check",
         "image": image(s, "validate_image"),
         "imagePullPolicy": s["image_pull_policy"],
-        "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {GPU_RESOURCE: 1}},
+        "resources": {"limits": {resource: 1}, "requests": {resource: 1}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if s["validate_command"]:
@@ -730,8 +784,12 @@ def documents(
         if s["node_labels"]:
             out.append(("nodes", f"node-{node['name']}.yaml", [node_labels_doc(node)]))
     # Validation pods last: they need the plugin running and, without NFD/GFD, the labels in place.
+    # With MIG "mixed" and no MIG device in the node's facts there is no resource to ask for: no pod, no false failure.
     if s["validate"]:
-        out.extend(("validation", f"validate-{n['name']}.yaml", [validation_pod(s, n["name"])]) for n in nodes)
+        for node in nodes:
+            resource = validation_resource(s, node)
+            if resource:
+                out.append(("validation", f"validate-{node['name']}.yaml", [validation_pod(s, node["name"], resource)]))
     return out
 
 

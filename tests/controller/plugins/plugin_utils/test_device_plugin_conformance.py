@@ -153,3 +153,62 @@ def test_gfd_with_the_node_feature_api_may_write_node_features():
     rules = docs[("ClusterRole", "gpu-feature-discovery")]["rules"]
     nfd = next(r for r in rules if r["apiGroups"] == ["nfd.k8s-sigs.io"])
     assert "nodefeatures" in nfd["resources"] and {"create", "update", "get"} <= set(nfd["verbs"])
+
+
+# --- 4. Renaming and the resource the validation pod asks for --------------------------------------------------------
+# Facts (k8s-device-plugin v0.17.4): api/config/v1/config.go DisableResourceNamingInConfig and replicas.go
+# disableResoureRenaming: "rename" is dropped ("Setting the 'rename' field ... is not yet supported") unless
+# renameByDefault is true, and then every shared resource becomes <name>.shared (resources.go DefaultSharedRename).
+# internal/rm/rm.go: MIG "single" advertises nvidia.com/gpu, "mixed" one nvidia.com/mig-<profile> per profile.
+MIG_NODE = {
+    "name": "gpu-mig",
+    "labels": {"nvidia.com/gpu.present": "true"},
+    "gpus": [{"mig_devices": [{"profile": "1g.10gb"}, {"profile": "3g.40gb"}]}, {"mig_devices": []}],
+}
+
+
+def validation_requests(settings, nodes=(NODE,)):
+    pods = [d for (kind, _name), d in render(settings, nodes).items() if kind == "Pod"]
+    return [p["spec"]["containers"][0]["resources"]["limits"] for p in pods]
+
+
+def config_sharing(settings):
+    return json.loads(render(settings)[("ConfigMap", "nvidia-device-plugin-config")]["data"]["config.yaml"])["sharing"]
+
+
+def test_rename_means_what_the_plugin_does():
+    """rename: nvidia.com/gpu.shared is what v0.17 can do: it reaches the config as renameByDefault (else ignored)."""
+    sharing = config_sharing({"time_slicing": {"replicas": 4, "rename": "nvidia.com/gpu.shared"}})
+    assert sharing["timeSlicing"]["renameByDefault"] is True
+    assert sharing["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4, "rename": "nvidia.com/gpu.shared"}
+    ]
+    with pytest.raises(dp.DevicePluginError, match=r"rename 'nvidia.com/shared-gpu' would be ignored.*gpu.shared"):
+        render({"time_slicing": {"replicas": 4, "rename": "nvidia.com/shared-gpu"}})
+    mixed = {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "rename": "nvidia.com/mig-1g.10gb.shared"},
+                           {"name": "nvidia.com/mig-3g.40gb", "replicas": 2}]}  # fmt: skip
+    with pytest.raises(dp.DevicePluginError, match="renames every shared resource or none"):
+        render({"mig_strategy": "mixed", "time_slicing": mixed})
+
+
+@pytest.mark.parametrize(
+    ("settings", "nodes", "requests"),
+    [
+        ({}, (NODE,), [{"nvidia.com/gpu": 1}]),
+        ({"time_slicing": {"replicas": 4}}, (NODE,), [{"nvidia.com/gpu": 1}]),
+        ({"time_slicing": {"replicas": 4, "rename": "nvidia.com/gpu.shared"}}, (NODE,), [{"nvidia.com/gpu.shared": 1}]),
+        ({"mps": {"replicas": 2, "rename_by_default": True}}, (NODE,), [{"nvidia.com/gpu.shared": 1}]),
+        ({"mig_strategy": "single"}, (MIG_NODE,), [{"nvidia.com/gpu": 1}]),
+        ({"mig_strategy": "mixed"}, (MIG_NODE,), [{"nvidia.com/mig-1g.10gb": 1}]),
+        (
+            {"mig_strategy": "mixed", "time_slicing": {"rename_by_default": True,
+                                                       "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]}},
+            (MIG_NODE,),
+            [{"nvidia.com/mig-1g.10gb.shared": 1}],
+        ),  # fmt: skip
+        # mixed and no MIG device known: nothing the pod could ask for, so no pod (it would fail a healthy node)
+        ({"mig_strategy": "mixed"}, (NODE,), []),
+    ],
+)
+def test_validation_pod_asks_for_a_resource_the_node_advertises(settings, nodes, requests):
+    assert validation_requests(settings, nodes) == requests
