@@ -248,6 +248,8 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
     port = s["dcgm_exporter_port"]
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         _fail("dcgm_exporter_port", f"{port!r} is not a TCP port")
+    if not str(s["cdi_hook_path"]).startswith("/"):
+        _fail("cdi_hook_path", f"{s['cdi_hook_path']!r} is not an absolute path")
     if not str(s["nvidia_driver_root"]).startswith("/"):
         _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
     s["image_pull_secrets"] = _as_list(s["image_pull_secrets"])
@@ -423,6 +425,10 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         env.append(("NVIDIA_DRIVER_ROOT", s["nvidia_driver_root"]))
         env.append(("CONTAINER_DRIVER_ROOT", "/driver-root"))
     if uses_cdi(s):
+        # The plugin writes a CDI spec whose hooks run NVIDIA_CDI_HOOK_PATH; its default is /usr/bin/nvidia-ctk
+        # (k8s-device-plugin v0.17.4, cmd/nvidia-device-plugin/main.go "nvidia-cdi-hook-path", api/config/v1/
+        # consts.go DefaultNvidiaCTKPath); set here always, as the chart's cdi.nvidiaHookPath would.
+        env.append(("NVIDIA_CDI_HOOK_PATH", s["cdi_hook_path"]))
         mounts.append({"name": "cdi-root", "mountPath": "/var/run/cdi"})
         volumes.append(_host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"))
     if s["mps"]:
@@ -812,6 +818,7 @@ def helm_values(settings: dict[str, Any] | None, dump: Callable[[dict[str, Any]]
         "securityContext": plugin_security(s),
         "gfd": {"enabled": bool(s["gfd_enabled"]), "securityContext": copy.deepcopy(GFD_SECURITY)},
         "nfd": {"enabled": False},
+        "cdi": {"nvidiaHookPath": s["cdi_hook_path"] if uses_cdi(s) else None},
         "devicePlugin": {"enabled": True},
     }
     if s["runtime_class_name"]:
@@ -845,6 +852,14 @@ def toolkit_problems(toolkit: dict[str, Any] | None, strategies: Sequence[str]) 
             "nvidia runtime would not read the plugin's device mounts (and would take the "
             f"NVIDIA_VISIBLE_DEVICES={VOLUME_MOUNTS_ROOT} the plugin sets with them for a device); {fix}, or choose "
             "another device_plugin_device_list_strategy"
+        )
+    cdi = [x for x in strategies if x in CDI_STRATEGIES]
+    if cdi and toolkit.get("provider") == "native":
+        problems.append(
+            f"{chosen} has {', '.join(cdi)}: the device plugin then writes its own CDI spec, whose hooks run NVIDIA's "
+            "nvidia-cdi-hook (device_plugin_cdi_hook_path), which the native toolkit provider does not install, so "
+            "every GPU pod would fail to start; choose device_plugin_device_list_strategy: [volume-mounts] (the "
+            "default), or toolkit_provider: nvidia"
         )
     if list(strategies) == ["envvar"] and envvar is False:
         fix = (

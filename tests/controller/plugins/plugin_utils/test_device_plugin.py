@@ -250,12 +250,18 @@ NVIDIA_K8S = {"provider": "nvidia", "accept_envvar_unprivileged": False, "accept
 @pytest.mark.parametrize(
     ("toolkit", "strategies", "messages"),
     [
-        # a Kubernetes node (the toolkit's default there) takes every strategy but envvar alone
+        # a Kubernetes node (the toolkit's default there) takes volume-mounts; CDI strategies need NVIDIA's hook
         (NATIVE_K8S, ["volume-mounts"], []),
-        (NATIVE_K8S, ["cdi-annotations"], []),
-        (NATIVE_K8S, ["cdi-cri"], []),
-        (NATIVE_K8S, ["envvar", "cdi-cri"], []),
         (NATIVE_K8S, ["envvar", "volume-mounts"], []),
+        (NVIDIA_K8S, ["cdi-annotations"], []),
+        (NVIDIA_K8S, ["cdi-cri"], []),
+        (NVIDIA_K8S, ["envvar", "cdi-cri"], []),
+        (
+            NATIVE_K8S,
+            ["cdi-annotations"],
+            [r"has cdi-annotations: .* hooks run NVIDIA's nvidia-cdi-hook .* native toolkit provider does not install"],
+        ),
+        (NATIVE_K8S, ["envvar", "cdi-cri"], [r"has cdi-cri: .*toolkit_provider: nvidia"]),
         (
             NATIVE_K8S,
             ["envvar"],

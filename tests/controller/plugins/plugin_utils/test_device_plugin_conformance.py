@@ -212,3 +212,34 @@ def test_rename_means_what_the_plugin_does():
 )
 def test_validation_pod_asks_for_a_resource_the_node_advertises(settings, nodes, requests):
     assert validation_requests(settings, nodes) == requests
+
+
+# --- 5. CDI strategies and the hook program ----------------------------------------------------------------------------
+# Facts: k8s-device-plugin v0.17.4 cmd/nvidia-device-plugin/main.go, flag "nvidia-cdi-hook-path" (env
+# NVIDIA_CDI_HOOK_PATH), default api/config/v1/consts.go DefaultNvidiaCTKPath "/usr/bin/nvidia-ctk"; the vendored
+# nvidia-container-toolkit internal/discover/hooks.go calls "<path> <hook-name> args" (with "hook" inserted for
+# nvidia-ctk). nvidia-container-toolkit v1.17.8 packaging/debian/nvidia-container-toolkit-base.install installs
+# /usr/bin/nvidia-cdi-hook. CHART: cdi.nvidiaHookPath -> NVIDIA_CDI_HOOK_PATH; templates mount /var/run/cdi
+# (DirectoryOrCreate) and the driver root on /driver-root.
+
+
+@pytest.mark.parametrize("strategies", [["cdi-annotations"], ["cdi-cri"], ["envvar", "cdi-cri"]])
+def test_cdi_spec_hooks_name_nvidias_hook_program(strategies):
+    settings = {"device_list_strategy": strategies}
+    spec = daemonset(settings, PLUGIN)
+    c = spec["containers"][0]
+    assert env(c)["NVIDIA_CDI_HOOK_PATH"] == "/usr/bin/nvidia-cdi-hook"
+    assert mounts(c)["cdi-root"] == "/var/run/cdi" and host_paths(spec)["cdi-root"] == "/var/run/cdi"
+    assert mounts(c)["driver-root"] == "/driver-root"
+    assert dp.helm_values(settings)["cdi"] == {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}
+    assert env(container({**settings, "cdi_hook_path": "/opt/nvidia/bin/nvidia-cdi-hook"}, PLUGIN))[
+        "NVIDIA_CDI_HOOK_PATH"
+    ] == "/opt/nvidia/bin/nvidia-cdi-hook"
+    assert "NVIDIA_CDI_HOOK_PATH" not in env(container({}, PLUGIN))
+
+
+def test_cdi_strategy_with_the_native_toolkit_fails_the_node_early():
+    native = {"provider": "native", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+    (problem,) = dp.toolkit_problems(native, ["cdi-cri"])
+    assert "nvidia-cdi-hook" in problem and "toolkit_provider: nvidia" in problem
+    assert dp.toolkit_problems({**native, "provider": "nvidia"}, ["cdi-cri"]) == []
