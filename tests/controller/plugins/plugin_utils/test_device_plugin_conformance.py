@@ -243,3 +243,63 @@ def test_cdi_strategy_with_the_native_toolkit_fails_the_node_early():
     (problem,) = dp.toolkit_problems(native, ["cdi-cri"])
     assert "nvidia-cdi-hook" in problem and "toolkit_provider: nvidia" in problem
     assert dp.toolkit_problems({**native, "provider": "nvidia"}, ["cdi-cri"]) == []
+
+
+# --- 6. Labels the role writes never contradict GFD's ---------------------------------------------------------------
+# Facts (k8s-device-plugin v0.17.4): internal/lm/resource.go baseLabeler writes <resource>.product (with "-SHARED"
+# when shared and not renamed), .count, .replicas (the sharing replicas, else 1) and .sharing-strategy
+# ("time-slicing", "mps", or "none" when replicas is 1); nvml.go newSharingLabeler writes mps.capable; mig-strategy.go
+# makes nvidia.com/gpu.* describe MIG devices under "single" and writes nvidia.com/mig.strategy. Nothing in GFD
+# writes nvidia.com/gpu.present (git grep over internal/lm and cmd/gpu-feature-discovery at v0.17.4).
+FACT_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.count": "2",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.memory": "40960",
+    "nvidia.com/gpu.replicas": "1",
+    "nvidia.com/gpu.sharing-strategy": "none",
+    "nvidia.com/cuda.driver-version.major": "535",
+    "example.com/rack": "r2",
+}
+FACT_NODE = {"name": "gpu-1", "labels": FACT_LABELS}
+
+
+def node_labels(settings):
+    return render(settings, (FACT_NODE,))[("Node", "gpu-1")]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("sharing", [{}, {"time_slicing": {"replicas": 4}}, {"mps": {"replicas": 2}}])
+def test_with_gfd_the_role_leaves_gfds_labels_alone(sharing):
+    assert node_labels(sharing) == {"nvidia.com/gpu.present": "true", "example.com/rack": "r2"}
+
+
+@pytest.mark.parametrize(
+    ("sharing", "expected"),
+    [
+        ({}, {"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
+              "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mps.capable": "false"}),
+        ({"time_slicing": {"replicas": 4}},
+         {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED", "nvidia.com/mps.capable": "false"}),
+        ({"time_slicing": {"replicas": 4, "rename_by_default": True}},
+         {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mps.capable": "false"}),
+        ({"mps": {"replicas": 2}},
+         {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.sharing-strategy": "mps",
+          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED", "nvidia.com/mps.capable": "true"}),
+    ],
+)  # fmt: skip
+def test_without_gfd_the_role_writes_what_gfd_would(sharing, expected):
+    labels = node_labels({"gfd_enabled": False, **sharing})
+    for key, value in expected.items():
+        assert labels[key] == value, key
+    assert labels["nvidia.com/gpu.present"] == "true" and labels["nvidia.com/gpu.count"] == "2"
+
+
+@pytest.mark.parametrize("mig", ["single", "mixed"])
+def test_without_gfd_under_mig_the_per_gpu_resource_labels_are_left_out(mig):
+    labels = node_labels({"gfd_enabled": False, "mig_strategy": mig})
+    assert labels["nvidia.com/mig.strategy"] == mig
+    for key in ("gpu.product", "gpu.count", "gpu.memory", "gpu.replicas", "gpu.sharing-strategy"):
+        assert "nvidia.com/" + key not in labels
+    assert labels["nvidia.com/gpu.present"] == "true"
