@@ -590,14 +590,19 @@ def dcgm_exporter_docs(s: dict[str, Any]) -> list[dict[str, Any]]:
         "name": "dcgm-exporter",
         "image": image(s, "dcgm_exporter_image"),
         "imagePullPolicy": s["image_pull_policy"],
-        "env": _env(
-            [
-                ("DCGM_EXPORTER_LISTEN", f":{s['dcgm_exporter_port']}"),
-                ("DCGM_EXPORTER_KUBERNETES", "true"),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-            ]
-        ),
+        # NODE_NAME: the exporter maps pods to GPUs for this node only (dcgm-exporter 4.2.3-4.1.3,
+        # deployment/templates/daemonset.yaml sets it from spec.nodeName).
+        "env": [
+            *_env(
+                [
+                    ("DCGM_EXPORTER_LISTEN", f":{s['dcgm_exporter_port']}"),
+                    ("DCGM_EXPORTER_KUBERNETES", "true"),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ]
+            ),
+            _field_env("NODE_NAME", "spec.nodeName"),
+        ],
         "ports": [{"name": "metrics", "containerPort": s["dcgm_exporter_port"], "protocol": "TCP"}],
         "securityContext": {"runAsNonRoot": False, "runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
         "volumeMounts": [{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}],
@@ -860,7 +865,14 @@ def helm_values(settings: dict[str, Any] | None, dump: Callable[[dict[str, Any]]
         # (requiresCapSysAdmin is true whenever config.map is set), but not for every way of naming a config.
         "securityContext": plugin_security(s),
         "gfd": {"enabled": bool(s["gfd_enabled"]), "securityContext": copy.deepcopy(GFD_SECURITY)},
-        "nfd": {"enabled": False},
+        # NVIDIA's chart deploys node-feature-discovery (its dependency, chart 0.15.3 in chart 0.17.4's Chart.lock)
+        # when nfd.enabled, else when gfd.enabled (Chart.yaml condition "nfd.enabled,gfd.enabled"): GFD's labels
+        # reach the node only through NFD. enableNodeFeatureApi goes to GFD (GFD_USE_NODE_FEATURE_API), its RBAC
+        # (templates/role.yml) and NFD's master alike (values.yaml nfd.enableNodeFeatureApi).
+        "nfd": {
+            "enabled": bool(s["gfd_enabled"] and s["nfd_enabled"]),
+            "enableNodeFeatureApi": bool(s["gfd_node_feature_api"]),
+        },
         "cdi": {"nvidiaHookPath": s["cdi_hook_path"] if uses_cdi(s) else None},
         "devicePlugin": {"enabled": True},
     }

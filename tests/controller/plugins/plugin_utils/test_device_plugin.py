@@ -213,7 +213,7 @@ def test_helm_values_carry_the_same_config():
         "pullPolicy": "IfNotPresent",
     }
     assert values["runtimeClassName"] == "nvidia"
-    assert values["nfd"] == {"enabled": False}
+    assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": False}  # NFD with GFD, as NVIDIA's chart
     # The chart's security contexts are the manifests' (not left to the chart's derivation).
     assert values["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
     assert values["gfd"] == {"enabled": True, "securityContext": {"privileged": True}}

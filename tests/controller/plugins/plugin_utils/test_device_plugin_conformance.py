@@ -303,3 +303,32 @@ def test_without_gfd_under_mig_the_per_gpu_resource_labels_are_left_out(mig):
     for key in ("gpu.product", "gpu.count", "gpu.memory", "gpu.replicas", "gpu.sharing-strategy"):
         assert "nvidia.com/" + key not in labels
     assert labels["nvidia.com/gpu.present"] == "true"
+
+
+# --- 7. NodeFeature API and NFD in Helm mode; DCGM --------------------------------------------------------------------
+# Facts: CHART Chart.yaml dependency node-feature-discovery 0.15.3 (alias nfd, condition "nfd.enabled,gfd.enabled");
+# values.yaml nfd.enableNodeFeatureApi (false), read by templates/daemonset-gfd.yml (GFD_USE_NODE_FEATURE_API) and
+# templates/role.yml (nodefeatures rule). dcgm-exporter 4.2.3-4.1.3 deployment/templates/daemonset.yaml: NODE_NAME from
+# spec.nodeName, DCGM_EXPORTER_KUBERNETES "true", /var/lib/kubelet/pod-resources mounted read-only.
+
+
+@pytest.mark.parametrize("api", [False, True])
+def test_helm_mode_deploys_nfd_with_gfd_and_passes_the_node_feature_api(api):
+    values = dp.helm_values({"gfd_node_feature_api": api})
+    assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": api}
+    assert values["gfd"]["enabled"] is True
+    assert dp.helm_values({"gfd_enabled": False})["nfd"]["enabled"] is False
+    assert dp.helm_values({"nfd_enabled": False})["nfd"]["enabled"] is False
+
+
+def test_dcgm_exporter_knows_its_node():
+    settings = {"dcgm_exporter_enabled": True}
+    spec = daemonset(settings, DCGM)
+    c = spec["containers"][0]
+    assert env(c)["NODE_NAME"] == "fieldRef:spec.nodeName"
+    assert env(c)["DCGM_EXPORTER_KUBERNETES"] == "true"
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    assert host_paths(spec)["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    assert bounding_has_sys_admin(c)
