@@ -57,7 +57,7 @@ ROLE_ONLY = frozenset(
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
-# volume-mounts (k8s-device-plugin v0.17.1, internal/plugin/server.go, updateResponseForDeviceMounts): for each
+# volume-mounts (k8s-device-plugin v0.17.4, internal/plugin/server.go, updateResponseForDeviceMounts): for each
 # allocated device the container gets a mount of /dev/null on /var/run/nvidia-container-devices/<id> (<id> as
 # deviceIDStrategy says), plus NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, which replaces the list
 # envvar would set (Allocate runs envvar first, then volume-mounts). The runtime honours the mounts only with
@@ -69,7 +69,7 @@ VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 # through the variable with no nvidia.com/gpu allocation (the plugin itself: NVML over every GPU) needs
 # CAP_SYS_ADMIN in its bounding set, which is how NVIDIA's runtime and this collection's shim tell a privileged
 # container (nvidia-container-toolkit v1.17.8, internal/config/image/privileged.go, IsPrivileged). NVIDIA's chart
-# adds it for the same reason (k8s-device-plugin v0.17.1, deployments/helm/nvidia-device-plugin/templates/
+# adds it for the same reason (k8s-device-plugin v0.17.4, deployments/helm/nvidia-device-plugin/templates/
 # _helpers.tpl, "nvidia-device-plugin.requiresCapSysAdmin": volume-mounts among the strategies, or MIG; CHANGELOG
 # v0.16.2 "Add CAP_SYS_ADMIN if volume-mounts list strategy is included", issue #856). Every other capability
 # stays dropped; containerd and CRI-O apply "drop: [ALL]" first, then "add" (to the bounding set too).

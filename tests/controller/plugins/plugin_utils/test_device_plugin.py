@@ -132,7 +132,7 @@ def test_daemonsets_select_gpu_nodes_use_the_runtime_class_and_roll_on_config_ch
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
+    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
     before = ds["spec"]["template"]["metadata"]["annotations"]["gpufleet.nvidia/config-sha256"]
     after = docs_by_kind({"mig_strategy": "single"})["DaemonSet"][0]["spec"]["template"]["metadata"]["annotations"]
     assert after["gpufleet.nvidia/config-sha256"] != before
@@ -209,7 +209,7 @@ def test_helm_values_carry_the_same_config():
     assert json.loads(values["config"]["map"]["default"]) == config_of(settings)
     assert values["image"] == {
         "repository": "mirror.local/nvidia/k8s-device-plugin",
-        "tag": "v0.17.1",
+        "tag": "v0.17.4",
         "pullPolicy": "IfNotPresent",
     }
     assert values["runtimeClassName"] == "nvidia"

@@ -332,3 +332,19 @@ def test_dcgm_exporter_knows_its_node():
     ]
     assert host_paths(spec)["pod-resources"] == "/var/lib/kubelet/pod-resources"
     assert bounding_has_sys_admin(c)
+
+
+# --- Pins --------------------------------------------------------------------------------------------------------------
+# The facts above were read at k8s-device-plugin v0.17.4, the newest 0.17 patch (tags, 2026-11-23): the role deploys
+# that release, as image and as chart, so the render is what these tests describe.
+
+
+def test_the_render_is_the_release_these_facts_were_read_at():
+    role = dp.role_defaults().get  # the builder's settings (image)
+    assert role("image_tag") == "v0.17.4"
+    import yaml  # noqa: PLC0415 - only this test reads the role's own defaults file
+
+    defaults = yaml.safe_load(dp.ROLE_DEFAULTS.read_text())
+    assert defaults["device_plugin_helm_chart_version"] == "0.17.4"
+    assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+    assert container({}, GFD)["image"] == container({"mps": {"replicas": 2}}, MPS)["image"]
