@@ -412,7 +412,9 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
         {"name": "config", "mountPath": "/config", "readOnly": True},
     ]
-    volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins"), _config_volume()]
+    # Directory, not unset: kubelet's folder must exist, never be created empty (k8s-device-plugin v0.17.4 CHANGELOG
+    # "Ensure that directory volumes have Directory type"; the chart's kubelet-device-plugins-dir, host-sys, driver-root).
+    volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins", "Directory"), _config_volume()]
     env = [
         ("CONFIG_FILE", CONFIG_PATH),
         ("NVIDIA_VISIBLE_DEVICES", "all"),
@@ -421,7 +423,7 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     env.extend(mig_monitor_env(s))
     if s["nvidia_driver_root"] != "/" or uses_cdi(s):
         mounts.append({"name": "driver-root", "mountPath": "/driver-root", "readOnly": True})
-        volumes.append(_host_path("driver-root", s["nvidia_driver_root"]))
+        volumes.append(_host_path("driver-root", s["nvidia_driver_root"], "Directory"))
         env.append(("NVIDIA_DRIVER_ROOT", s["nvidia_driver_root"]))
         env.append(("CONTAINER_DRIVER_ROOT", "/driver-root"))
     if uses_cdi(s):
@@ -485,7 +487,7 @@ def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     }
     volumes = [
         _host_path("output-dir", FEATURES_DIR, "DirectoryOrCreate"),
-        _host_path("host-sys", "/sys"),
+        _host_path("host-sys", "/sys", "Directory"),
         _config_volume(),
     ]
     account = "gpu-feature-discovery" if s["gfd_node_feature_api"] else None

@@ -348,3 +348,50 @@ def test_the_render_is_the_release_these_facts_were_read_at():
     assert defaults["device_plugin_helm_chart_version"] == "0.17.4"
     assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
     assert container({}, GFD)["image"] == container({"mps": {"replicas": 2}}, MPS)["image"]
+
+
+# --- Default and time slicing ----------------------------------------------------------------------------------------
+# Facts (CHART): daemonset-device-plugin.yml mounts hostPath /var/lib/kubelet/device-plugins (type Directory since
+# v0.17.4, CHANGELOG "Ensure that directory volumes have Directory type") on the same path, sets
+# NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=compute,utility and CONFIG_FILE=/config/config.yaml;
+# values.yaml priorityClassName system-node-critical, toleration nvidia.com/gpu Exists NoSchedule; daemonset-gfd.yml
+# mounts /etc/kubernetes/node-feature-discovery/features.d (DirectoryOrCreate) and /sys (Directory), GFD privileged
+# (values.yaml gfd.securityContext). api/config/v1 (replicas.go): sharing.timeSlicing takes renameByDefault,
+# failRequestsGreaterThanOne and resources[name, replicas]; only MPS runs a control daemon.
+
+
+def test_default_plugin_and_gfd_as_nvidias_chart_runs_them():
+    spec = daemonset({}, PLUGIN)
+    c = spec["containers"][0]
+    assert {k: env(c)[k] for k in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CONFIG_FILE")} == {
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        "CONFIG_FILE": "/config/config.yaml",
+    }
+    assert mounts(c)["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    kubelet = next(v for v in spec["volumes"] if v["name"] == "device-plugin")
+    assert kubelet["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    # volume-mounts (the role's default list strategy): SYS_ADMIN, as the chart's requiresCapSysAdmin adds it
+    assert bounding_has_sys_admin(c)
+    gfd = daemonset({}, GFD)
+    assert mounts(gfd["containers"][0])["output-dir"] == "/etc/kubernetes/node-feature-discovery/features.d"
+    assert {v["name"]: v["hostPath"].get("type") for v in gfd["volumes"] if "hostPath" in v} == {
+        "output-dir": "DirectoryOrCreate",
+        "host-sys": "Directory",
+    }
+    assert gfd["containers"][0]["securityContext"] == {"privileged": True}
+
+
+def test_time_slicing_is_config_only():
+    settings = {"time_slicing": {"replicas": 4, "fail_requests_greater_than_one": True}}
+    assert config_sharing(settings) == {
+        "timeSlicing": {
+            "renameByDefault": False,
+            "failRequestsGreaterThanOne": True,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+        }
+    }
+    assert ("DaemonSet", MPS) not in render(settings)
+    assert "hostPID" not in daemonset(settings, PLUGIN)
