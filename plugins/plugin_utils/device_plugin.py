@@ -413,7 +413,8 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         {"name": "config", "mountPath": "/config", "readOnly": True},
     ]
     # Directory, not unset: kubelet's folder must exist, never be created empty (k8s-device-plugin v0.17.4 CHANGELOG
-    # "Ensure that directory volumes have Directory type"; the chart's kubelet-device-plugins-dir, host-sys, driver-root).
+    # "Ensure that directory volumes have Directory type": the chart's kubelet-device-plugins-dir, host-sys,
+    # driver-root).
     volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins", "Directory"), _config_volume()]
     env = [
         ("CONFIG_FILE", CONFIG_PATH),
@@ -667,10 +668,10 @@ def node_labels(s: dict[str, Any], labels: dict[str, Any]) -> dict[str, str]:
     """The labels the role puts on a GPU node, never contradicting GFD's.
 
     With GFD on, ``nvidia.com/gpu.present``, which GFD never writes (the default node selector needs it), and labels
-    outside ``nvidia.com/``: every other ``nvidia.com/`` label is GFD's (through NFD) and the role leaves it alone. With GFD off, ``gpu_facts``' labels with the
-    config-dependent ones as GFD would write them: replicas, sharing strategy and the ``-SHARED`` product for a shared
-    ``nvidia.com/gpu``, ``mps.capable`` with MPS; under MIG the per-resource labels (which then describe MIG devices)
-    are left out and ``nvidia.com/mig.strategy`` is set."""
+    outside ``nvidia.com/``: every other ``nvidia.com/`` label is GFD's (through NFD) and the role leaves it alone.
+    With GFD off, ``gpu_facts``' labels with the config-dependent ones as GFD would write them: replicas, sharing
+    strategy and the ``-SHARED`` product for a shared ``nvidia.com/gpu``, ``mps.capable``; under MIG the per-resource
+    labels (which then describe MIG devices) are left out and ``nvidia.com/mig.strategy`` is set."""
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
     if s["gfd_enabled"]:
         return {k: v for k, v in labels.items() if k == PRESENT_LABEL or not k.startswith("nvidia.com/")}

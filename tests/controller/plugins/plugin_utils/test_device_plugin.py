@@ -178,9 +178,8 @@ def test_runtime_class_node_labels_and_validation_pod():
     assert kinds["RuntimeClass"] == [dp.runtime_class(dp.normalize({}))]
     assert kinds["RuntimeClass"][0]["handler"] == "nvidia"
     # GFD is on by default: the role writes only the label GFD never writes (gpu.count is GFD's)
-    assert kinds["Node"] == [
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1.example", "labels": {dp.PRESENT_LABEL: "true"}}}
-    ]
+    node = {"name": "gpu-1.example", "labels": {dp.PRESENT_LABEL: "true"}}
+    assert kinds["Node"] == [{"apiVersion": "v1", "kind": "Node", "metadata": node}]
     pod = kinds["Pod"][0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-1.example"}

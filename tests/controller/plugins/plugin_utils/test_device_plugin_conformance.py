@@ -14,6 +14,7 @@ NVIDIA's chart, the test says so and why (the role's README lists every differen
 import json
 
 import pytest
+import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
 
@@ -56,8 +57,11 @@ def bounding_has_sys_admin(c):
     return bool(ctx.get("privileged")) or "SYS_ADMIN" in (ctx.get("capabilities") or {}).get("add", [])
 
 
-PLUGIN, GFD, MPS, DCGM = "nvidia-device-plugin", "gpu-feature-discovery", "nvidia-device-plugin-mps-control-daemon", (
-    "nvidia-dcgm-exporter"
+PLUGIN, GFD, MPS, DCGM = (
+    "nvidia-device-plugin",
+    "gpu-feature-discovery",
+    "nvidia-device-plugin-mps-control-daemon",
+    ("nvidia-dcgm-exporter"),
 )
 
 # --- 1. NVIDIA_MIG_MONITOR_DEVICES -----------------------------------------------------------------------------------
@@ -167,6 +171,9 @@ MIG_NODE = {
 }
 
 
+MIG_SHARED = {"rename_by_default": True, "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]}
+
+
 def validation_requests(settings, nodes=(NODE,)):
     pods = [d for (kind, _name), d in render(settings, nodes).items() if kind == "Pod"]
     return [p["spec"]["containers"][0]["resources"]["limits"] for p in pods]
@@ -185,8 +192,12 @@ def test_rename_means_what_the_plugin_does():
     ]
     with pytest.raises(dp.DevicePluginError, match=r"rename 'nvidia.com/shared-gpu' would be ignored.*gpu.shared"):
         render({"time_slicing": {"replicas": 4, "rename": "nvidia.com/shared-gpu"}})
-    mixed = {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "rename": "nvidia.com/mig-1g.10gb.shared"},
-                           {"name": "nvidia.com/mig-3g.40gb", "replicas": 2}]}  # fmt: skip
+    mixed = {
+        "resources": [
+            {"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "rename": "nvidia.com/mig-1g.10gb.shared"},
+            {"name": "nvidia.com/mig-3g.40gb", "replicas": 2},
+        ]
+    }
     with pytest.raises(dp.DevicePluginError, match="renames every shared resource or none"):
         render({"mig_strategy": "mixed", "time_slicing": mixed})
 
@@ -200,12 +211,7 @@ def test_rename_means_what_the_plugin_does():
         ({"mps": {"replicas": 2, "rename_by_default": True}}, (NODE,), [{"nvidia.com/gpu.shared": 1}]),
         ({"mig_strategy": "single"}, (MIG_NODE,), [{"nvidia.com/gpu": 1}]),
         ({"mig_strategy": "mixed"}, (MIG_NODE,), [{"nvidia.com/mig-1g.10gb": 1}]),
-        (
-            {"mig_strategy": "mixed", "time_slicing": {"rename_by_default": True,
-                                                       "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]}},
-            (MIG_NODE,),
-            [{"nvidia.com/mig-1g.10gb.shared": 1}],
-        ),  # fmt: skip
+        ({"mig_strategy": "mixed", "time_slicing": MIG_SHARED}, (MIG_NODE,), [{"nvidia.com/mig-1g.10gb.shared": 1}]),
         # mixed and no MIG device known: nothing the pod could ask for, so no pod (it would fail a healthy node)
         ({"mig_strategy": "mixed"}, (NODE,), []),
     ],
@@ -214,7 +220,7 @@ def test_validation_pod_asks_for_a_resource_the_node_advertises(settings, nodes,
     assert validation_requests(settings, nodes) == requests
 
 
-# --- 5. CDI strategies and the hook program ----------------------------------------------------------------------------
+# --- 5. CDI strategies and the hook program ---------------------------------------------------------------------------
 # Facts: k8s-device-plugin v0.17.4 cmd/nvidia-device-plugin/main.go, flag "nvidia-cdi-hook-path" (env
 # NVIDIA_CDI_HOOK_PATH), default api/config/v1/consts.go DefaultNvidiaCTKPath "/usr/bin/nvidia-ctk"; the vendored
 # nvidia-container-toolkit internal/discover/hooks.go calls "<path> <hook-name> args" (with "hook" inserted for
@@ -232,9 +238,10 @@ def test_cdi_spec_hooks_name_nvidias_hook_program(strategies):
     assert mounts(c)["cdi-root"] == "/var/run/cdi" and host_paths(spec)["cdi-root"] == "/var/run/cdi"
     assert mounts(c)["driver-root"] == "/driver-root"
     assert dp.helm_values(settings)["cdi"] == {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}
-    assert env(container({**settings, "cdi_hook_path": "/opt/nvidia/bin/nvidia-cdi-hook"}, PLUGIN))[
-        "NVIDIA_CDI_HOOK_PATH"
-    ] == "/opt/nvidia/bin/nvidia-cdi-hook"
+    assert (
+        env(container({**settings, "cdi_hook_path": "/opt/nvidia/bin/nvidia-cdi-hook"}, PLUGIN))["NVIDIA_CDI_HOOK_PATH"]
+        == "/opt/nvidia/bin/nvidia-cdi-hook"
+    )
     assert "NVIDIA_CDI_HOOK_PATH" not in env(container({}, PLUGIN))
 
 
@@ -276,19 +283,44 @@ def test_with_gfd_the_role_leaves_gfds_labels_alone(sharing):
 @pytest.mark.parametrize(
     ("sharing", "expected"),
     [
-        ({}, {"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
-              "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mps.capable": "false"}),
-        ({"time_slicing": {"replicas": 4}},
-         {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
-          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED", "nvidia.com/mps.capable": "false"}),
-        ({"time_slicing": {"replicas": 4, "rename_by_default": True}},
-         {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
-          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mps.capable": "false"}),
-        ({"mps": {"replicas": 2}},
-         {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.sharing-strategy": "mps",
-          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED", "nvidia.com/mps.capable": "true"}),
+        (
+            {},
+            {
+                "nvidia.com/gpu.replicas": "1",
+                "nvidia.com/gpu.sharing-strategy": "none",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                "nvidia.com/mps.capable": "false",
+            },
+        ),
+        (
+            {"time_slicing": {"replicas": 4}},
+            {
+                "nvidia.com/gpu.replicas": "4",
+                "nvidia.com/gpu.sharing-strategy": "time-slicing",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED",
+                "nvidia.com/mps.capable": "false",
+            },
+        ),
+        (
+            {"time_slicing": {"replicas": 4, "rename_by_default": True}},
+            {
+                "nvidia.com/gpu.replicas": "4",
+                "nvidia.com/gpu.sharing-strategy": "time-slicing",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                "nvidia.com/mps.capable": "false",
+            },
+        ),
+        (
+            {"mps": {"replicas": 2}},
+            {
+                "nvidia.com/gpu.replicas": "2",
+                "nvidia.com/gpu.sharing-strategy": "mps",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED",
+                "nvidia.com/mps.capable": "true",
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_without_gfd_the_role_writes_what_gfd_would(sharing, expected):
     labels = node_labels({"gfd_enabled": False, **sharing})
     for key, value in expected.items():
@@ -334,17 +366,14 @@ def test_dcgm_exporter_knows_its_node():
     assert bounding_has_sys_admin(c)
 
 
-# --- Pins --------------------------------------------------------------------------------------------------------------
+# --- Pins ------------------------------------------------------------------------------------------------------------
 # The facts above were read at k8s-device-plugin v0.17.4, the newest 0.17 patch (tags, 2026-11-23): the role deploys
 # that release, as image and as chart, so the render is what these tests describe.
 
 
 def test_the_render_is_the_release_these_facts_were_read_at():
-    role = dp.role_defaults().get  # the builder's settings (image)
-    assert role("image_tag") == "v0.17.4"
-    import yaml  # noqa: PLC0415 - only this test reads the role's own defaults file
-
     defaults = yaml.safe_load(dp.ROLE_DEFAULTS.read_text())
+    assert defaults["device_plugin_image_tag"] == "v0.17.4"
     assert defaults["device_plugin_helm_chart_version"] == "0.17.4"
     assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
     assert container({}, GFD)["image"] == container({"mps": {"replicas": 2}}, MPS)["image"]
