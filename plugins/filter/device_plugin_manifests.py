@@ -44,7 +44,7 @@ _value:
     - C(files), a list of C(group) (C(cluster), C(nodes), C(validation)), C(path) (relative file name under the
       render folder) and C(content) (YAML, one or more documents); C(documents), every document in apply order;
       C(config), the plugin config as a dict; C(config_text); C(helm_values); C(settings) (the checked settings with
-      defaults); C(images).
+      defaults); C(images); C(node_labels), the labels the role writes on each node, by node name.
   type: dict
 """
 
@@ -100,9 +100,12 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         for group, name, docs in groups
     ]
     config = dp.plugin_config(normalized)
+    documents = [doc for _group, _name, docs in groups for doc in docs]
     return {
         "files": files,
-        "documents": [doc for _group, _name, docs in groups for doc in docs],
+        "documents": documents,
+        # What the role puts on each node (never GFD's labels while GFD is on), by node name.
+        "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents if d["kind"] == "Node"},
         "config": config,
         "config_text": config_yaml(config),
         "helm_values": dp.helm_values(settings, dump=config_yaml),
