@@ -23,7 +23,10 @@ options:
     type: dict
     required: true
   nodes:
-    description: The GPU nodes, a list of C(name) (the Kubernetes node name) and C(labels) (from C(gpu_facts)).
+    description:
+      - The GPU nodes, a list of C(name) (the Kubernetes node name), C(labels) (from C(gpu_facts)) and optionally
+        C(gpus) (C(gpu_facts)' C(gpus); with C(mig_strategy=mixed) the validation pod asks for the first MIG
+        profile found there, and a node without one gets no validation pod).
     type: list
     elements: dict
     default: []
@@ -41,7 +44,7 @@ _value:
     - C(files), a list of C(group) (C(cluster), C(nodes), C(validation)), C(path) (relative file name under the
       render folder) and C(content) (YAML, one or more documents); C(documents), every document in apply order;
       C(config), the plugin config as a dict; C(config_text); C(helm_values); C(settings) (the checked settings with
-      defaults); C(images).
+      defaults); C(images); C(node_labels), the labels the role writes on each node, by node name.
   type: dict
 """
 
@@ -97,9 +100,12 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         for group, name, docs in groups
     ]
     config = dp.plugin_config(normalized)
+    documents = [doc for _group, _name, docs in groups for doc in docs]
     return {
         "files": files,
-        "documents": [doc for _group, _name, docs in groups for doc in docs],
+        "documents": documents,
+        # What the role puts on each node (never GFD's labels while GFD is on), by node name.
+        "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents if d["kind"] == "Node"},
         "config": config,
         "config_text": config_yaml(config),
         "helm_values": dp.helm_values(settings, dump=config_yaml),

@@ -57,7 +57,7 @@ ROLE_ONLY = frozenset(
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
-# volume-mounts (k8s-device-plugin v0.17.1, internal/plugin/server.go, updateResponseForDeviceMounts): for each
+# volume-mounts (k8s-device-plugin v0.17.4, internal/plugin/server.go, updateResponseForDeviceMounts): for each
 # allocated device the container gets a mount of /dev/null on /var/run/nvidia-container-devices/<id> (<id> as
 # deviceIDStrategy says), plus NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, which replaces the list
 # envvar would set (Allocate runs envvar first, then volume-mounts). The runtime honours the mounts only with
@@ -69,7 +69,7 @@ VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 # through the variable with no nvidia.com/gpu allocation (the plugin itself: NVML over every GPU) needs
 # CAP_SYS_ADMIN in its bounding set, which is how NVIDIA's runtime and this collection's shim tell a privileged
 # container (nvidia-container-toolkit v1.17.8, internal/config/image/privileged.go, IsPrivileged). NVIDIA's chart
-# adds it for the same reason (k8s-device-plugin v0.17.1, deployments/helm/nvidia-device-plugin/templates/
+# adds it for the same reason (k8s-device-plugin v0.17.4, deployments/helm/nvidia-device-plugin/templates/
 # _helpers.tpl, "nvidia-device-plugin.requiresCapSysAdmin": volume-mounts among the strategies, or MIG; CHANGELOG
 # v0.16.2 "Add CAP_SYS_ADMIN if volume-mounts list strategy is included", issue #856). Every other capability
 # stays dropped; containerd and CRI-O apply "drop: [ALL]" first, then "add" (to the bounding set too).
@@ -79,10 +79,20 @@ GFD_SECURITY = {"privileged": True}
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ENGINES = ("containerd", "crio")
 GPU_RESOURCE = "nvidia.com/gpu"
+# Renaming in k8s-device-plugin v0.17.4 (api/config/v1/config.go DisableResourceNamingInConfig, replicas.go
+# disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is true, and
+# then every shared resource is renamed to <name>.shared (ResourceName.DefaultSharedRename), whatever "rename" says.
+SHARED_SUFFIX = ".shared"
+MIG_PREFIX = "nvidia.com/mig-"
 PRESENT_LABEL = "nvidia.com/gpu.present"
 CONFIG_PATH = "/config/config.yaml"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 MPS_ROOT = "/run/nvidia/mps"
+# The MPS pipes and the daemon's shared memory as NVIDIA's binaries see them: mps.ContainerRoot is "/mps", hard-coded
+# (k8s-device-plugin v0.17.4, cmd/mps-control-daemon/mps/root.go; used by the daemon and by the plugin's health
+# check, internal/plugin/mps.go), and "mount-shm" puts a tmpfs on /mps/shm (cmd/mps-control-daemon/mount/
+# mount-shm.go) that the daemon and the plugin see as /dev/shm. The host folder is MPS_ROOT (the chart's mps.root).
+MPS_CONTAINER_ROOT = "/mps"
 SHM = "/dev/shm"  # noqa: S108 - the container's shared memory, backed by a host folder for MPS
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -150,13 +160,31 @@ def _sharing(kind: str, raw: dict[str, Any] | None) -> dict[str, Any]:
         if rename:
             if not _RESOURCE_NAME.match(rename if "/" in rename else "x/" + rename):
                 _fail(where, f"rename {rename!r} is not a valid resource name (such as nvidia.com/gpu.shared)")
-            entry["rename"] = rename
+            if rename != name + SHARED_SUFFIX:
+                _fail(
+                    where,
+                    f"rename {rename!r} would be ignored: the pinned device plugin only renames a shared resource to "
+                    f"<name>{SHARED_SUFFIX} ({name + SHARED_SUFFIX}), for every shared resource at once; set rename to "
+                    f"{name + SHARED_SUFFIX} or use rename_by_default: true",
+                )
         out.append(entry)
     names = [e["name"] for e in out]
     if len(set(names)) != len(names):
         _fail(kind, f"resource listed twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    renamed = [bool(res.get("rename")) for res in resources]
+    rename_by_default = bool(raw.get("rename_by_default", False))
+    if any(renamed) and not all(renamed) and not rename_by_default:
+        _fail(
+            kind,
+            "the pinned device plugin renames every shared resource or none: give rename to all of them, or set "
+            "rename_by_default: true",
+        )
+    rename_by_default = rename_by_default or any(renamed)
+    if rename_by_default:
+        for entry in out:
+            entry["rename"] = entry["name"] + SHARED_SUFFIX
     return {
-        "rename_by_default": bool(raw.get("rename_by_default", False)),
+        "rename_by_default": rename_by_default,
         "fail_requests_greater_than_one": bool(raw.get("fail_requests_greater_than_one", False)),
         "resources": out,
     }
@@ -220,6 +248,8 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
     port = s["dcgm_exporter_port"]
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         _fail("dcgm_exporter_port", f"{port!r} is not a TCP port")
+    if not str(s["cdi_hook_path"]).startswith("/"):
+        _fail("cdi_hook_path", f"{s['cdi_hook_path']!r} is not an absolute path")
     if not str(s["nvidia_driver_root"]).startswith("/"):
         _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
     s["image_pull_secrets"] = _as_list(s["image_pull_secrets"])
@@ -308,7 +338,6 @@ def _pod_spec(
     containers: list[dict[str, Any]],
     volumes: list[dict[str, Any]],
     service_account: str | None = None,
-    host_pid: bool = False,
 ) -> dict[str, Any]:
     spec = {
         "nodeSelector": dict(s["node_selector"]),
@@ -326,8 +355,6 @@ def _pod_spec(
         spec["serviceAccountName"] = service_account
     else:
         spec["automountServiceAccountToken"] = False
-    if host_pid:
-        spec["hostPID"] = True
     return spec
 
 
@@ -353,8 +380,22 @@ def _env(pairs: Iterable[tuple[str, object]]) -> list[dict[str, Any]]:
     return [{"name": k, "value": str(v)} for k, v in pairs]
 
 
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 def _config_volume() -> dict[str, Any]:
     return {"name": "config", "configMap": {"name": "nvidia-device-plugin-config"}}
+
+
+def mig_monitor_env(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """``NVIDIA_MIG_MONITOR_DEVICES=all`` where MIG is on, nowhere else. NVIDIA's chart sets it on the plugin, GFD and
+    the MPS daemon only when the MIG strategy is not ``none`` (k8s-device-plugin v0.17.4, deployments/helm/
+    nvidia-device-plugin/templates/_helpers.tpl, ``addMigMonitorDevices``), and NVIDIA's legacy-mode hook refuses to
+    start a container that sets it without CAP_SYS_ADMIN in its bounding set ("cannot set MIG_MONITOR_DEVICES in non
+    privileged container": nvidia-container-toolkit v1.17.8, cmd/nvidia-container-runtime-hook/container_config.go);
+    every container that gets it here is privileged or has SYS_ADMIN added."""
+    return [("NVIDIA_MIG_MONITOR_DEVICES", "all")] if s["mig_strategy"] != "none" else []
 
 
 def plugin_security(s: dict[str, Any]) -> dict[str, Any]:
@@ -371,26 +412,34 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
         {"name": "config", "mountPath": "/config", "readOnly": True},
     ]
-    volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins"), _config_volume()]
+    # Directory, not unset: kubelet's folder must exist, never be created empty (k8s-device-plugin v0.17.4 CHANGELOG
+    # "Ensure that directory volumes have Directory type": the chart's kubelet-device-plugins-dir, host-sys,
+    # driver-root).
+    volumes = [_host_path("device-plugin", "/var/lib/kubelet/device-plugins", "Directory"), _config_volume()]
     env = [
         ("CONFIG_FILE", CONFIG_PATH),
         ("NVIDIA_VISIBLE_DEVICES", "all"),
         ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-        ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
     ]
+    env.extend(mig_monitor_env(s))
     if s["nvidia_driver_root"] != "/" or uses_cdi(s):
         mounts.append({"name": "driver-root", "mountPath": "/driver-root", "readOnly": True})
-        volumes.append(_host_path("driver-root", s["nvidia_driver_root"]))
+        volumes.append(_host_path("driver-root", s["nvidia_driver_root"], "Directory"))
         env.append(("NVIDIA_DRIVER_ROOT", s["nvidia_driver_root"]))
         env.append(("CONTAINER_DRIVER_ROOT", "/driver-root"))
     if uses_cdi(s):
+        # The plugin writes a CDI spec whose hooks run NVIDIA_CDI_HOOK_PATH; its default is /usr/bin/nvidia-ctk
+        # (k8s-device-plugin v0.17.4, cmd/nvidia-device-plugin/main.go "nvidia-cdi-hook-path", api/config/v1/
+        # consts.go DefaultNvidiaCTKPath); set here always, as the chart's cdi.nvidiaHookPath would.
+        env.append(("NVIDIA_CDI_HOOK_PATH", s["cdi_hook_path"]))
         mounts.append({"name": "cdi-root", "mountPath": "/var/run/cdi"})
         volumes.append(_host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"))
     if s["mps"]:
-        mounts.append({"name": "mps-root", "mountPath": MPS_ROOT})
+        # The plugin's health check reaches the daemon's pipes under /mps; MPS_ROOT is the host folder it names in
+        # the mounts it gives workloads (NVIDIA's chart: MPS_ROOT={{ .Values.mps.root }}, mps-root on /mps).
         mounts.append({"name": "mps-shm", "mountPath": SHM})
-        volumes.append(_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"))
-        volumes.append(_host_path("mps-shm", MPS_ROOT + "/shm"))
+        mounts.append({"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT})
+        volumes.extend(_mps_volumes())
         env.append(("MPS_ROOT", MPS_ROOT))
     security = plugin_security(s)
     container = {
@@ -402,7 +451,7 @@ def device_plugin_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         "securityContext": security,
         "volumeMounts": mounts,
     }
-    spec = _pod_spec(s, [container], volumes, host_pid=bool(s["mps"]))
+    spec = _pod_spec(s, [container], volumes)
     return _daemonset(
         "nvidia-device-plugin", s, "nvidia-device-plugin", spec, {"gpufleet.nvidia/config-sha256": checksum}
     )
@@ -414,14 +463,22 @@ def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
         "image": image(s),
         "imagePullPolicy": s["image_pull_policy"],
         "command": ["gpu-feature-discovery"],
-        "env": _env(
-            [
-                ("CONFIG_FILE", CONFIG_PATH),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-                ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
-            ]
-        ),
+        # NODE_NAME and NAMESPACE name the NodeFeature object GFD writes with the NodeFeature API; without them GFD
+        # stops at start ("required flag node-name not set": k8s-device-plugin v0.17.4, internal/lm/output.go and
+        # internal/flags/node.go); the chart sets both always (templates/daemonset-gfd.yml).
+        "env": [
+            _field_env("NODE_NAME", "spec.nodeName"),
+            _field_env("NAMESPACE", "metadata.namespace"),
+            *_env(
+                [
+                    ("CONFIG_FILE", CONFIG_PATH),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                    ("GFD_USE_NODE_FEATURE_API", "true" if s["gfd_node_feature_api"] else "false"),
+                    *mig_monitor_env(s),
+                ]
+            ),
+        ],
         "securityContext": copy.deepcopy(GFD_SECURITY),
         "volumeMounts": [
             {"name": "output-dir", "mountPath": FEATURES_DIR},
@@ -431,7 +488,7 @@ def gfd_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
     }
     volumes = [
         _host_path("output-dir", FEATURES_DIR, "DirectoryOrCreate"),
-        _host_path("host-sys", "/sys"),
+        _host_path("host-sys", "/sys", "Directory"),
         _config_volume(),
     ]
     account = "gpu-feature-discovery" if s["gfd_node_feature_api"] else None
@@ -477,35 +534,50 @@ def gfd_rbac(s: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _mps_volumes() -> list[dict[str, Any]]:
+    return [_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"), _host_path("mps-shm", MPS_ROOT + "/shm")]
+
+
 def mps_daemonset(s: dict[str, Any], checksum: str) -> dict[str, Any]:
+    """NVIDIA's MPS control daemon (k8s-device-plugin v0.17.4, templates/daemonset-mps-control-daemon.yml): an init
+    container mounts the tmpfs on /mps/shm, propagated to the host folder, which the daemon and the plugin then see
+    as /dev/shm. No hostPID (the chart has none). The node selector is the plugin's, not the chart's
+    ``nvidia.com/mps.capable=true``: that label comes only from GFD through NFD, and the role's one config turns MPS
+    on for every node the plugin runs on, so the two selectors pick the same nodes wherever the label exists."""
+    init = {
+        "name": "mps-control-daemon-mounts",
+        "image": image(s),
+        "imagePullPolicy": s["image_pull_policy"],
+        "command": ["mps-control-daemon", "mount-shm"],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT, "mountPropagation": "Bidirectional"},
+        ],
+    }
     container = {
         "name": "mps-control-daemon",
         "image": image(s),
         "imagePullPolicy": s["image_pull_policy"],
         "command": ["mps-control-daemon"],
-        "env": _env(
-            [
-                ("CONFIG_FILE", CONFIG_PATH),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-                ("MPS_ROOT", MPS_ROOT),
-            ]
-        ),
+        "env": [
+            _field_env("NODE_NAME", "spec.nodeName"),
+            *_env(
+                [
+                    ("CONFIG_FILE", CONFIG_PATH),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ]
+            ),
+        ],
         "securityContext": {"privileged": True},
         "volumeMounts": [
-            {"name": "mps-root", "mountPath": MPS_ROOT},
             {"name": "mps-shm", "mountPath": SHM},
+            {"name": "mps-root", "mountPath": MPS_CONTAINER_ROOT},
             {"name": "config", "mountPath": "/config", "readOnly": True},
         ],
     }
-    container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    volumes = [
-        _host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
-        _host_path("mps-shm", MPS_ROOT + "/shm"),
-        _config_volume(),
-    ]
-    spec = _pod_spec(s, [container], volumes, host_pid=True)
-    spec["nodeSelector"]["nvidia.com/mps.capable"] = "true"
+    spec = _pod_spec(s, [container], [*_mps_volumes(), _config_volume()])
+    spec["initContainers"] = [init]
     return _daemonset(
         "nvidia-device-plugin-mps-control-daemon",
         s,
@@ -521,14 +593,19 @@ def dcgm_exporter_docs(s: dict[str, Any]) -> list[dict[str, Any]]:
         "name": "dcgm-exporter",
         "image": image(s, "dcgm_exporter_image"),
         "imagePullPolicy": s["image_pull_policy"],
-        "env": _env(
-            [
-                ("DCGM_EXPORTER_LISTEN", f":{s['dcgm_exporter_port']}"),
-                ("DCGM_EXPORTER_KUBERNETES", "true"),
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-            ]
-        ),
+        # NODE_NAME: the exporter maps pods to GPUs for this node only (dcgm-exporter 4.2.3-4.1.3,
+        # deployment/templates/daemonset.yaml sets it from spec.nodeName).
+        "env": [
+            *_env(
+                [
+                    ("DCGM_EXPORTER_LISTEN", f":{s['dcgm_exporter_port']}"),
+                    ("DCGM_EXPORTER_KUBERNETES", "true"),
+                    ("NVIDIA_VISIBLE_DEVICES", "all"),
+                    ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+                ]
+            ),
+            _field_env("NODE_NAME", "spec.nodeName"),
+        ],
         "ports": [{"name": "metrics", "containerPort": s["dcgm_exporter_port"], "protocol": "TCP"}],
         "securityContext": {"runAsNonRoot": False, "runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
         "volumeMounts": [{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}],
@@ -580,9 +657,52 @@ def node_name_ok(name: str | None) -> bool:
     return bool(name) and len(name) <= 253 and all(_DNS_LABEL.match(p) for p in name.split("."))
 
 
-def node_labels_doc(node: dict[str, Any]) -> dict[str, Any]:
-    """A partial Node carrying ``gpu_facts``' labels: a merge patch for the API, a server-side apply for GitOps."""
-    name, labels = node["name"], node.get("labels") or {}
+# The labels whose value GFD derives from the plugin's config or from MIG devices (k8s-device-plugin v0.17.4,
+# internal/lm/resource.go baseLabeler: <resource>.product with "-SHARED" when shared and not renamed, .count,
+# .replicas, .sharing-strategy; mig-strategy.go: under MIG "single" nvidia.com/gpu.* describe the MIG devices, under
+# "mixed" nvidia.com/mig-<profile>.*; nvml.go: mps.capable).
+_RESOURCE_LABELS = ("gpu.product", "gpu.count", "gpu.memory", "gpu.replicas", "gpu.sharing-strategy")
+
+
+def node_labels(s: dict[str, Any], labels: dict[str, Any]) -> dict[str, str]:
+    """The labels the role puts on a GPU node, never contradicting GFD's.
+
+    With GFD on, ``nvidia.com/gpu.present``, which GFD never writes (the default node selector needs it), and labels
+    outside ``nvidia.com/``: every other ``nvidia.com/`` label is GFD's (through NFD) and the role leaves it alone.
+    With GFD off, ``gpu_facts``' labels with the config-dependent ones as GFD would write them: replicas, sharing
+    strategy and the ``-SHARED`` product for a shared ``nvidia.com/gpu``, ``mps.capable``; under MIG the per-resource
+    labels (which then describe MIG devices) are left out and ``nvidia.com/mig.strategy`` is set."""
+    labels = {str(k): str(v) for k, v in (labels or {}).items()}
+    if s["gfd_enabled"]:
+        return {k: v for k, v in labels.items() if k == PRESENT_LABEL or not k.startswith("nvidia.com/")}
+    if s["mig_strategy"] != "none":
+        for key in _RESOURCE_LABELS:
+            labels.pop("nvidia.com/" + key, None)
+        labels["nvidia.com/mig.strategy"] = s["mig_strategy"]
+        return labels
+    if "nvidia.com/gpu.count" not in labels:
+        return labels  # no GPU read (driver not loaded): GFD would write none of these either
+    sharing = s["time_slicing"] or s["mps"]
+    shared = next((r for r in (sharing or {}).get("resources", []) if r["name"] == GPU_RESOURCE), None)
+    if shared:
+        labels["nvidia.com/gpu.replicas"] = str(shared["replicas"])
+        labels["nvidia.com/gpu.sharing-strategy"] = "mps" if s["mps"] else "time-slicing"
+        if "nvidia.com/gpu.product" in labels and not shared.get("rename"):
+            labels["nvidia.com/gpu.product"] = labels["nvidia.com/gpu.product"] + "-SHARED"
+    else:
+        labels["nvidia.com/gpu.replicas"] = "1"
+        labels["nvidia.com/gpu.sharing-strategy"] = "none"
+    labels["nvidia.com/mps.capable"] = "true" if s["mps"] else "false"
+    return labels
+
+
+def node_labels_doc(node: dict[str, Any], s: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A partial Node carrying the role's labels (``node_labels``): a merge patch for the API, a server-side apply for
+    GitOps."""
+    name = node["name"]
+    labels = node.get("labels") or {}
+    if s is not None:
+        labels = node_labels(s, labels)
     if not node_name_ok(name):
         raise DevicePluginError(f"device_plugin_node_name: {name!r} is not a valid Kubernetes node name")
     return {
@@ -599,12 +719,43 @@ def validation_pod_name(node_name: str) -> str:
     return f"gpufleet-validate-{base}-{digest}"
 
 
-def validation_pod(s: dict[str, Any], node_name: str) -> dict[str, Any]:
+def node_mig_profiles(node: dict[str, Any]) -> list[str]:
+    """The MIG profiles of a node's MIG devices (``gpu_facts``' ``gpus[].mig_devices[].profile``), in GPU order."""
+    profiles = []
+    for gpu in node.get("gpus") or []:
+        for mig in (gpu or {}).get("mig_devices") or []:
+            profile = (mig or {}).get("profile")
+            if profile and profile not in profiles:
+                profiles.append(str(profile))
+    return profiles
+
+
+def validation_resource(s: dict[str, Any], node: dict[str, Any]) -> str | None:
+    """The resource the node advertises that the validation pod asks for one of; None when the render cannot know it.
+
+    k8s-device-plugin v0.17.4 (internal/rm/rm.go, the MIG strategies' resources): with MIG ``none`` or ``single`` the
+    GPUs (or their MIG devices) are ``nvidia.com/gpu``; with ``mixed`` each MIG profile is its own
+    ``nvidia.com/mig-<profile>`` and a node whose GPUs are all in MIG mode has no ``nvidia.com/gpu``. With renaming a
+    shared resource is advertised only as ``<name>.shared``."""
+    if s["mig_strategy"] == "mixed":
+        profiles = node_mig_profiles(node)
+        if not profiles:
+            return None
+        name = MIG_PREFIX + profiles[0]
+    else:
+        name = GPU_RESOURCE
+    sharing = s["time_slicing"] or s["mps"]
+    if sharing and sharing["rename_by_default"] and any(r["name"] == name for r in sharing["resources"]):
+        name += SHARED_SUFFIX
+    return name
+
+
+def validation_pod(s: dict[str, Any], node_name: str, resource: str = GPU_RESOURCE) -> dict[str, Any]:
     container = {
         "name": "gpu-check",
         "image": image(s, "validate_image"),
         "imagePullPolicy": s["image_pull_policy"],
-        "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {GPU_RESOURCE: 1}},
+        "resources": {"limits": {resource: 1}, "requests": {resource: 1}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if s["validate_command"]:
@@ -688,10 +839,14 @@ def documents(
             raise DevicePluginError(f"device_plugin_node_name: node {node['name']!r} is named by two hosts")
         seen.add(node["name"])
         if s["node_labels"]:
-            out.append(("nodes", f"node-{node['name']}.yaml", [node_labels_doc(node)]))
+            out.append(("nodes", f"node-{node['name']}.yaml", [node_labels_doc(node, s)]))
     # Validation pods last: they need the plugin running and, without NFD/GFD, the labels in place.
+    # With MIG "mixed" and no MIG device in the node's facts there is no resource to ask for: no pod, no false failure.
     if s["validate"]:
-        out.extend(("validation", f"validate-{n['name']}.yaml", [validation_pod(s, n["name"])]) for n in nodes)
+        for node in nodes:
+            resource = validation_resource(s, node)
+            if resource:
+                out.append(("validation", f"validate-{node['name']}.yaml", [validation_pod(s, node["name"], resource)]))
     return out
 
 
@@ -713,7 +868,15 @@ def helm_values(settings: dict[str, Any] | None, dump: Callable[[dict[str, Any]]
         # (requiresCapSysAdmin is true whenever config.map is set), but not for every way of naming a config.
         "securityContext": plugin_security(s),
         "gfd": {"enabled": bool(s["gfd_enabled"]), "securityContext": copy.deepcopy(GFD_SECURITY)},
-        "nfd": {"enabled": False},
+        # NVIDIA's chart deploys node-feature-discovery (its dependency, chart 0.15.3 in chart 0.17.4's Chart.lock)
+        # when nfd.enabled, else when gfd.enabled (Chart.yaml condition "nfd.enabled,gfd.enabled"): GFD's labels
+        # reach the node only through NFD. enableNodeFeatureApi goes to GFD (GFD_USE_NODE_FEATURE_API), its RBAC
+        # (templates/role.yml) and NFD's master alike (values.yaml nfd.enableNodeFeatureApi).
+        "nfd": {
+            "enabled": bool(s["gfd_enabled"] and s["nfd_enabled"]),
+            "enableNodeFeatureApi": bool(s["gfd_node_feature_api"]),
+        },
+        "cdi": {"nvidiaHookPath": s["cdi_hook_path"] if uses_cdi(s) else None},
         "devicePlugin": {"enabled": True},
     }
     if s["runtime_class_name"]:
@@ -747,6 +910,14 @@ def toolkit_problems(toolkit: dict[str, Any] | None, strategies: Sequence[str]) 
             "nvidia runtime would not read the plugin's device mounts (and would take the "
             f"NVIDIA_VISIBLE_DEVICES={VOLUME_MOUNTS_ROOT} the plugin sets with them for a device); {fix}, or choose "
             "another device_plugin_device_list_strategy"
+        )
+    cdi = [x for x in strategies if x in CDI_STRATEGIES]
+    if cdi and toolkit.get("provider") == "native":
+        problems.append(
+            f"{chosen} has {', '.join(cdi)}: the device plugin then writes its own CDI spec, whose hooks run NVIDIA's "
+            "nvidia-cdi-hook (device_plugin_cdi_hook_path), which the native toolkit provider does not install, so "
+            "every GPU pod would fail to start; choose device_plugin_device_list_strategy: [volume-mounts] (the "
+            "default), or toolkit_provider: nvidia"
         )
     if list(strategies) == ["envvar"] and envvar is False:
         fix = (

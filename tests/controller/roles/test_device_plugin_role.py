@@ -290,7 +290,7 @@ def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(t
     helm = [c["params"] for c in calls if c["module"] == "helm"]
     assert len(helm) == 1
     assert helm[0]["values"] == expected["helm_values"]
-    assert helm[0]["chart_version"] == "0.17.1"
+    assert helm[0]["chart_version"] == "0.17.4"
     # The chart carries the plugin, its config and GFD; the RuntimeClass and the DCGM exporter go as documents.
     kinds = [
         d["kind"]

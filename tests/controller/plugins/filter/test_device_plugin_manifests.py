@@ -201,3 +201,13 @@ def test_no_container_loses_its_gpus_where_the_variable_from_unprivileged_contai
 def test_bad_option_is_a_filter_error_naming_the_role():
     with pytest.raises(AnsibleFilterError, match=r"device_plugin role: device_plugin_mig_strategy"):
         manifests({"mig_strategy": "both"}, NODES)
+
+
+def test_node_labels_are_what_the_node_documents_carry():
+    """The count the role publishes comes from here: with GFD on only gpu.present (gpu.count is GFD's)."""
+    assert manifests({}, NODES)["node_labels"] == {
+        "gpu-a": {"nvidia.com/gpu.present": "true"},
+        "gpu-b.rack2.example": {"nvidia.com/gpu.present": "true"},
+    }
+    assert manifests({"gfd_enabled": False}, NODES)["node_labels"]["gpu-a"]["nvidia.com/gpu.count"] == "8"
+    assert manifests({"node_labels": False}, NODES)["node_labels"] == {}

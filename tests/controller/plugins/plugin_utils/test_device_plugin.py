@@ -132,7 +132,7 @@ def test_daemonsets_select_gpu_nodes_use_the_runtime_class_and_roll_on_config_ch
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
+    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
     before = ds["spec"]["template"]["metadata"]["annotations"]["gpufleet.nvidia/config-sha256"]
     after = docs_by_kind({"mig_strategy": "single"})["DaemonSet"][0]["spec"]["template"]["metadata"]["annotations"]
     assert after["gpufleet.nvidia/config-sha256"] != before
@@ -177,9 +177,9 @@ def test_runtime_class_node_labels_and_validation_pod():
     kinds = docs_by_kind({})
     assert kinds["RuntimeClass"] == [dp.runtime_class(dp.normalize({}))]
     assert kinds["RuntimeClass"][0]["handler"] == "nvidia"
-    assert kinds["Node"] == [
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1.example", "labels": NODE["labels"]}}
-    ]
+    # GFD is on by default: the role writes only the label GFD never writes (gpu.count is GFD's)
+    node = {"name": "gpu-1.example", "labels": {dp.PRESENT_LABEL: "true"}}
+    assert kinds["Node"] == [{"apiVersion": "v1", "kind": "Node", "metadata": node}]
     pod = kinds["Pod"][0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-1.example"}
@@ -208,11 +208,11 @@ def test_helm_values_carry_the_same_config():
     assert json.loads(values["config"]["map"]["default"]) == config_of(settings)
     assert values["image"] == {
         "repository": "mirror.local/nvidia/k8s-device-plugin",
-        "tag": "v0.17.1",
+        "tag": "v0.17.4",
         "pullPolicy": "IfNotPresent",
     }
     assert values["runtimeClassName"] == "nvidia"
-    assert values["nfd"] == {"enabled": False}
+    assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": False}  # NFD with GFD, as NVIDIA's chart
     # The chart's security contexts are the manifests' (not left to the chart's derivation).
     assert values["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
     assert values["gfd"] == {"enabled": True, "securityContext": {"privileged": True}}
@@ -250,12 +250,18 @@ NVIDIA_K8S = {"provider": "nvidia", "accept_envvar_unprivileged": False, "accept
 @pytest.mark.parametrize(
     ("toolkit", "strategies", "messages"),
     [
-        # a Kubernetes node (the toolkit's default there) takes every strategy but envvar alone
+        # a Kubernetes node (the toolkit's default there) takes volume-mounts; CDI strategies need NVIDIA's hook
         (NATIVE_K8S, ["volume-mounts"], []),
-        (NATIVE_K8S, ["cdi-annotations"], []),
-        (NATIVE_K8S, ["cdi-cri"], []),
-        (NATIVE_K8S, ["envvar", "cdi-cri"], []),
         (NATIVE_K8S, ["envvar", "volume-mounts"], []),
+        (NVIDIA_K8S, ["cdi-annotations"], []),
+        (NVIDIA_K8S, ["cdi-cri"], []),
+        (NVIDIA_K8S, ["envvar", "cdi-cri"], []),
+        (
+            NATIVE_K8S,
+            ["cdi-annotations"],
+            [r"has cdi-annotations: .* hooks run NVIDIA's nvidia-cdi-hook .* native toolkit provider does not install"],
+        ),
+        (NATIVE_K8S, ["envvar", "cdi-cri"], [r"has cdi-cri: .*toolkit_provider: nvidia"]),
         (
             NATIVE_K8S,
             ["envvar"],
