@@ -34,6 +34,7 @@ NATIVE_PROGRAMS = (
     "gpufleet-cdi-refresh",
     "gpufleet-dev-char-links",
     "nvidia-container-cli",
+    "nvidia-docker",
 )
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"
