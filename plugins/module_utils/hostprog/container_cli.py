@@ -26,10 +26,11 @@ What NVIDIA's guides tell users to type to check a GPU host (``nvidia-container-
 * ``--version``: ``cli-version:``/``lib-version:`` lines naming gpufleet.nvidia, never NVIDIA's version.
 * A bad option or command: one line naming it and ``--help``, exit status 1 (argp's status).
 
-``configure`` (what containerd's ``ctr run --gpus N`` runs as a prestart hook, through ``containerd oci-hook --
-nvidia-container-cli --load-kmods configure --device=N --compute ... --pid={{pid}} {{rootfs}}``; containerd
-``contrib/nvidia/nvidia.go`` at v1.6.x, v1.7.x and v2.1.x; ``ctr`` also looks this program up on ``PATH`` before
-it creates the container, so it must exist) never configures a container here. The decision and why:
+``configure`` (what containerd's ``ctr run --gpus N`` runs as a prestart hook, ``createRuntime`` in 2.x, through
+``containerd oci-hook -- nvidia-container-cli --load-kmods configure --device=N --compute ... --pid={{pid}}
+{{rootfs}}``; containerd ``contrib/nvidia/nvidia.go`` at v1.6.x, v1.7.x and v2.1.x; ``ctr`` also looks this program
+up on ``PATH`` before it creates the container, so it must exist) never configures a container here. The decision
+and why:
 
 * Doing what NVIDIA's ``configure`` does from a prestart hook through plain runc means a root process that
   enters the container's mount namespace, mounts driver files on paths inside an image-controlled root file
