@@ -49,6 +49,10 @@ options:
       accept_volume_mounts:
         description: C(toolkit_accept_volume_mounts); null derives it.
         type: raw
+      nvidia_docker:
+        description: C(toolkit_nvidia_docker) (install the C(nvidia-docker) wrapper with the native programs).
+        type: raw
+        default: true
   kubernetes_node:
     description: Whether the host is a Kubernetes node (the P(gpufleet.nvidia.kubernetes_node#filter) rule).
     type: bool
@@ -91,6 +95,12 @@ _value:
     key:
       description: NVIDIA's repository key URL.
       type: str
+    programs:
+      description:
+        - The host programs the native provider installs (P(gpufleet.nvidia.host_programs#module)'s O(programs)) -
+          all of them, C(nvidia-docker) only when O(_input.nvidia_docker) is true.
+      type: list
+      elements: str
 """
 
 import re
@@ -99,8 +109,11 @@ from typing import Any, Mapping
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import PROGRAMS
+
 PROVIDERS = ("native", "nvidia")
 NVIDIA_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
+NVIDIA_DOCKER = "nvidia-docker"
 
 
 def _setting(value: Any, derived: bool) -> bool:
@@ -127,6 +140,9 @@ def toolkit_plan(settings: Mapping[str, Any], kubernetes_node: Any = False, repo
         "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),
         "repo": repo,
         "key": key,
+        "programs": [
+            name for name in PROGRAMS if name != NVIDIA_DOCKER or _setting(settings.get("nvidia_docker"), True)
+        ],
     }
 
 

@@ -216,6 +216,11 @@ ansible_facts:
               description: MIG mode after the next GPU reset.
               type: str
               returned: when known
+            brand:
+              description: NVML's brand of the GPU (C(nvmlDeviceGetBrand)), named as C(nvidia-smi -q) names it.
+              type: str
+              returned: when NVML answered
+              sample: Tesla
             vbios_version:
               description: Video BIOS version.
               type: str

@@ -54,7 +54,7 @@ options:
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
-      gpufleet-dev-char-links]
+      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker]
   bindir:
     description: Where the launchers go.
     type: path
@@ -189,8 +189,10 @@ from ansible.module_utils.basic import AnsibleModule
 # copy. ``_host_programs.payload`` computes the same closure from the sources (a unit test checks they agree).
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import container_cli as _container_cli  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim
 
 PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"

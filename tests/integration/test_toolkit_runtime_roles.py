@@ -45,6 +45,8 @@ PROGRAMS = (
     "nvidia-container-runtime-hook",
     "gpufleet-cdi-refresh",
     "gpufleet-dev-char-links",
+    "nvidia-container-cli",
+    "nvidia-docker",
 )
 UNIT = "/etc/systemd/system/gpufleet-cdi-refresh.service"
 UDEV = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"
@@ -138,6 +140,9 @@ def test_apply_publishes_the_facts_and_installs_everything(node_runs):
     ]
     for name in PROGRAMS:
         assert node.run(["test", "-x", "/usr/local/bin/" + name]).rc == 0, name
+    # what NVIDIA's guides have users type first works after the role (issue 14)
+    info = node.run(["nvidia-container-cli", "info"], check=True).stdout
+    assert info.startswith("NVRM version:   535.261.03\nCUDA version:   12.2\n\nDevice Index:   0\n"), info
     engines = runtime["engines"]
     assert set(engines) == {"docker", "containerd", "podman"}, engines
     assert engines["docker"]["registered"] and not engines["docker"]["cdi"]  # docker 20.10 has no CDI

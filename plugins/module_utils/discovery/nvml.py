@@ -57,6 +57,26 @@ ARCHITECTURES = {
     10: "Blackwell",
 }
 MIG_MODES = {0: "disabled", 1: "enabled"}
+# nvmlBrandType_t, named as ``nvidia-smi -q`` names them (nvml.h: NVML_BRAND_*).
+BRANDS = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "GRID",
+    5: "GeForce",
+    6: "Titan",
+    7: "NVIDIA Virtual Applications",
+    8: "NVIDIA Virtual PC",
+    9: "NVIDIA Virtual Compute Server",
+    10: "NVIDIA RTX Virtual Workstation",
+    11: "NVIDIA Cloud Gaming",
+    12: "Quadro RTX",
+    13: "NVIDIA RTX",
+    14: "NVIDIA",
+    15: "GeForce RTX",
+    16: "Titan RTX",
+}
 
 
 class NvmlError(Exception):
@@ -217,6 +237,9 @@ def _device(nv: _Nvml, handle: ctypes.c_void_p, index: int, warnings: list[str])
     major, minor = ctypes.c_int(0), ctypes.c_int(0)
     if nv.call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor)) == SUCCESS:
         gpu["compute_capability"] = f"{major.value}.{minor.value}"
+    rc, brand = nv.uint("nvmlDeviceGetBrand", handle)
+    if brand is not None:
+        gpu["brand"] = BRANDS.get(brand, "Unknown")
     rc, arch = nv.uint("nvmlDeviceGetArchitecture", handle)
     if arch is not None:
         gpu["architecture"] = ARCHITECTURES.get(arch)

@@ -33,6 +33,8 @@ NATIVE_PROGRAMS = (
     "nvidia-container-runtime-hook",
     "gpufleet-cdi-refresh",
     "gpufleet-dev-char-links",
+    "nvidia-container-cli",
+    "nvidia-docker",
 )
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"

@@ -30,6 +30,8 @@ PROGRAMS = {
     "nvidia-container-runtime-hook": ("hostprog.shim", "legacy_hook_main"),
     "gpufleet-cdi-refresh": ("hostprog.cdi_refresh", "main"),
     "gpufleet-dev-char-links": ("hostprog.dev_char", "main"),
+    "nvidia-container-cli": ("hostprog.container_cli", "main"),
+    "nvidia-docker": ("hostprog.nvidia_docker", "main"),
 }
 SHIM = "gpufleet-container-runtime"
 # The runtime shim's configuration (``_shim.CONFIG_PATH``): written when the shim is installed. The shim trusts it

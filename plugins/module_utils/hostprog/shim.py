@@ -44,7 +44,7 @@ CONFIG_KEYS = {"runtime": str, "index": str, "accept_envvar_unprivileged": bool,
 # runc's global flags that take a value (``--flag value``); everything else starting with - is boolean.
 _VALUE_FLAGS = frozenset(("--root", "--log", "--log-format", "--criu", "--rootless"))
 # Cheap byte-level hints that a config.json may ask for GPUs; a match is then parsed properly.
-_HINTS = (b"NVIDIA_VISIBLE_DEVICES", b"cdi.k8s.io/", b"nvidia-container-runtime-hook")
+_HINTS = (b"NVIDIA_VISIBLE_DEVICES", b"cdi.k8s.io/", b"nvidia-container-runtime-hook", b"nvidia-container-cli")
 
 
 class ShimError(Exception):
@@ -224,10 +224,15 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
         "accept_volume_mounts": shim_config.get("accept_volume_mounts", False),
     }
     request = gpu_request(config, **policy)
+    ctr = _ctr_request(config)
+    if ctr is not None and (request is None or request.source != "CDI annotations"):
+        request = ctr
     if request is None and not has_legacy_hook(config):
         return False
     index_path = shim_config.get("index") or DEFAULT_INDEX
     index = _read_index(index_path, request is not None)
+    if ctr is not None:
+        _drop_ctr_hook(config, ctr if request is ctr else None, index)
     try:
         if not inject(config, index, request=request, **policy):
             return False
@@ -239,6 +244,26 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
     # Atomic, with the file's mode; no fsync: the file lives as long as this container start.
     atomic_write(config_file, dumps(config), fsync=False)
     return True
+
+
+def _ctr_request(config: dict) -> object:
+    """The request of ctr's ``--gpus`` hook (``oci.ctr_hook_request``), or None; ``ShimError`` for a malformed one."""
+    from .oci import RequestError, ctr_hook_request  # noqa: PLC0415
+
+    try:
+        return ctr_hook_request(config)
+    except RequestError as exc:
+        raise ShimError(str(exc)) from None
+
+
+def _drop_ctr_hook(config: dict, request: object, index: dict) -> None:
+    """Remove ctr's hook (the GPUs are injected here instead); fit the capabilities of its ``request`` (None when
+    CDI annotations won over it) to the spec. The hook goes either way: run, it would only fail the start."""
+    from .oci import fit_ctr_capabilities, remove_ctr_hooks  # noqa: PLC0415
+
+    remove_ctr_hooks(config)
+    if request is not None:
+        fit_ctr_capabilities(request, index)
 
 
 HOOK_NAME = "gpufleet-cdi-hook"

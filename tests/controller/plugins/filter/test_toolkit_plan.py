@@ -78,3 +78,14 @@ def test_repository_and_key() -> None:
 
 def test_registered_under_its_name() -> None:
     assert FilterModule().filters()["toolkit_plan"] is toolkit_plan
+
+
+def test_programs_all_native_ones_and_nvidia_docker_is_an_option():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import PROGRAMS
+
+    assert toolkit_plan(DEFAULTS)["programs"] == list(PROGRAMS)
+    assert "nvidia-container-cli" in PROGRAMS and "nvidia-docker" in PROGRAMS
+    for off in (False, "false", "no"):
+        programs = toolkit_plan(dict(DEFAULTS, nvidia_docker=off))["programs"]
+        assert programs == [name for name in PROGRAMS if name != "nvidia-docker"]
+    assert toolkit_plan(dict(DEFAULTS, nvidia_docker="true"))["programs"] == list(PROGRAMS)

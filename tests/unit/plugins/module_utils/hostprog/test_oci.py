@@ -440,3 +440,29 @@ def test_any_config_is_checked_or_a_request_error(config, envvar, mounts):
         _oci.inject(config, _INDEX, accept_envvar_unprivileged=envvar, accept_volume_mounts=mounts)
     except _oci.RequestError as exc:
         assert "\n" not in str(exc)
+
+
+def test_ctr_hook_request_from_containerds_hook_args():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import oci
+
+    # containerd contrib/nvidia/nvidia.go config.args() for `ctr run --gpus 0 --gpus 1` (WithAllCapabilities)
+    args = ["containerd", "oci-hook", "--", "/usr/local/bin/nvidia-container-cli", "--load-kmods", "configure"]
+    args += ["--device=0,1", "--compute", "--compat32", "--graphics", "--utility", "--video", "--display"]
+    args += ["--pid={{pid}}", "{{rootfs}}"]
+    other = {"path": "/bin/true"}
+    config = {"hooks": {"prestart": [other, {"path": "/usr/bin/containerd", "args": args}]}}
+    request = oci.ctr_hook_request(config)
+    assert request.devices == ["0", "1"] and request.source == oci.CTR_SOURCE and request.env == {}
+    assert request.capabilities == ("utility", "compute", "video", "graphics", "display", "compat32")
+    assert oci.fit_ctr_capabilities(request, {"capabilities": ["utility", "compute", "video"]}).capabilities == (
+        "utility",
+        "compute",
+        "video",
+    )
+    assert oci.has_ctr_hook(config) and oci.remove_ctr_hooks(config) and config["hooks"] == {"prestart": [other]}
+    assert oci.ctr_hook_request(config) is None and not oci.remove_ctr_hooks(config)
+    # no --device: driver files only; no capability flag: the default
+    bare = {"hooks": {"prestart": [{"path": "/c", "args": [*args[:6], "{{rootfs}}"]}]}}
+    request = oci.ctr_hook_request(bare)
+    assert request.devices == [] and request.capabilities == ("utility", "compute")
+    assert oci.remove_ctr_hooks(bare) and bare == {}

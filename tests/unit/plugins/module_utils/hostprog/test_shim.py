@@ -511,3 +511,106 @@ def test_cdi_annotations_always_count(toolkit):
 def test_legacy_hook_on_a_broken_state_fails_with_its_advice(toolkit, stdin):
     proc, _ran, _config = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
     assert "register gpufleet-container-runtime" in _one_line(proc)
+
+
+# --------------------------------------------------------------------------------------------------
+# ctr run --gpus N (containerd contrib/nvidia/nvidia.go): the shim injects, the hook goes.
+
+CTR_CLI = "/usr/local/bin/nvidia-container-cli"
+CTR_ALL_CAPS = ["--compute", "--compat32", "--graphics", "--utility", "--video", "--display"]
+
+
+def ctr_hook(*configure_args, cli=CTR_CLI):
+    args = ["containerd", "oci-hook", "--", cli, "--load-kmods", "configure", *configure_args]
+    return {"path": "/usr/bin/containerd", "args": [*args, "--pid={{pid}}", "{{rootfs}}"], "env": ["PATH=/bin"]}
+
+
+def test_ctr_gpus_hook_becomes_the_request_and_goes(toolkit):
+    other = {"path": "/usr/bin/true", "args": ["true"]}
+    proc, ran, config = toolkit(["create", "id"], prestart=[ctr_hook("--device=1", *CTR_ALL_CAPS), other])
+    assert proc.returncode == 0, proc.stderr
+    assert ran[0] == "create"
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+    assert config["hooks"] == {"prestart": [other]}  # only ctr's hook is dropped
+    assert config["annotations"]["gpufleet.nvidia/injected"] == "1"
+    # ctr asks for every capability; the spec has utility,compute: those are injected (libcuda mounted)
+    assert config["mounts"][0]["destination"] == "/usr/lib/x86_64-linux-gnu/libcuda.so.535"
+
+
+def test_ctr_2_createruntime_hook_is_recognised_too(toolkit):
+    # containerd 2.1's ctr writes the same hook as createRuntime
+    proc, _ran, config = toolkit(["create", "id"], extra={"hooks": {"createRuntime": [ctr_hook("--device=0")]}})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
+    assert "hooks" not in config
+
+
+def test_ctr_hook_with_a_uuid_list_and_requirement(toolkit):
+    proc, _ran, config = toolkit(
+        ["create", "id"], prestart=[ctr_hook("--device=0,1", "--utility", "--require=cuda>=12.0")]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]
+    assert not config["mounts"]  # utility only: no libcuda
+    assert "hooks" not in config
+
+
+def test_ctr_hook_requirement_not_met_fails_the_start(toolkit):
+    proc, ran, _config = toolkit(
+        ["create", "id"], prestart=[ctr_hook("--device=0", "--compute", "--require=cuda>=13.0")]
+    )
+    assert proc.returncode == 1 and ran is None
+    assert _one_line(proc) and "unsatisfied requirement" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("hook", "reason"),
+    [
+        # what a hand-made config.json could carry: none of it widens what is injected
+        (ctr_hook("--device=0,/dev/sda", "--compute"), "unknown GPU '/dev/sda'"),
+        (ctr_hook("--device=7", "--compute"), "unknown GPU '7'"),
+        (ctr_hook("--device=0", "--ldconfig=@/tmp/evil", "--compute"), "does not write: '--ldconfig=@/tmp/evil'"),
+        (ctr_hook("--device=0", "--mount=/:/host"), "does not write: '--mount=/:/host'"),
+        (ctr_hook("--device=0", "--gpu"), "does not write: '--gpu'"),
+        (
+            {
+                "path": "/usr/bin/containerd",
+                "args": ["containerd", "oci-hook", "--", CTR_CLI, "--root=/", "configure", "r"],
+            },
+            "does not write: '--root=/'",
+        ),
+        (
+            {"path": "/c", "args": ["containerd", "oci-hook", "--", CTR_CLI, "configure", "--device=0", "/r1", "/r2"]},
+            "names 2 root file systems",
+        ),
+        (ctr_hook("--device=0", *(["--compute"] * 70)), "more than 64 arguments"),
+        ({"path": "/c", "args": ["containerd", "oci-hook", "--", CTR_CLI, "info"]}, "does not run configure"),
+    ],
+)
+def test_hostile_ctr_hook_fails_with_one_line(toolkit, hook, reason):
+    proc, ran, config = toolkit(["create", "id"], prestart=[hook])
+    assert proc.returncode == 1 and ran is None, proc.stderr
+    assert _one_line(proc) and reason in proc.stderr, proc.stderr
+    assert "devices" not in config["linux"]
+
+
+def test_ctr_hook_lookalikes_are_not_requests(toolkit):
+    # another program's hook that mentions the name, or a hook not run through containerd oci-hook
+    hooks = [
+        {"path": "/usr/bin/logger", "args": ["logger", "nvidia-container-cli"]},
+        {"path": CTR_CLI, "args": ["nvidia-container-cli", "configure", "--device=0", "/r"]},
+    ]
+    proc, ran, config = toolkit(["create", "id"], prestart=hooks)
+    assert proc.returncode == 0 and ran[0] == "create", proc.stderr
+    assert "devices" not in config["linux"] and config["hooks"]["prestart"] == hooks
+
+
+def test_cdi_annotations_win_over_the_ctr_hook_which_still_goes(toolkit):
+    proc, _ran, config = toolkit(
+        ["create", "id"],
+        prestart=[ctr_hook("--device=1", "--compute", "--utility")],
+        annotations={"cdi.k8s.io/x": "nvidia.com/gpu=0"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
+    assert "hooks" not in config
