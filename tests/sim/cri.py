@@ -370,6 +370,7 @@ class NodeSocket:
         self.local = os.path.join(self._dir, "cri.sock")
         self._server = socket.socket(socket.AF_UNIX)
         self._procs: list[subprocess.Popen] = []
+        self._conns: list[socket.socket] = []
         self._closed = False
 
     def __enter__(self) -> str:
@@ -381,6 +382,8 @@ class NodeSocket:
     def __exit__(self, *exc: object) -> None:
         self._closed = True
         self._server.close()
+        for conn in self._conns:
+            conn.close()
         for proc in self._procs:
             if proc.poll() is None:
                 proc.kill()
@@ -396,6 +399,7 @@ class NodeSocket:
             argv = [self.docker, "exec", "-i", self.container, "python3", "-c", RELAY, self.path]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             self._procs.append(proc)
+            self._conns.append(conn)
             threading.Thread(target=self._upstream, args=(conn, proc), daemon=True).start()
             threading.Thread(target=self._downstream, args=(conn, proc), daemon=True).start()
 
