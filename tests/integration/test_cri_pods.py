@@ -195,11 +195,31 @@ def cri(fleet):
             relay = NodeSocket(fleet.node(name).container)
             target = relay.__enter__()
             opened[name] = (relay, Cri(target))
-        yield {name: client for name, (_relay, client) in opened.items()}
+        clients = {name: client for name, (_relay, client) in opened.items()}
+        for name, client in clients.items():
+            _wait_for_cri(fleet.node(name), client)
+        yield clients
     finally:
         for relay, client in opened.values():
             client.close()
             relay.__exit__(None, None, None)
+
+
+def _wait_for_cri(node, client: Cri, timeout: float = 120.0) -> None:
+    """Wait until containerd serves ``runtime.v1`` (it may still be loading its CRI plugin after site.yml's
+    restarts); fail with containerd's own errors about it when it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.version()
+            return
+        except CriError as exc:
+            if time.monotonic() > deadline:
+                log = node.run(
+                    "journalctl -u containerd --no-pager -o cat | grep -iE 'cri|level=(error|fatal)' | tail -n 30"
+                ).stdout
+                pytest.fail(f"{node.name}: containerd does not serve the CRI API: {exc}\n{log}")
+        time.sleep(3)
 
 
 def _run(fleet, cri, name: str, container: Container, pod_annotations: dict[str, str] | None = None) -> dict:
