@@ -66,9 +66,15 @@ options:
         path; when not given, whatever runtime has O(name) is removed.
     type: path
   set_as_default:
-    description: Make the runtime the engine's default runtime.
+    description:
+      - V(true) makes the runtime the engine's default runtime (docker C(default-runtime), containerd
+        C(default_runtime_name), CRI-O C(default_runtime)), so that C(docker run --gpus) and Kubernetes pods reach it
+        with no C(--runtime) flag or RuntimeClass.
+      - V(false) takes a default that names this runtime away again (the way back from V(true)): the value our
+        comment recorded in a TOML file, else the engine's built-in default (docker drops C(default-runtime)). A
+        default that names another runtime is never touched.
+      - Not set, the default runtime is left as it is.
     type: bool
-    default: false
   cdi:
     description:
       - Turn on the engine's CDI support (docker C(features.cdi), containerd C(enable_cdi); nothing for CRI-O).
@@ -430,7 +436,7 @@ ARGUMENT_SPEC = {
     "engine": {"type": "str", "required": True, "choices": list(CONFIGURABLE)},
     "name": {"type": "str", "default": "nvidia"},
     "path": {"type": "path"},
-    "set_as_default": {"type": "bool", "default": False},
+    "set_as_default": {"type": "bool"},
     "cdi": {"type": "bool", "default": False},
     "config_path": {"type": "path"},
     "drop_in": {"type": "raw"},

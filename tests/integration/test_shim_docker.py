@@ -141,6 +141,8 @@ class Engine:
                 "--iptables=false",
                 "--ip-masq=false",
                 "--add-runtime", "nvidia=" + os.path.join(bindir, "gpufleet-container-runtime"),
+                # what the runtime role sets on GPU nodes (runtime_set_as_default): `docker run --gpus` as typed
+                "--default-runtime", "nvidia",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -242,10 +244,21 @@ def test_docker_gpus_one_device_through_the_shim(engine):
     assert "nvidia1" in out and "nvidia0" not in out
 
 
-def test_docker_gpus_without_the_shim_fails_with_advice(engine):
-    proc = _run(engine, "--gpus", "all", IMAGE, "true", check=False)
-    assert proc.returncode != 0
-    assert "register gpufleet-container-runtime as the 'nvidia' runtime" in proc.stderr
+def test_docker_gpus_all_as_nvidias_guides_type_it(engine):
+    """`docker run --rm --gpus all <image> ...` with no --runtime: nvidia is the default runtime (as the runtime
+    role sets it), so docker's own --gpus request reaches the shim and the container sees every GPU."""
+    out = engine.docker("run", "--rm", "--network", "none", "--gpus", "all", IMAGE, "sh", "-c", SCRIPT).stdout
+    devs, cache, _rest = out.split("---\n")
+    assert {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"} <= set(devs.split())
+    assert "libnvidia-ml.so.1" in cache and "libcuda.so.1" in cache
+
+
+def test_no_gpu_container_under_the_default_runtime_gets_nothing(engine):
+    """The default runtime is nvidia, but a container that asks for no GPU gets none: no device node, no driver."""
+    out = _run(engine, IMAGE, "sh", "-c", "ls /dev; echo ---; ldconfig -p").stdout
+    devs, cache = out.split("---\n")
+    assert not [d for d in devs.split() if d.startswith("nvidia")]
+    assert "libcuda" not in cache and "libnvidia" not in cache
 
 
 def test_void_is_not_a_gpu_container(engine):

@@ -304,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
 
 LEGACY_MESSAGE = (
     "nvidia-container-runtime-hook (gpufleet): this container asks for GPUs (docker --gpus) but was not "
-    "started through the gpufleet runtime; register gpufleet-container-runtime as the 'nvidia' runtime "
-    "(gpufleet.nvidia.container_runtime with path /usr/local/bin/gpufleet-container-runtime) and run with "
-    "--runtime=nvidia, or make it the default runtime"
+    "started through the gpufleet runtime, and nvidia is not docker's default runtime here; run it with "
+    "--runtime=nvidia, or make nvidia the default runtime again (role gpufleet.nvidia.runtime: "
+    "runtime_set_as_default: true, its default; or gpufleet.nvidia.container_runtime with set_as_default: true)"
 )
 
 

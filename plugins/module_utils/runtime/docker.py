@@ -88,12 +88,16 @@ def present(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     cdi: bool = False,
     path: str = DEFAULT_PATH,
 ) -> Edit:
     """Add or update ``runtimes.<name> = {"path": runtime_path, "args": []}``, and when asked
-    ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it)."""
+    ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it).
+
+    ``set_as_default``: True makes ``<name>`` the default; False takes ``default-runtime`` away only when it
+    names ``<name>`` (the way back from True: dockerd falls back to runc; another default the admin chose is
+    never touched); None leaves ``default-runtime`` as it is."""
     if name in RESERVED_NAMES:
         raise RuntimeConfigError(
             f"runtime name {name!r} is reserved by dockerd (it refuses to start with it in runtimes)",
@@ -126,6 +130,9 @@ def present(
         if current != name:
             data["default-runtime"] = name
             changes.append(f"default-runtime: {current!r} -> {name!r}")
+    elif set_as_default is False and data.get("default-runtime") == name:
+        del data["default-runtime"]
+        changes.append(f"default-runtime: {name!r} removed (set_as_default is false; dockerd falls back to runc)")
     if cdi:
         features = data.get("features")
         if features is None:

@@ -234,7 +234,8 @@ def test_legacy_hook_entry_point(toolkit):
         ["prestart"], program="nvidia-container-runtime-hook", stdin=json.dumps({"bundle": "/b"})
     )
     assert proc.returncode == 1
-    assert "register gpufleet-container-runtime as the 'nvidia' runtime" in proc.stderr
+    # the refusal names both ways out: the flag, and the role variable that makes nvidia docker's default again
+    assert "--runtime=nvidia" in proc.stderr and "runtime_set_as_default: true" in proc.stderr
 
 
 def test_launchers_are_isolated_pythons():
@@ -510,4 +511,4 @@ def test_cdi_annotations_always_count(toolkit):
 @pytest.mark.parametrize("stdin", ['{"annotations": ', "[1, 2]", '{"annotations": []}', "\x00\x01"])
 def test_legacy_hook_on_a_broken_state_fails_with_its_advice(toolkit, stdin):
     proc, _ran, _config = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
-    assert "register gpufleet-container-runtime" in _one_line(proc)
+    assert "--runtime=nvidia" in _one_line(proc) and "runtime_set_as_default" in _one_line(proc)
