@@ -23,6 +23,11 @@ description:
     engine offers a way (C(dockerd --validate) on docker 23 and later, C(containerd config dump) on the
     candidate main file together with the candidate drop-in, C(crio config)); otherwise by parsing it.
     A refused configuration is never written.
+  - "docker: when the docker unit (its C(ExecStart), drop-ins, and the C(Environment)/C(EnvironmentFile) they
+    expand, such as C($DOCKER_OPTS)) passes C(--add-runtime) or C(--default-runtime) and the new C(daemon.json)
+    sets C(runtimes) or C(default-runtime), dockerd would refuse to start (the following directives are specified
+    both as a flag and in the configuration file). The module fails before writing, naming the unit file, the flag
+    and the fix; a flag hidden in a wrapper script is not seen (the restart rollback covers it)."
   - For containerd before 2.1, an imported file replaces the whole C(plugins.<id>) table of earlier files,
     so the drop-in carries a copy of the complete CRI plugin table (every key and sub-table the main file, or
     the last earlier import that defines it, sets), refreshed on every run. From 2.1 on the drop-in only

@@ -26,7 +26,7 @@ from .common import (
     line_of,
 )
 from .facts import DOCKER_PATH as DEFAULT_PATH
-from .facts import DockerFacts
+from .facts import DockerFacts, dockerd_flags
 
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
@@ -187,6 +187,28 @@ def absent(
     return Edit(_dump(data, text), changes)
 
 
+def refuse_flag_conflicts(flags: list[dict[str, str]], new_text: str | None, path: str = DEFAULT_PATH) -> None:
+    """Raise ``RuntimeConfigError`` when the candidate ``daemon.json`` sets a key that the docker unit also passes as
+    a flag (``facts.dockerd_flags``): dockerd would refuse to start ("the following directives are specified both as
+    a flag and in the configuration file"), so nothing is written and no restart is tried."""
+    try:
+        data = json.loads(new_text) if new_text and new_text.strip() else {}
+    except ValueError:
+        return  # the editor made it: cannot happen; the engine's own check reports it otherwise
+    for found in flags:
+        if found["option"] in data:
+            key = found["option"]
+            raise RuntimeConfigError(
+                f"dockerd is started with {found['flag']!r} (from {found['file']}), and {path} would set "
+                f'{key!r} too: dockerd refuses to start with both ("the following directives are specified both as '
+                'a flag and in the configuration file"); nothing was written',
+                found["file"],
+                None,
+                f"remove {found['flag'].split()[0]} from {found['file']} (daemon.json's {key} replaces it), run "
+                "'systemctl daemon-reload', and run again",
+            )
+
+
 class Docker(DockerFacts):
     """docker's adapter: its facts (``facts.DockerFacts``) and how to register a runtime with it."""
 
@@ -206,6 +228,12 @@ class Docker(DockerFacts):
             )
         else:
             edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path)
+        if edit.changed:
+            unit = p.get("unit") or self.unit
+            unit = unit if unit.endswith(".service") else unit + ".service"
+            # the unit's files are read where the engine runs (``job.unit_root``: a test's tree; the module: "/")
+            flags = dockerd_flags(getattr(job, "unit_root", "/"), unit)
+            refuse_flag_conflicts(flags, edit.text, job.config_path)
         return [Planned(job.config_path, edit, text, existed)]
 
     def validate(self, job: Any, tmp: str) -> None:
