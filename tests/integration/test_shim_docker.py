@@ -199,7 +199,9 @@ def engine(tmp_path_factory, debian_driver_tree):
         json.dump(index, f)
     config = os.path.join(work, "runtime.json")
     with open(config, "w", encoding="utf-8") as f:
-        json.dump({"runtime": RUNC, "index": index_path}, f)
+        # the debug log on (toolkit_debug_log): one line per GPU start, checked below
+        json.dump({"runtime": RUNC, "index": index_path, "debug_log": os.path.join(work, "log", "runtime.log")}, f)
+    os.mkdir(os.path.join(work, "log"), 0o755)
     env = {
         "PATH": bindir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "GPUFLEET_RUNTIME_CONFIG": config,
@@ -210,6 +212,7 @@ def engine(tmp_path_factory, debian_driver_tree):
         tar = build_rootfs_tar(work)
         eng.docker("import", tar, IMAGE)
         eng.version = version
+        eng.debug_log = os.path.join(work, "log", "runtime.log")
         yield eng
     finally:
         eng.stop()
@@ -293,3 +296,24 @@ def test_loader_finds_the_driver_through_the_written_cache(engine):
     assert "search cache=/etc/ld.so.cache" in lookup, out
     assert "trying file=/usr/lib/x86_64-linux-gnu/libcuda.so.1" in lookup and "search path=" not in lookup, out
     assert "cuInit=" in out
+
+
+def test_debug_log_has_one_line_per_gpu_start(engine):
+    """debug_log in runtime.json: a GPU start through the real engine adds one line (request, devices, mounts, ms);
+    a container that asks for no GPU adds none."""
+
+    def lines():
+        if not os.path.exists(engine.debug_log):
+            return []
+        with open(engine.debug_log, encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    before = len(lines())
+    _run(engine, "--gpus", "device=1", IMAGE, "true")
+    _run(engine, IMAGE, "true")
+    new = lines()[before:]
+    assert len(new) == 1, new
+    line = new[0]
+    assert line["program"] == "gpufleet-container-runtime" and line["devices"] == ["1"]
+    assert line["request"] == "NVIDIA_VISIBLE_DEVICES" and line["mounts"] > 0 and line["ms"] > 0
+    assert "error" not in line
