@@ -75,9 +75,9 @@ options:
       - V(true) makes the runtime the engine's default runtime (docker C(default-runtime), containerd
         C(default_runtime_name), CRI-O C(default_runtime)), so that C(docker run --gpus) and Kubernetes pods reach it
         with no C(--runtime) flag or RuntimeClass.
-      - V(false) takes a default that names this runtime away again (the way back from V(true)): the value our
-        comment recorded in a TOML file, else the engine's built-in default (docker drops C(default-runtime)). A
-        default that names another runtime is never touched.
+      - V(false) takes a default that names this runtime away again (the way back from V(true)), back to the value
+        our comment recorded in a TOML file, else to the engine's built-in default (docker drops C(default-runtime)).
+        A default that names another runtime is never touched.
       - Not set, the default runtime is left as it is.
     type: bool
   cdi:
