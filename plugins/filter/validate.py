@@ -115,10 +115,23 @@ def validate_plan(
             present = [engine, "image", "inspect", image] if engine == "docker" else [engine, "image", "exists", image]
             run = [engine, "run", "--rm", "--network", "none", "--pull", pull]
             common = dict(base, present_argv=present, present_rc0=True, load_argv=[engine, "load", "-i"])
+            gpus_skipped = None
             if engine == "docker":
                 cdi = reg.get("cdi") if "cdi" in reg else fact.get("cdi_enabled")
                 version = reg.get("version") or fact.get("version")
                 modes = [("runtime", ["--runtime", "nvidia", *docker_request])]
+                # nvidia as docker's default runtime (the runtime role's runtime_set_as_default): the command of
+                # NVIDIA's guides, `docker run --gpus all`, with no --runtime and no variable of ours
+                default = reg["default"] if "default" in reg else fact.get("default_runtime") == "nvidia"
+                if default and (toolkit or {}).get("accept_envvar_unprivileged") is False:
+                    gpus_skipped = (
+                        "docker (gpus): not run: on this host the runtime takes no NVIDIA_VISIBLE_DEVICES from an "
+                        "unprivileged container (accept_envvar_unprivileged false, a Kubernetes node), and that is "
+                        "what docker --gpus passes; ask with CDI (--device nvidia.com/gpu=all) or as the device "
+                        "plugin does"
+                    )
+                elif default:
+                    modes.append(("gpus", ["--gpus", "all"]))
                 if cdi and reads_cdi("docker", version):
                     modes.append(("cdi", ["--device", "nvidia.com/gpu=all"]))
             else:
@@ -126,6 +139,20 @@ def validate_plan(
             for mode, args in modes:
                 argv = wrap + run + ["--name", f"{name}-{mode}"] + args + [image, "sh", "-c", CHECK_SCRIPT]
                 checks.append(dict(common, mode=mode, name=f"{name}-{mode}", argv=argv))
+            if engine == "docker" and gpus_skipped:
+                checks.append(
+                    dict(
+                        base,
+                        mode="gpus",
+                        name=f"{name}-gpus",
+                        argv=None,
+                        present_argv=None,
+                        present_rc0=True,
+                        load_argv=None,
+                        skipped=True,
+                        message=gpus_skipped,
+                    )
+                )
         elif engine == "containerd":
             ref = containerd_ref(image)
             ctr = ["ctr", "-n", containerd_namespace]

@@ -23,6 +23,11 @@ description:
     engine offers a way (C(dockerd --validate) on docker 23 and later, C(containerd config dump) on the
     candidate main file together with the candidate drop-in, C(crio config)); otherwise by parsing it.
     A refused configuration is never written.
+  - "docker: when the docker unit (its C(ExecStart), drop-ins, and the C(Environment)/C(EnvironmentFile) they
+    expand, such as C($DOCKER_OPTS)) passes C(--add-runtime) or C(--default-runtime) and the new C(daemon.json)
+    sets C(runtimes) or C(default-runtime), dockerd would refuse to start (the following directives are specified
+    both as a flag and in the configuration file). The module fails before writing, naming the unit file, the flag
+    and the fix; a flag hidden in a wrapper script is not seen (the restart rollback covers it)."
   - For containerd before 2.1, an imported file replaces the whole C(plugins.<id>) table of earlier files,
     so the drop-in carries a copy of the complete CRI plugin table (every key and sub-table the main file, or
     the last earlier import that defines it, sets), refreshed on every run. From 2.1 on the drop-in only
@@ -66,9 +71,15 @@ options:
         path; when not given, whatever runtime has O(name) is removed.
     type: path
   set_as_default:
-    description: Make the runtime the engine's default runtime.
+    description:
+      - V(true) makes the runtime the engine's default runtime (docker C(default-runtime), containerd
+        C(default_runtime_name), CRI-O C(default_runtime)), so that C(docker run --gpus) and Kubernetes pods reach it
+        with no C(--runtime) flag or RuntimeClass.
+      - V(false) takes a default that names this runtime away again (the way back from V(true)), back to the value
+        our comment recorded in a TOML file, else to the engine's built-in default (docker drops C(default-runtime)).
+        A default that names another runtime is never touched.
+      - Not set, the default runtime is left as it is.
     type: bool
-    default: false
   cdi:
     description:
       - Turn on the engine's CDI support (docker C(features.cdi), containerd C(enable_cdi); nothing for CRI-O).
@@ -430,7 +441,7 @@ ARGUMENT_SPEC = {
     "engine": {"type": "str", "required": True, "choices": list(CONFIGURABLE)},
     "name": {"type": "str", "default": "nvidia"},
     "path": {"type": "path"},
-    "set_as_default": {"type": "bool", "default": False},
+    "set_as_default": {"type": "bool"},
     "cdi": {"type": "bool", "default": False},
     "config_path": {"type": "path"},
     "drop_in": {"type": "raw"},

@@ -382,6 +382,9 @@ ansible_facts:
           description:
           - For C(docker), C(containerd), C(crio) and C(podman) - C(installed), C(binary), C(version), C(config_path),
             C(runtimes) (names registered), C(default_runtime), C(cdi_enabled); containerd adds C(config_version).
+          - docker adds C(unit_flags) - the flags its systemd unit passes to dockerd that conflict with the runtime
+            registration in C(daemon.json) (C(--add-runtime), C(--default-runtime), also through C($DOCKER_OPTS)),
+            each C({flag, option, file}); each is also a problem C(docker_unit_runtime_flag) with its fix.
           type: dict
           returned: always
         labels:

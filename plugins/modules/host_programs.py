@@ -94,6 +94,15 @@ options:
       - Written to O(config_path) only when the runtime shim is among O(programs).
     type: bool
     default: false
+  debug_log:
+    description:
+      - A file the runtime shim appends one JSON line to per GPU container start (what was asked for, the devices, how
+        many mounts were added, the time it took in ms, the error when the start failed), like the C(debug) option of
+        NVIDIA's C(config.toml). Empty (the default) turns it off, at no cost to a container start.
+      - Written to O(config_path) as C(debug_log) only when set. The shim writes only into a directory owned by root
+        and not writable by group or others, never through a link, FIFO or device (O_APPEND, O_NOFOLLOW).
+    type: str
+    default: ""
   config_path:
     description:
       - The runtime shim's configuration file. The shim reads C(/etc/gpufleet/runtime.json); another path is only
@@ -168,7 +177,15 @@ runtime_config:
       description: O(accept_volume_mounts).
       type: bool
       sample: true
-  sample: {path: /etc/gpufleet/runtime.json, accept_envvar_unprivileged: false, accept_volume_mounts: true}
+    debug_log:
+      description: O(debug_log) (empty when off).
+      type: str
+      sample: ""
+  sample:
+    path: /etc/gpufleet/runtime.json
+    accept_envvar_unprivileged: false
+    accept_volume_mounts: true
+    debug_log: ""
 diff:
   description: Before and after of every changed file (with C(--diff)).
   returned: when something changed and diff mode is on
@@ -268,6 +285,7 @@ def main() -> None:
             "runtime": {"type": "path"},
             "accept_envvar_unprivileged": {"type": "bool", "default": True},
             "accept_volume_mounts": {"type": "bool", "default": False},
+            "debug_log": {"type": "str", "default": ""},
             "config_path": {"type": "path", "default": _host_programs.RUNTIME_CONFIG},
         },
         supports_check_mode=True,
@@ -318,14 +336,15 @@ def main() -> None:
     if with_config:
         try:
             config_text = _host_programs.render_runtime_config(
-                p["accept_envvar_unprivileged"], p["accept_volume_mounts"]
+                p["accept_envvar_unprivileged"], p["accept_volume_mounts"], p["debug_log"] or ""
             )
-        except ValueError as exc:  # pragma: no cover - the argument spec already gives booleans
+        except ValueError as exc:  # debug_log that is no absolute file path
             module.fail_json(msg=f"cannot render {p['config_path']}: {exc}", **result)
         result["runtime_config"] = {
             "path": p["config_path"],
             "accept_envvar_unprivileged": p["accept_envvar_unprivileged"],
             "accept_volume_mounts": p["accept_volume_mounts"],
+            "debug_log": p["debug_log"] or "",
         }
         problem = config_dir_problem(p["config_path"])
         if problem:

@@ -94,3 +94,39 @@ def _links(links: Mapping[str, Any] | None, nvidia: Mapping[str, Any]) -> int:
         return int(json.loads(stdout)["links"])
     nodes: list[Any] = list(nvidia.get("device_nodes") or [])
     return len(nodes)
+
+
+def default_runtime_problem(
+    toolkit: Mapping[str, Any] | None, set_as_default: bool, kubernetes_node: bool, host: str = "this host"
+) -> str:
+    """Why ``nvidia`` must not become the engines' default runtime on this host, or ``""`` when it may.
+
+    On a Kubernetes node every pod then starts through the nvidia runtime, also pods that asked the device plugin
+    for no GPU. That is safe only when the runtime does not take ``NVIDIA_VISIBLE_DEVICES`` (set by NVIDIA's CUDA
+    images, or by the pod itself) from an unprivileged container as an allocation: the toolkit's
+    ``accept_envvar_unprivileged`` must be false there (the toolkit role's default on Kubernetes nodes). An operator
+    who turned it back on and keeps the default gets this message and the runtime stage fails before it writes
+    anything: a warning would leave every GPU open to every pod."""
+    if not set_as_default or not kubernetes_node:
+        return ""
+    toolkit = toolkit or {}
+    if toolkit.get("accept_envvar_unprivileged") is False:
+        return ""
+    if toolkit.get("provider") == "nvidia":
+        fix_toolkit = (
+            "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in "
+            "/etc/nvidia-container-runtime/config.toml (nvidia-ctk config --in-place --set "
+            "accept-nvidia-visible-devices-envvar-when-unprivileged=false)"
+        )
+    else:
+        fix_toolkit = (
+            "leave toolkit_accept_envvar_unprivileged unset (it is false on Kubernetes nodes) or set it to false, "
+            "and run the toolkit stage"
+        )
+    return (
+        f"{host}: runtime_set_as_default is true on a Kubernetes node whose nvidia runtime takes "
+        "NVIDIA_VISIBLE_DEVICES from unprivileged containers as a GPU allocation (accept_envvar_unprivileged is "
+        "not false): with nvidia as the default runtime every pod whose image sets NVIDIA_VISIBLE_DEVICES=all "
+        "(NVIDIA's CUDA images do) would get every GPU past the device plugin. Nothing was changed. Fix: "
+        f"{fix_toolkit}; or set runtime_set_as_default: false (pods then need a RuntimeClass with handler nvidia)"
+    )

@@ -40,6 +40,7 @@ DAEMON_JSON = "/etc/docker/daemon.json"
 CONTAINERD_TOML = "/etc/containerd/config.toml"
 DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
 DOCKER_UNIT_DROP_IN = "/run/systemd/system/docker.service.d/gpufleet-test-flags.conf"
+WRAPPER = "/usr/local/sbin/gpufleet-test-dockerd"
 TOMLKIT_DEST = "/usr/local/lib/gpufleet-test-python"
 # our own restarts clear systemd's start limit first: this test restarts docker more often than it allows
 RESTART_DOCKER = "systemctl daemon-reload && systemctl reset-failed docker && systemctl restart docker"
@@ -175,15 +176,45 @@ def test_docker_register_run_rollback_absent(nodes, ansible_playbook):
                 failures.append(f"{name}: name=runc touched {DAEMON_JSON}")
         _check_all(failures)
 
-        # rollback: the unit passes --default-runtime as a flag (as admins do in DOCKER_OPTS); set_as_default
-        # writes default-runtime into daemon.json, which every dockerd refuses at start ("specified both as a
-        # flag and in the configuration file"), and `dockerd --validate` cannot know about the flag
+        # the unit passes --default-runtime as a flag (as admins do in DOCKER_OPTS); set_as_default writes
+        # default-runtime into daemon.json, which every dockerd refuses at start ("specified both as a flag and in the
+        # configuration file"), and `dockerd --validate` cannot know about the flag: the module reads the unit and
+        # fails before writing, naming the drop-in, the flag and the fix
         def add_flag(name):
             nodes[name].run(f"mkdir -p {DOCKER_UNIT_DROP_IN.rsplit('/', 1)[0]}", check=True)
             nodes[name].put(DOCKER_UNIT_DROP_IN, "[Service]\nEnvironment=DOCKER_OPTS=--default-runtime=runc\n")
             nodes[name].run(RESTART_DOCKER, check=True)
 
         _parallel(add_flag, list(nodes))
+        results = run_module(
+            ansible_playbook, engine="docker", path=SHIM, set_as_default=True, restart=True, restart_timeout=30
+        )
+        for name, r in results.items():
+            msg = r.get("msg", "")
+            if not r.get("failed") or r.get("restarted") or r.get("rolled_back"):
+                failures.append(f"{name}: the unit's flag was not refused up front: {r}")
+            elif not (
+                DOCKER_UNIT_DROP_IN in msg and "'--default-runtime runc'" in msg and "remove --default-runtime" in msg
+            ):
+                failures.append(f"{name}: the failure does not name the drop-in, the flag and the fix: {msg}")
+            if read_bytes(nodes[name], DAEMON_JSON) != written[name]:
+                failures.append(f"{name}: {DAEMON_JSON} was touched")
+        _check_all(failures)
+
+        # rollback: the same flag where no unit file shows it (a wrapper script in ExecStart): written, the restart
+        # fails, the previous file comes back and docker answers again with the engine's own error in the failure
+        def add_wrapper(name):
+            node = nodes[name]
+            node.put(WRAPPER, '#!/bin/sh\nexec "$(command -v dockerd)" --default-runtime=runc "$@"\n', 0o755)
+            node.put(DOCKER_UNIT_DROP_IN, "[Service]\n")
+            node.run(
+                f"grep -h '^ExecStart=.' /lib/systemd/system/docker.service | tail -1 "
+                f"| sed 's#^ExecStart=[^ ]*#ExecStart={WRAPPER}#' | (echo ExecStart=; cat) >> {DOCKER_UNIT_DROP_IN} "
+                f"&& {RESTART_DOCKER}",
+                check=True,
+            )
+
+        _parallel(add_wrapper, list(nodes))
         results = run_module(
             ansible_playbook, engine="docker", path=SHIM, set_as_default=True, restart=True, restart_timeout=30
         )
@@ -203,7 +234,7 @@ def test_docker_register_run_rollback_absent(nodes, ansible_playbook):
         def drop_flag(name):
             unit_dir = DOCKER_UNIT_DROP_IN.rsplit("/", 1)[0]
             nodes[name].run(
-                f"rm -rf {unit_dir} && {RESTART_DOCKER}",
+                f"rm -rf {unit_dir} {WRAPPER} && {RESTART_DOCKER}",
                 check=True,
             )
 
@@ -225,7 +256,9 @@ def test_docker_register_run_rollback_absent(nodes, ansible_playbook):
 
         def put_back(name):
             node = nodes[name]
-            node.run(f"rm -rf {DOCKER_UNIT_DROP_IN.rsplit('/', 1)[0]} /tmp/gpufleet-cid && systemctl daemon-reload")
+            node.run(
+                f"rm -rf {DOCKER_UNIT_DROP_IN.rsplit('/', 1)[0]} {WRAPPER} /tmp/gpufleet-cid && systemctl daemon-reload"
+            )
             if read_bytes(node, DAEMON_JSON) != originals[name]:
                 restore(node, DAEMON_JSON, originals[name])
                 node.run("systemctl reset-failed docker; systemctl restart docker")

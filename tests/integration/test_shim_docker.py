@@ -141,6 +141,8 @@ class Engine:
                 "--iptables=false",
                 "--ip-masq=false",
                 "--add-runtime", "nvidia=" + os.path.join(bindir, "gpufleet-container-runtime"),
+                # what the runtime role sets on GPU nodes (runtime_set_as_default): `docker run --gpus` as typed
+                "--default-runtime", "nvidia",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -197,7 +199,9 @@ def engine(tmp_path_factory, debian_driver_tree):
         json.dump(index, f)
     config = os.path.join(work, "runtime.json")
     with open(config, "w", encoding="utf-8") as f:
-        json.dump({"runtime": RUNC, "index": index_path}, f)
+        # the debug log on (toolkit_debug_log): one line per GPU start, checked below
+        json.dump({"runtime": RUNC, "index": index_path, "debug_log": os.path.join(work, "log", "runtime.log")}, f)
+    os.mkdir(os.path.join(work, "log"), 0o755)
     env = {
         "PATH": bindir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "GPUFLEET_RUNTIME_CONFIG": config,
@@ -208,6 +212,7 @@ def engine(tmp_path_factory, debian_driver_tree):
         tar = build_rootfs_tar(work)
         eng.docker("import", tar, IMAGE)
         eng.version = version
+        eng.debug_log = os.path.join(work, "log", "runtime.log")
         yield eng
     finally:
         eng.stop()
@@ -242,10 +247,21 @@ def test_docker_gpus_one_device_through_the_shim(engine):
     assert "nvidia1" in out and "nvidia0" not in out
 
 
-def test_docker_gpus_without_the_shim_fails_with_advice(engine):
-    proc = _run(engine, "--gpus", "all", IMAGE, "true", check=False)
-    assert proc.returncode != 0
-    assert "register gpufleet-container-runtime as the 'nvidia' runtime" in proc.stderr
+def test_docker_gpus_all_as_nvidias_guides_type_it(engine):
+    """`docker run --rm --gpus all <image> ...` with no --runtime: nvidia is the default runtime (as the runtime
+    role sets it), so docker's own --gpus request reaches the shim and the container sees every GPU."""
+    out = engine.docker("run", "--rm", "--network", "none", "--gpus", "all", IMAGE, "sh", "-c", SCRIPT).stdout
+    devs, cache, _rest = out.split("---\n")
+    assert {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"} <= set(devs.split())
+    assert "libnvidia-ml.so.1" in cache and "libcuda.so.1" in cache
+
+
+def test_no_gpu_container_under_the_default_runtime_gets_nothing(engine):
+    """The default runtime is nvidia, but a container that asks for no GPU gets none: no device node, no driver."""
+    out = _run(engine, IMAGE, "sh", "-c", "ls /dev; echo ---; ldconfig -p").stdout
+    devs, cache = out.split("---\n")
+    assert not [d for d in devs.split() if d.startswith("nvidia")]
+    assert "libcuda" not in cache and "libnvidia" not in cache
 
 
 def test_void_is_not_a_gpu_container(engine):
@@ -280,3 +296,24 @@ def test_loader_finds_the_driver_through_the_written_cache(engine):
     assert "search cache=/etc/ld.so.cache" in lookup, out
     assert "trying file=/usr/lib/x86_64-linux-gnu/libcuda.so.1" in lookup and "search path=" not in lookup, out
     assert "cuInit=" in out
+
+
+def test_debug_log_has_one_line_per_gpu_start(engine):
+    """debug_log in runtime.json: a GPU start through the real engine adds one line (request, devices, mounts, ms);
+    a container that asks for no GPU adds none."""
+
+    def lines():
+        if not os.path.exists(engine.debug_log):
+            return []
+        with open(engine.debug_log, encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    before = len(lines())
+    _run(engine, "--gpus", "device=1", IMAGE, "true")
+    _run(engine, IMAGE, "true")
+    new = lines()[before:]
+    assert len(new) == 1, new
+    line = new[0]
+    assert line["program"] == "gpufleet-container-runtime" and line["devices"] == ["1"]
+    assert line["request"] == "NVIDIA_VISIBLE_DEVICES" and line["mounts"] > 0 and line["ms"] > 0
+    assert "error" not in line

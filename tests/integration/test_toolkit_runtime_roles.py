@@ -93,7 +93,7 @@ def node_runs(sim_fleet_factory, ansible_playbook):
     node = fleet.node("tk-bookworm")
     _put_tomlkit(node)
     timings = {}
-    runs = {}
+    runs = {"inventory": fleet.inventory}
     for label, args in (("check", ("--check", "--diff")), ("apply", ()), ("again", ())):
         start = time.monotonic()
         runs[label] = ansible_playbook(PLAYBOOK, *args, inventory=fleet.inventory)
@@ -183,10 +183,52 @@ def test_gpu_container_through_docker(node_runs):
     assert re.search(r"libcuda\.so\.1 \(libc6,x86-64\) => /usr/lib/x86_64-linux-gnu/libcuda\.so\.1", cache), cache
 
 
+def test_nvidia_is_the_default_runtime_and_gpus_works_as_typed(node_runs):
+    """runtime_set_as_default (on by default): docker's and containerd's CRI default is nvidia, so the command of
+    NVIDIA's guides needs no --runtime; a container that asks for no GPU still gets none."""
+    node, runs = node_runs
+    engines = _facts(runs["apply"])["gpufleet_runtime"]["engines"]
+    assert engines["docker"]["default"] and engines["containerd"]["default"] and not engines["podman"]["default"]
+    assert node.run("docker info --format '{{.DefaultRuntime}}'", check=True).stdout.strip() == "nvidia"
+    dump = node.run("containerd config dump", check=True).stdout
+    assert re.search(r'^\s*default_runtime_name = "nvidia"', dump, re.M), dump
+    node.run(f"gpufleet-sim-mini-image {IMAGE}", check=True, timeout=300)
+    script = "sh -c 'ls /dev; echo ---; ldconfig -p'"
+    res = node.run(f"docker run --rm --network none --gpus all {IMAGE} {script}", timeout=180)
+    assert res.rc == 0, res.stderr
+    devs, cache = res.stdout.split("---\n")
+    assert {"nvidia0", "nvidia1", "nvidiactl"} <= set(devs.split()), devs
+    assert "libcuda.so.1" in cache and "libnvidia-ml.so.1" in cache, cache
+    res = node.run(f"docker run --rm --network none {IMAGE} {script}", timeout=180)
+    assert res.rc == 0, res.stderr
+    devs, cache = res.stdout.split("---\n")
+    assert not [d for d in devs.split() if d.startswith("nvidia")] and "libcuda" not in cache, res.stdout
+
+
 def test_second_run_changes_nothing(node_runs):
     _node, runs = node_runs
     recap = _recap(runs["again"])
     assert recap == {**recap, "changed": 0, "failed": 0}, runs["again"].stdout[-4000:]
+
+
+def test_default_back_to_false(node_runs, ansible_playbook):
+    """runtime_set_as_default: false after true takes our default away again (docker: default-runtime removed,
+    containerd's drop-in rewritten without it), keeps the runtime registered, and a second run changes nothing."""
+    node, runs = node_runs
+    off = ansible_playbook(PLAYBOOK, "-e", "runtime_set_as_default=false", inventory=runs["inventory"])
+    recap = _recap(off)
+    assert recap["failed"] == 0 and recap["changed"] > 0, off.stdout[-4000:]
+    engines = _facts(off)["gpufleet_runtime"]["engines"]
+    assert not engines["docker"]["default"] and "default-runtime: 'nvidia' removed" in engines["docker"]["message"]
+    daemon = json.loads(node.run(["cat", "/etc/docker/daemon.json"], check=True).stdout)
+    assert "default-runtime" not in daemon and daemon["runtimes"]["nvidia"]
+    assert node.run("docker info --format '{{.DefaultRuntime}}'", check=True).stdout.strip() == "runc"
+    dump = node.run("containerd config dump", check=True).stdout
+    assert not re.search(r'^\s*default_runtime_name = "nvidia"', dump, re.M), dump
+    res = node.run(f"docker run --rm --network none --runtime nvidia --gpus all {IMAGE} ls /dev", timeout=180)
+    assert res.rc == 0 and "nvidia0" in res.stdout.split(), res.stderr
+    again = ansible_playbook(PLAYBOOK, "-e", "runtime_set_as_default=false", inventory=runs["inventory"])
+    assert _recap(again) == {**_recap(again), "changed": 0, "failed": 0}, again.stdout[-4000:]
 
 
 def test_refresh_regenerates_a_stale_spec(node_runs):

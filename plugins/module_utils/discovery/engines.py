@@ -5,7 +5,8 @@
 
 For each: ``installed`` (its binary is in the root), ``version`` (from the dpkg database, which costs
 no process; on ``/`` only, ``<binary> --version`` when dpkg does not know it), ``config_path``,
-``runtimes`` (names registered), ``default_runtime`` and ``cdi_enabled`` (containerd: ``config_version``).
+``runtimes`` (names registered), ``default_runtime`` and ``cdi_enabled`` (containerd: ``config_version``; docker:
+``unit_flags``, the flags of its systemd unit that conflict with the runtime registration in ``daemon.json``).
 
 What each engine reads and how (file locations, containerd's import rule, CDI defaults by version) is the
 engine adapter's (``runtime.registry.ENGINES``), the same reading the container_runtime module plans with;
@@ -29,6 +30,7 @@ from ..base.pathsafe import host_path
 from ..base.version import parse as parse_version
 from ..runtime.base import Engine, Glob, toml_loader
 from ..runtime.facts import FACTS as ADAPTERS
+from ..runtime.facts import dockerd_flags
 
 BINARY_DIRS = ("/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
@@ -150,4 +152,6 @@ def detect(
             match = _VERSION.search(out or "") if rc == 0 else None
             info["version"] = match.group(1) if match else None
         _configured(root, name, info, warnings)
+        if name == "docker":
+            info["unit_flags"] = dockerd_flags(root, adapter.unit + ".service")
     return engines

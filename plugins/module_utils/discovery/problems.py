@@ -171,6 +171,27 @@ def check(
                 "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs",
             )
         )
+    docker = (facts.get("engines") or {}).get("docker") or {}
+    for flag in docker.get("unit_flags") or ():
+        key = flag["option"]
+        in_file = (key == "runtimes" and len(docker.get("runtimes") or ()) > 1) or (
+            key == "default-runtime" and (docker.get("default_runtime") or "runc") != "runc"
+        )
+        now = (
+            f"{docker.get('config_path')} sets {key!r} as well, so dockerd refuses to start now"
+            if in_file
+            else f"registering the nvidia runtime in {docker.get('config_path')} (role gpufleet.nvidia.runtime) sets "
+            f"{key!r} there, and dockerd then refuses to start"
+        )
+        found.append(
+            problem(
+                "docker_unit_runtime_flag",
+                f'dockerd is started with {flag["flag"]!r} (from {flag["file"]}); {now} ("the following '
+                'directives are specified both as a flag and in the configuration file")',
+                f"remove {flag['flag'].split()[0]} from {flag['file']} (daemon.json's {key} replaces it), then "
+                "'systemctl daemon-reload && systemctl restart docker'",
+            )
+        )
     if installed:
         for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
             if stamp is not None:

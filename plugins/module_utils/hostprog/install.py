@@ -169,15 +169,25 @@ def launcher(name: str, libdir: str, python: str = PYTHON, runtime: str = DEFAUL
     )
 
 
-def render_runtime_config(accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False) -> str:
-    """The text of the shim's ``runtime.json``: both keys always, sorted, indented, a newline at the end.
+def render_runtime_config(
+    accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False, debug_log: str = ""
+) -> str:
+    """The text of the shim's ``runtime.json``: both ``accept_*`` keys always, ``debug_log`` only when set (an
+    absolute path: the shim's debug log is on), sorted, indented, a newline at the end.
 
     The same settings give the same bytes, so the file is rewritten only when a setting changes.
     """
-    values = {"accept_envvar_unprivileged": accept_envvar_unprivileged, "accept_volume_mounts": accept_volume_mounts}
+    values: dict[str, object] = {
+        "accept_envvar_unprivileged": accept_envvar_unprivileged,
+        "accept_volume_mounts": accept_volume_mounts,
+    }
     for key, value in values.items():
         if not isinstance(value, bool):
             raise ValueError(f"{key} must be true or false, got {value!r}")
+    if debug_log:
+        if not isinstance(debug_log, str) or not os.path.isabs(debug_log) or debug_log.endswith("/"):
+            raise ValueError(f"debug_log must be the absolute path of a file, got {debug_log!r}")
+        values["debug_log"] = debug_log
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 

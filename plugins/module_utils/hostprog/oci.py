@@ -32,6 +32,22 @@ plugin passes devices as mounts of ``/dev/null`` on ``/var/run/nvidia-container-
 nvidia-container-toolkit ``internal/config/image/cuda_image.go`` (``VisibleDevices``,
 ``requestsFromMounts``) and ``privileged.go``, main branch as of 2026-08-21.
 
+More requests, with NVIDIA's meaning (nvidia-container-toolkit v1.20.0-27-gd34b3046, 2026-08-21:
+``cmd/nvidia-container-runtime-hook/container_config.go`` ``getNvidiaConfig``, ``internal/config/image/cuda_image.go``
+``ImexChannelRequests``; libnvidia-container ``src/nvc_mount.c`` ``nvc_mig_config_global_caps_mount``,
+``nvc_mig_monitor_global_caps_mount``, ``nvc_imex_channel_mount``), each only in a GPU container:
+
+* ``NVIDIA_MIG_CONFIG_DEVICES`` / ``NVIDIA_MIG_MONITOR_DEVICES`` (``all``, or GPUs among the visible ones): the MIG
+  ``config`` / ``monitor`` capability, the node ``/dev/nvidia-caps/nvidia-cap<minor>`` whose minor
+  ``/proc/driver/nvidia-caps/mig-minors`` gives (``config 1``, ``monitor 2``). Set in a container that is not
+  privileged (no ``CAP_SYS_ADMIN`` in its bounding set) the start fails, as NVIDIA's hook fails it ("cannot set
+  MIG_CONFIG_DEVICES in non privileged container"); empty means not asked.
+* ``NVIDIA_IMEX_CHANNELS`` (a comma list of channel numbers): ``/dev/nvidia-caps-imex-channels/channel<N>`` each;
+  ``all`` is ignored, as NVIDIA ignores it from the variable; under the same rule as ``NVIDIA_VISIBLE_DEVICES``
+  (privileged or ``accept_envvar_unprivileged``), and from the device plugin's mounts on
+  ``/var/run/nvidia-container-devices/imex/<N>`` first when ``accept_volume_mounts``. A channel the host lacks fails
+  the start (NVIDIA's library creates it; here the node must exist: ``nvidia-modprobe -i <N>``).
+
 Everything here runs on input the image or a pod controls, so it is linear in the input's size, every
 size has a limit (``MAX_*``), and every malformed or mistyped value is a ``RequestError`` with one line.
 """
@@ -62,6 +78,11 @@ MAX_REQUEST_BYTES = 64 << 10  # one NVIDIA_VISIBLE_DEVICES value, or one CDI ann
 MAX_REQUEST_DEVICES = 1024  # distinct device names in one request
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 PRIVILEGED_CAPABILITY = "CAP_SYS_ADMIN"
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+MIG_CAP_DIR = "/dev/nvidia-caps"
+IMEX_CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
+IMEX_MOUNT_PREFIX = VOLUME_MOUNT_ROOT + "/imex/"
+MAX_IMEX_CHANNEL = 1 << 20  # the driver's channel numbers are small (2048 by default); anything this big is garbage
 _CONSTRAINT = r"^([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|=|>|<)\s*([A-Za-z0-9_.-]+)$"
 # ``re`` is imported only where a requirement is checked: the shim's start path stays free of it.
 
@@ -249,15 +270,27 @@ def remove_legacy_hook(config: dict) -> bool:
 
 class Request:
     """What a container asks for: ``devices`` (names in the CDI spec; ``[]`` for driver files only),
-    ``capabilities`` (tuple), ``env`` (the process env as a dict), ``source`` (for messages)."""
+    ``capabilities`` (tuple), ``env`` (the process env as a dict), ``source`` (for messages), ``mig_caps`` (``config``
+    and/or ``monitor``: the MIG capabilities asked for) and ``imex_channels`` (channel numbers, as strings)."""
 
-    __slots__ = ("capabilities", "devices", "env", "source")
+    __slots__ = ("capabilities", "devices", "env", "imex_channels", "mig_caps", "source")
 
-    def __init__(self, devices: list[str], capabilities: tuple[str, ...], env: dict[str, str], source: str) -> None:
+    def __init__(
+        self,
+        devices: list[str],
+        capabilities: tuple[str, ...],
+        env: dict[str, str],
+        source: str,
+        *,
+        mig_caps: tuple[str, ...] = (),
+        imex_channels: tuple[str, ...] = (),
+    ) -> None:
         self.devices = devices
         self.capabilities = capabilities
         self.env = env
         self.source = source
+        self.mig_caps = mig_caps
+        self.imex_channels = imex_channels
 
     def __repr__(self) -> str:
         return f"Request({self.devices!r}, {self.capabilities!r}, source={self.source!r})"
@@ -289,7 +322,89 @@ def gpu_request(
         capabilities = parse_capabilities(env.get("NVIDIA_DRIVER_CAPABILITIES"))
     except CapabilityError as exc:
         raise RequestError(f"NVIDIA_DRIVER_CAPABILITIES: {exc}") from None
-    return Request(devices, capabilities, env, source)
+    privileged = is_privileged(config)
+    mig_caps = tuple(c for c in ("config", "monitor") if _mig_cap_requested(env, c, devices, privileged))
+    imex = imex_channel_requests(
+        env, config.get("mounts"), privileged or accept_envvar_unprivileged, accept_volume_mounts
+    )
+    return Request(devices, capabilities, env, source, mig_caps=mig_caps, imex_channels=imex)
+
+
+def _mig_cap_requested(env: dict[str, str], cap: str, visible: list[str], privileged: bool) -> bool:
+    """Whether ``NVIDIA_MIG_<CAP>_DEVICES`` asks for the MIG ``cap`` capability; ``RequestError`` where NVIDIA's hook
+    fails the start (not privileged) or names a GPU that is not visible."""
+    name = f"NVIDIA_MIG_{cap.upper()}_DEVICES"
+    value = env.get(name, "")
+    _check_size(value, name)
+    if not value.strip():
+        return False
+    if not privileged:
+        raise RequestError(
+            f"{name} is set but the container is not privileged: the MIG {cap} capability is only given to a "
+            f"container with {PRIVILEGED_CAPABILITY} (docker --cap-add SYS_ADMIN or --privileged), as NVIDIA rules"
+        )
+    wanted = parse_visible_devices(value) or []
+    if "all" not in wanted and "all" not in visible:
+        unknown = [d for d in wanted if d not in visible]
+        if unknown:
+            raise RequestError(f"{name}: {', '.join(unknown)} not among the visible devices ({', '.join(visible)})")
+    return True
+
+
+def imex_channel_requests(
+    env: dict[str, str], mounts: list[dict] | None, accept_envvar: bool, accept_volume_mounts: bool
+) -> tuple[str, ...]:
+    """The IMEX channels asked for: the device plugin's mounts on ``.../imex/<N>`` first (when accepted), else
+    ``NVIDIA_IMEX_CHANNELS`` when the variable counts (``accept_envvar``); ``all`` is ignored, as NVIDIA does."""
+    channels: dict[str, None] = {}
+    if accept_volume_mounts:
+        for mount in mounts or ():
+            if os.path.normpath(mount.get("source") or "") != "/dev/null":
+                continue
+            destination = os.path.normpath(mount.get("destination") or "")
+            if destination.startswith(IMEX_MOUNT_PREFIX):
+                _add_name(channels, _channel(destination[len(IMEX_MOUNT_PREFIX) :], "IMEX device mount"), "IMEX")
+    if channels or not accept_envvar:
+        return tuple(channels)
+    value = env.get("NVIDIA_IMEX_CHANNELS", "")
+    _check_size(value, "NVIDIA_IMEX_CHANNELS")
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if parts in (["all"], ["none"], ["void"]):
+        return ()
+    for part in parts:
+        _add_name(channels, _channel(part, "NVIDIA_IMEX_CHANNELS"), "NVIDIA_IMEX_CHANNELS")
+    return tuple(channels)
+
+
+def _channel(text: str, what: str) -> str:
+    if not (text.isdigit() and text.isascii()) or int(text) > MAX_IMEX_CHANNEL:
+        raise RequestError(f"{what}: {text!r} is not an IMEX channel number")
+    return str(int(text))
+
+
+def mig_cap_path(cap: str, minors_path: str = MIG_MINORS) -> str:
+    """``/dev/nvidia-caps/nvidia-cap<minor>`` of the MIG capability ``cap`` (``config``/``monitor``), its minor from
+    the driver's ``mig-minors`` (``config 1``); ``RequestError`` when the driver has no MIG capabilities."""
+    try:
+        text = read_limited(minors_path, 1 << 20, minors_path).decode("ascii", "replace")
+    except (OSError, RequestError):
+        text = ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == cap and parts[1].isdigit():
+            return f"{MIG_CAP_DIR}/nvidia-cap{int(parts[1])}"
+    raise RequestError(
+        f"NVIDIA_MIG_{cap.upper()}_DEVICES: the driver lists no MIG {cap} capability in {minors_path} "
+        "(no MIG-capable GPU, or the nvidia-caps nodes are not set up)"
+    )
+
+
+def special_edits(request: Request, minors_path: str = MIG_MINORS) -> list[dict]:
+    """The CDI edits of ``request``'s MIG capabilities and IMEX channels: device nodes, each resolved on the host
+    (``apply_edits`` stats them, so a missing node fails the start with its path)."""
+    nodes = [mig_cap_path(cap, minors_path) for cap in request.mig_caps]
+    nodes += [f"{IMEX_CHANNEL_DIR}/channel{n}" for n in request.imex_channels]
+    return [{"deviceNodes": [{"path": path, "hostPath": path} for path in nodes]}] if nodes else []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -510,12 +625,14 @@ def inject(
     accept_volume_mounts: bool = False,
     *,
     request: Request | None = None,
+    mig_minors: str = MIG_MINORS,
 ) -> bool:
     """The shim's whole job on ``create``: find the request, check it, apply the edits.
 
     Returns True when ``config`` was changed (it is changed in place), False for a container that does
     not ask for GPUs (only NVIDIA's legacy hook may have been removed: then True as well).
-    ``request``: the caller's ``gpu_request(config, ...)``, when it already has it (computed here otherwise).
+    ``request``: the caller's ``gpu_request(config, ...)``, when it already has it (computed here otherwise);
+    ``mig_minors``: the driver's MIG minors file (a test's copy).
     Raises ``RequestError`` with the one-line reason the start must fail with.
     """
     legacy = remove_legacy_hook(config)
@@ -532,7 +649,7 @@ def inject(
         raise RequestError(
             "driver capabilities {} requested but the CDI spec was generated without them".format(",".join(missing))
         )
-    edits = [index.get("containerEdits") or {}, *device_edits]
+    edits = [index.get("containerEdits") or {}, *device_edits, *special_edits(request, mig_minors)]
     apply_edits(config, edits, request.capabilities, index.get("mountCapabilities"), stat_node)
     config.setdefault("annotations", {})[INJECTED_ANNOTATION] = ",".join(names) or "none"
     return True

@@ -20,7 +20,8 @@ Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overr
 variables come from the engine's own environment, never from a container's), a JSON object with the
 optional keys ``runtime`` (runc or crun, absolute; ``GPUFLEET_RUNTIME`` wins), ``index`` (the CDI index,
 ``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true) and
-``accept_volume_mounts`` (default false): see ``_oci.gpu_request``. The toolkit role writes it.
+``accept_volume_mounts`` (default false): see ``_oci.gpu_request``; ``debug_log`` (a file; absent or empty: off):
+one JSON line per GPU container start, see ``debuglog``. The toolkit role writes it.
 
 What it trusts (the design notes' "Security"): the configuration, the index and the runtime decide what
 runs as root, so each is used only when owned by root (or by the shim's own user, for a rootless engine)
@@ -40,7 +41,13 @@ RUNTIME_CANDIDATES = ("/usr/bin/runc", "/usr/sbin/runc", "/usr/local/bin/runc", 
 NAME = "gpufleet-container-runtime"
 MAX_SMALL_FILE = 64 << 10  # runtime.json
 MAX_INDEX_BYTES = 16 << 20  # the index of a node with 16 GPUs in MIG mode is well under 1 MiB
-CONFIG_KEYS = {"runtime": str, "index": str, "accept_envvar_unprivileged": bool, "accept_volume_mounts": bool}
+CONFIG_KEYS = {
+    "runtime": str,
+    "index": str,
+    "accept_envvar_unprivileged": bool,
+    "accept_volume_mounts": bool,
+    "debug_log": str,
+}
 # runc's global flags that take a value (``--flag value``); everything else starting with - is boolean.
 _VALUE_FLAGS = frozenset(("--root", "--log", "--log-format", "--criu", "--rootless"))
 # Cheap byte-level hints that a config.json may ask for GPUs; a match is then parsed properly.
@@ -178,9 +185,10 @@ def _log_error(flags: dict[str, str | bool], message: str) -> None:
         pass
 
 
-def prepare(bundle: str, config: dict) -> bool:
+def prepare(bundle: str, config: dict, record: dict | None = None) -> bool:
     """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten. ``config``:
-    the shim's configuration (``_config``)."""
+    the shim's configuration (``_config``); ``record`` (the debug log's, None when it is off) gets what a GPU
+    start asked for and got."""
     from .oci import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
 
     config_file = os.path.join(bundle, "config.json")
@@ -188,7 +196,7 @@ def prepare(bundle: str, config: dict) -> bool:
         raw = read_limited(config_file, MAX_CONFIG_BYTES)
         if not any(hint in raw for hint in _HINTS):
             return False
-        return _prepare(config_file, raw, config)
+        return _prepare(config_file, raw, config, record)
     except RequestError as exc:
         raise ShimError(str(exc)) from None
 
@@ -210,7 +218,7 @@ def _read_index(path: str, required: bool) -> dict:
     return index
 
 
-def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
+def _prepare(config_file: str, raw: bytes, shim_config: dict, record: dict | None = None) -> bool:
     from ..base.fileio import atomic_write  # noqa: PLC0415  # imports only ``os``
     from ..base.jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
     from .oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
@@ -223,12 +231,20 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
         "accept_envvar_unprivileged": shim_config.get("accept_envvar_unprivileged", True),
         "accept_volume_mounts": shim_config.get("accept_volume_mounts", False),
     }
+    if record is not None:
+        record["request"] = "unreadable"  # what a failure below leaves in the line
     request = gpu_request(config, **policy)
     ctr = _ctr_request(config)
     if ctr is not None and (request is None or request.source != "CDI annotations"):
         request = ctr
+    if record is not None:
+        record.clear()
+        if request is not None:
+            record.update(request=request.source, devices=request.devices, capabilities=list(request.capabilities))
+            record.update(mig=list(request.mig_caps), imex=list(request.imex_channels))
     if request is None and not has_legacy_hook(config):
         return False
+    mounts_before = len(config.get("mounts") or ())
     index_path = shim_config.get("index") or DEFAULT_INDEX
     index = _read_index(index_path, request is not None)
     if ctr is not None:
@@ -236,6 +252,8 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict) -> bool:
     try:
         if not inject(config, index, request=request, **policy):
             return False
+        if record:
+            record["mounts"] = len(config.get("mounts") or ()) - mounts_before
     except (TypeError, KeyError, AttributeError) as exc:  # config.json is checked: the index is malformed
         raise ShimError(
             f"{index_path} is malformed ({type(exc).__name__}: {exc}); regenerate it with gpufleet.nvidia.cdi_spec"
@@ -302,6 +320,25 @@ def inline_hook(config: dict, bundle: str) -> bool:
     return True
 
 
+def _clock() -> float:
+    import time  # noqa: PLC0415  # the debug log only
+
+    return time.monotonic()
+
+
+def _debug(config: dict, record: dict | None, started: float, args: list[str], error: str | None) -> None:
+    """The debug log's line of a GPU start (``record`` filled by ``prepare``); nothing for other starts."""
+    if not record:
+        return
+    from .debuglog import append  # noqa: PLC0415
+
+    fields = {"program": NAME, "container": args[-1] if args else "", **record}
+    fields["ms"] = round((_clock() - started) * 1000, 2)
+    if error is not None:
+        fields["error"] = error
+    append(config.get("debug_log"), fields)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     args = list(argv[1:])
@@ -310,10 +347,18 @@ def main(argv: list[str] | None = None) -> int:
         config = _config()
         runtime = _runtime(config)
         if command in ("create", "run"):
+            record = {} if config.get("debug_log") else None  # off: no clock, no import, no line
+            started = _clock() if record is not None else 0.0
             try:
-                prepare(bundle_of(args[at + 1 :]), config)
+                prepare(bundle_of(args[at + 1 :]), config, record)
             except (OSError, ValueError) as exc:
-                raise ShimError(f"cannot prepare the bundle: {exc}") from None
+                error = ShimError(f"cannot prepare the bundle: {exc}")
+                _debug(config, record, started, args, str(error))
+                raise error from None
+            except ShimError as exc:
+                _debug(config, record, started, args, str(exc))
+                raise
+            _debug(config, record, started, args, None)
     except ShimError as exc:
         _log_error(flags, str(exc))
         return 1
@@ -329,9 +374,9 @@ def main(argv: list[str] | None = None) -> int:
 
 LEGACY_MESSAGE = (
     "nvidia-container-runtime-hook (gpufleet): this container asks for GPUs (docker --gpus) but was not "
-    "started through the gpufleet runtime; register gpufleet-container-runtime as the 'nvidia' runtime "
-    "(gpufleet.nvidia.container_runtime with path /usr/local/bin/gpufleet-container-runtime) and run with "
-    "--runtime=nvidia, or make it the default runtime"
+    "started through the gpufleet runtime, and nvidia is not docker's default runtime here; run it with "
+    "--runtime=nvidia, or make nvidia the default runtime again (role gpufleet.nvidia.runtime: "
+    "runtime_set_as_default: true, its default; or gpufleet.nvidia.container_runtime with set_as_default: true)"
 )
 
 

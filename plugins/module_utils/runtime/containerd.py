@@ -99,7 +99,7 @@ def _register(
     runtime_path: str,
     *,
     name: str,
-    set_as_default: bool,
+    set_as_default: bool | None,
     cdi: bool,
     track: bool,
     text: str,
@@ -183,6 +183,14 @@ def _register(
         what = t.set_tracked(ctd, "default_runtime_name", name, track=track)
         if what:
             changes.append(f"{prefix}containerd.{what}")
+    elif set_as_default is False and track and ctd.get("default_runtime_name") == name:
+        # The way back from set_as_default=true in the admin's own file: what our comment says was there, else
+        # containerd's built-in default (runc). A drop-in is rewritten whole, so it needs nothing here.
+        what = t.unset_tracked(ctd, "default_runtime_name")
+        if ctd.get("default_runtime_name") == name:
+            del ctd["default_runtime_name"]
+            what = "default_runtime_name: removed (containerd falls back to runc)"
+        changes.append(f"{prefix}containerd.{what}")
     if cdi:
         what = t.set_tracked(cri, "enable_cdi", True, track=track)
         if what:
@@ -201,7 +209,7 @@ def present_main(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     cdi: bool = False,
     path: str = DEFAULT_PATH,
     empty_version: int = 2,
@@ -327,7 +335,7 @@ def render_drop_in(
     *,
     version: int,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     cdi: bool = False,
     whole_table: bool = True,
     source_cri: Any | None = None,
@@ -383,7 +391,7 @@ def present_drop_in(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     cdi: bool = False,
     path: str = DEFAULT_PATH,
     drop_in: str = DEFAULT_DROP_IN,

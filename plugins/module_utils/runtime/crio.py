@@ -67,7 +67,7 @@ def render_drop_in(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     monitor: Sequence[tuple[str, Any]] = (),
 ) -> str:
     t.require_tomlkit()
@@ -102,7 +102,7 @@ def present_drop_in(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     configs: Sequence[tuple[str, str]] = (),
     drop_in: str = DEFAULT_DROP_IN,
 ) -> Edit:
@@ -133,7 +133,7 @@ def present_main(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     path: str = DEFAULT_PATH,
 ) -> Edit:
     """Register in crio.conf itself (``drop_in=false``); keys we change carry our trailing comment."""
@@ -167,6 +167,13 @@ def present_main(
         what = t.set_tracked(rt, "default_runtime", name)
         if what:
             changes.append(f"crio.runtime.{what}")
+    elif set_as_default is False and rt.get("default_runtime") == name:
+        # the way back from set_as_default=true: what our comment says was there, else CRI-O's built-in default
+        what = t.unset_tracked(rt, "default_runtime")
+        if rt.get("default_runtime") == name:
+            del rt["default_runtime"]
+            what = "default_runtime: removed (CRI-O falls back to its built-in default)"
+        changes.append(f"crio.runtime.{what}")
     return Edit(t.dumps(doc), changes) if changes else Edit(text, [])
 
 

@@ -26,7 +26,7 @@ from .common import (
     line_of,
 )
 from .facts import DOCKER_PATH as DEFAULT_PATH
-from .facts import DockerFacts
+from .facts import DockerFacts, dockerd_flags
 
 # Names dockerd keeps for its built-in runtimes: a daemon.json that registers one of them makes dockerd
 # refuse to start ("runtime name 'runc' is reserved"), and `dockerd --validate` (23 to 28) does not notice.
@@ -88,12 +88,16 @@ def present(
     runtime_path: str,
     *,
     name: str = "nvidia",
-    set_as_default: bool = False,
+    set_as_default: bool | None = False,
     cdi: bool = False,
     path: str = DEFAULT_PATH,
 ) -> Edit:
     """Add or update ``runtimes.<name> = {"path": runtime_path, "args": []}``, and when asked
-    ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it)."""
+    ``default-runtime`` and ``features.cdi`` (merged into ``features``, never replacing it).
+
+    ``set_as_default``: True makes ``<name>`` the default; False takes ``default-runtime`` away only when it
+    names ``<name>`` (the way back from True: dockerd falls back to runc; another default the admin chose is
+    never touched); None leaves ``default-runtime`` as it is."""
     if name in RESERVED_NAMES:
         raise RuntimeConfigError(
             f"runtime name {name!r} is reserved by dockerd (it refuses to start with it in runtimes)",
@@ -126,6 +130,9 @@ def present(
         if current != name:
             data["default-runtime"] = name
             changes.append(f"default-runtime: {current!r} -> {name!r}")
+    elif set_as_default is False and data.get("default-runtime") == name:
+        del data["default-runtime"]
+        changes.append(f"default-runtime: {name!r} removed (set_as_default is false; dockerd falls back to runc)")
     if cdi:
         features = data.get("features")
         if features is None:
@@ -180,6 +187,28 @@ def absent(
     return Edit(_dump(data, text), changes)
 
 
+def refuse_flag_conflicts(flags: list[dict[str, str]], new_text: str | None, path: str = DEFAULT_PATH) -> None:
+    """Raise ``RuntimeConfigError`` when the candidate ``daemon.json`` sets a key that the docker unit also passes as
+    a flag (``facts.dockerd_flags``): dockerd would refuse to start ("the following directives are specified both as
+    a flag and in the configuration file"), so nothing is written and no restart is tried."""
+    try:
+        data = json.loads(new_text) if new_text and new_text.strip() else {}
+    except ValueError:
+        return  # the editor made it: cannot happen; the engine's own check reports it otherwise
+    for found in flags:
+        if found["option"] in data:
+            key = found["option"]
+            raise RuntimeConfigError(
+                f"dockerd is started with {found['flag']!r} (from {found['file']}), and {path} would set "
+                f'{key!r} too: dockerd refuses to start with both ("the following directives are specified both as '
+                'a flag and in the configuration file"); nothing was written',
+                found["file"],
+                None,
+                f"remove {found['flag'].split()[0]} from {found['file']} (daemon.json's {key} replaces it), run "
+                "'systemctl daemon-reload', and run again",
+            )
+
+
 class Docker(DockerFacts):
     """docker's adapter: its facts (``facts.DockerFacts``) and how to register a runtime with it."""
 
@@ -199,6 +228,12 @@ class Docker(DockerFacts):
             )
         else:
             edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path)
+        if edit.changed:
+            unit = p.get("unit") or self.unit
+            unit = unit if unit.endswith(".service") else unit + ".service"
+            # the unit's files are read where the engine runs (``job.unit_root``: a test's tree; the module: "/")
+            flags = dockerd_flags(getattr(job, "unit_root", "/"), unit)
+            refuse_flag_conflicts(flags, edit.text, job.config_path)
         return [Planned(job.config_path, edit, text, existed)]
 
     def validate(self, job: Any, tmp: str) -> None:

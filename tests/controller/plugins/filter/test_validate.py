@@ -313,3 +313,25 @@ def test_result_check_mode_and_nothing_to_do():
     assert "check mode" in fact["engines"]["docker"]["message"]
     none = validate_result([], [], device_nodes=ALL)
     assert none["passed"] is False and none["message"] == "no container engine found to validate"
+
+
+def test_docker_gpus_as_typed_where_nvidia_is_the_default_runtime():
+    """`docker run --gpus all`, no --runtime: run where nvidia is docker's default (the runtime role's default)."""
+    nv = _nvidia(docker=dict(_engine("20.10.24", ["nvidia", "runc"]), default_runtime="nvidia"))
+    plan = validate_plan(nv, image=IMAGE)
+    assert [c["mode"] for c in plan] == ["runtime", "gpus"]
+    argv = plan[1]["argv"]
+    assert "--runtime" not in argv and "NVIDIA_VISIBLE_DEVICES=all" not in " ".join(argv)
+    assert argv[argv.index("--gpus") + 1] == "all" and argv[argv.index("--gpus") + 2] == IMAGE
+    # the runtime fact's default wins over what discovery read before the runtime stage
+    runtime = {"engines": {"docker": {"registered": True, "default": False, "version": "20.10.24"}}}
+    assert [c["mode"] for c in validate_plan(nv, runtime, image=IMAGE)] == ["runtime"]
+    runtime["engines"]["docker"]["default"] = True
+    nv_before = _nvidia(docker=_engine("20.10.24"))
+    assert [c["mode"] for c in validate_plan(nv_before, runtime, image=IMAGE)] == ["runtime", "gpus"]
+    # a Kubernetes node: --gpus is an unprivileged container's variable there, so the check says why it is not run
+    plan = validate_plan(nv, runtime, {**K8S, "accept_volume_mounts": True}, image=IMAGE)
+    assert [(c["mode"], c["skipped"]) for c in plan] == [("runtime", False), ("gpus", True)]
+    assert plan[1]["argv"] is None and "accept_envvar_unprivileged false" in plan[1]["message"]
+    result = validate_result(plan, [{"rc": 0, "stdout": _out(ALL), "delta": "0:00:01.0"}, {"skipped": True}], ALL)
+    assert result["engines"]["docker"]["passed"] and not result["engines"]["docker"]["skipped"]

@@ -61,6 +61,7 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
         "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
         "accept_envvar_unprivileged": True,
         "accept_volume_mounts": False,
+        "debug_log": "",
     }
     assert result["diff"][0]["before_header"] == "/dev/null"
 

@@ -78,7 +78,8 @@ def test_shim_and_hook_start_path_import_neither_json_nor_re(tmp_path):
         "from gpufleet_nvidia.hostprog import shim as _shim, cdi_hook as _cdi_hook\n"
         "assert _shim.prepare({!r}, {{'index': {!r}}})\n"
         "assert _cdi_hook.container_root({!r})[0].endswith('rootfs')\n"
-        "print(sorted(m for m in ('json', 're', 'enum', 'contextlib', 'collections', 'typing') if m in sys.modules))\n"
+        "print(sorted(m for m in ('json', 're', 'enum', 'contextlib', 'collections', 'typing',\n"
+        "                         'gpufleet_nvidia.hostprog.debuglog') if m in sys.modules))\n"
     ).format(str(tmp_path / "lib"), str(bundle), str(tmp_path / "index.json"), str(bundle))
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

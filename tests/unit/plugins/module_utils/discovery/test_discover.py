@@ -373,3 +373,29 @@ def test_nvml_load_falls_back_to_the_next_candidate(nvml_stub):
     assert lib._name == nvml_stub
     with pytest.raises(_nvml.NvmlUnavailable, match=r"libnvidia-ml-does-not-exist\.so\.1.*nope\.so\.1"):
         _nvml.load(["libnvidia-ml-does-not-exist.so.1", "/nonexistent/nope.so.1"])
+
+
+def test_docker_unit_flag_that_daemon_json_would_conflict_with(tmp_path):
+    """dockerd --add-runtime nvidia=... in a drop-in: reported with its file and fix before the runtime role writes
+    daemon.json (and, when daemon.json already sets runtimes, as the reason dockerd does not start now)."""
+    tree = HostTree(tmp_path).module().proc_version()
+    tree.write("/usr/sbin/dockerd", "#!/bin/sh\n", mode=0o755)
+    tree.write("/lib/systemd/system/docker.service", "[Service]\nExecStart=/usr/sbin/dockerd -H fd://\n")
+    drop_in = "/etc/systemd/system/docker.service.d/nvidia.conf"
+    tree.write(
+        drop_in,
+        "[Service]\nExecStart=\n"
+        "ExecStart=/usr/sbin/dockerd -H fd:// --add-runtime nvidia=/usr/bin/nvidia-container-runtime\n",
+    )
+    facts = discover(tree.root, sources=["sysfs"], run_command=Commands())
+    assert facts["engines"]["docker"]["unit_flags"] == [
+        {"flag": "--add-runtime nvidia=/usr/bin/nvidia-container-runtime", "option": "runtimes", "file": drop_in}
+    ]
+    (problem,) = [p for p in facts["problems"] if p["code"] == "docker_unit_runtime_flag"]
+    assert drop_in in problem["message"] and "dockerd then refuses to start" in problem["message"]
+    assert problem["fix"].startswith(f"remove --add-runtime from {drop_in}") and "daemon-reload" in problem["fix"]
+    tree.write("/etc/docker/daemon.json", '{"runtimes": {"nvidia": {"path": "/x"}}}')
+    facts = discover(tree.root, sources=["sysfs"], run_command=Commands())
+    (problem,) = [p for p in facts["problems"] if p["code"] == "docker_unit_runtime_flag"]
+    assert "refuses to start now" in problem["message"]
+    assert "unit_flags" not in facts["engines"]["containerd"]

@@ -269,6 +269,7 @@ def test_engines_docker_daemon_json(tmp_path):
         "runtimes": ["nvidia", "runc"],
         "default_runtime": "nvidia",
         "cdi_enabled": True,
+        "unit_flags": [],  # no docker unit in the tree
     }
 
 

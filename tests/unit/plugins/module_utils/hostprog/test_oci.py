@@ -466,3 +466,113 @@ def test_ctr_hook_request_from_containerds_hook_args():
     request = oci.ctr_hook_request(bare)
     assert request.devices == [] and request.capabilities == ("utility", "compute")
     assert oci.remove_ctr_hooks(bare) and bare == {}
+
+
+# ---------------------------------------------------------------- MIG config/monitor, IMEX channels
+# NVIDIA's meaning: nvidia-container-toolkit v1.20.0-27-gd34b3046 (2026-08-21), container_config.go getNvidiaConfig
+# and cuda_image.go ImexChannelRequests; libnvidia-container nvc_mount.c (the capability nodes).
+
+PRIVILEGED = {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}
+SPECIAL_NODES = {
+    "/dev/nvidia-caps/nvidia-cap1": (238, 1),
+    "/dev/nvidia-caps/nvidia-cap2": (238, 2),
+    "/dev/nvidia-caps-imex-channels/channel0": (234, 0),
+    "/dev/nvidia-caps-imex-channels/channel7": (234, 7),
+}
+
+
+def special_stat(path):
+    return SPECIAL_NODES[path] if path in SPECIAL_NODES else fake_stat(path)
+
+
+@pytest.fixture
+def mig_minors(tmp_path):
+    path = tmp_path / "mig-minors"
+    path.write_text("config 1\nmonitor 2\ngpu0/gi1/access 3\ngpu1/gi1/ci0/access 21\n")
+    return str(path)
+
+
+def _privileged(doc):
+    doc["process"]["capabilities"] = copy.deepcopy(PRIVILEGED)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("env", "nodes"),
+    [
+        (["NVIDIA_MIG_CONFIG_DEVICES=all"], ["/dev/nvidia-caps/nvidia-cap1"]),
+        (["NVIDIA_MIG_MONITOR_DEVICES=all"], ["/dev/nvidia-caps/nvidia-cap2"]),
+        (
+            ["NVIDIA_MIG_CONFIG_DEVICES=1", "NVIDIA_MIG_MONITOR_DEVICES=all"],
+            ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"],
+        ),
+        (["NVIDIA_MIG_CONFIG_DEVICES="], []),  # empty: not asked
+    ],
+)
+def test_mig_config_and_monitor_give_the_capability_nodes_to_a_privileged_container(mig_minors, env, nodes):
+    doc = _privileged(config(["NVIDIA_VISIBLE_DEVICES=0,1", *env]))
+    assert inject(doc, INDEX, stat_node=special_stat, mig_minors=mig_minors)
+    paths = _device_paths(doc)
+    assert [p for p in paths if p.startswith("/dev/nvidia-caps/")] == nodes
+    assert [a for a in _allowed(doc) if a[1] == 238] == [("c", 238, int(n[-1])) for n in nodes]
+
+
+def test_mig_config_in_an_unprivileged_container_fails_the_start(mig_minors):
+    doc = config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"])
+    with pytest.raises(RequestError, match="NVIDIA_MIG_CONFIG_DEVICES is set but the container is not privileged"):
+        inject(doc, INDEX, stat_node=special_stat, mig_minors=mig_minors)
+    # not a GPU container: the variable means nothing (NVIDIA's hook returns before looking at it)
+    assert gpu_request(config(["NVIDIA_MIG_MONITOR_DEVICES=all"])) is None
+
+
+def test_mig_config_names_a_gpu_that_is_not_visible_or_the_driver_has_no_mig(mig_minors, tmp_path):
+    doc = _privileged(config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=1"]))
+    with pytest.raises(RequestError, match="1 not among the visible devices"):
+        gpu_request(doc)
+    doc = _privileged(config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"]))
+    with pytest.raises(RequestError, match="no MIG monitor capability"):
+        inject(doc, INDEX, stat_node=special_stat, mig_minors=str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize(
+    ("env", "privileged", "accept", "channels"),
+    [
+        (["NVIDIA_IMEX_CHANNELS=0"], False, True, ["0"]),
+        (["NVIDIA_IMEX_CHANNELS=7, 0,7"], False, True, ["7", "0"]),
+        (["NVIDIA_IMEX_CHANNELS=all"], True, True, []),  # NVIDIA ignores all from the variable
+        (["NVIDIA_IMEX_CHANNELS=0"], False, False, []),  # a Kubernetes node: the variable is no allocation...
+        (["NVIDIA_IMEX_CHANNELS=0"], True, False, ["0"]),  # ...unless the container is privileged
+        ([], True, True, []),
+    ],
+)
+def test_imex_channels_from_the_variable(env, privileged, accept, channels):
+    doc = config(["NVIDIA_VISIBLE_DEVICES=0", *env])
+    if privileged:
+        _privileged(doc)
+    assert inject(doc, INDEX, stat_node=special_stat, accept_envvar_unprivileged=True)
+    request = gpu_request(doc, accept_envvar_unprivileged=accept)
+    assert (list(request.imex_channels) if request else []) == channels
+    if request is None:  # unprivileged on a Kubernetes node: no GPU request at all from the variables
+        return
+    doc = config(["NVIDIA_VISIBLE_DEVICES=0", *env])
+    if privileged:
+        _privileged(doc)
+    inject(doc, INDEX, stat_node=special_stat, request=request)
+    assert [p for p in _device_paths(doc) if "imex" in p] == [
+        f"/dev/nvidia-caps-imex-channels/channel{c}" for c in channels
+    ]
+
+
+def test_imex_channels_from_the_device_plugins_mounts_and_bad_ones():
+    doc = config(["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices", "NVIDIA_IMEX_CHANNELS=0"])
+    doc["mounts"] += [
+        {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/0"},
+        {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/imex/7"},
+    ]
+    request = gpu_request(doc, accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert request.devices == ["0"] and request.imex_channels == ("7",)  # the mount, not the variable
+    with pytest.raises(RequestError, match="is not an IMEX channel number"):
+        gpu_request(config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=../../nvidiactl"]))
+    doc = config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=3"])
+    with pytest.raises(RequestError, match="/dev/nvidia-caps-imex-channels/channel3 is missing"):
+        inject(doc, INDEX, stat_node=special_stat)

@@ -234,7 +234,8 @@ def test_legacy_hook_entry_point(toolkit):
         ["prestart"], program="nvidia-container-runtime-hook", stdin=json.dumps({"bundle": "/b"})
     )
     assert proc.returncode == 1
-    assert "register gpufleet-container-runtime as the 'nvidia' runtime" in proc.stderr
+    # the refusal names both ways out: the flag, and the role variable that makes nvidia docker's default again
+    assert "--runtime=nvidia" in proc.stderr and "runtime_set_as_default: true" in proc.stderr
 
 
 def test_launchers_are_isolated_pythons():
@@ -614,3 +615,70 @@ def test_cdi_annotations_win_over_the_ctr_hook_which_still_goes(toolkit):
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
     assert "hooks" not in config
+
+
+    assert "--runtime=nvidia" in _one_line(proc) and "runtime_set_as_default" in _one_line(proc)
+
+
+# ---------------------------------------------------------------- the debug log (runtime.json debug_log)
+
+
+def _log_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_debug_log_one_line_per_gpu_start(toolkit):
+    logdir = toolkit.tmp / "log"
+    logdir.mkdir(mode=0o755)
+    log = logdir / "gpufleet-runtime.log"
+    toolkit.configure(debug_log=str(log))
+    proc, ran, _config = toolkit(["create", "--bundle", str(toolkit.bundle), "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    assert proc.returncode == 0 and ran, proc.stderr
+    proc, ran, _config = toolkit(["create", "c2"], env=["NVIDIA_VISIBLE_DEVICES=void"])  # no GPU: no line
+    assert proc.returncode == 0 and ran
+    proc, ran, _config = toolkit(["create", "c3"], env=["NVIDIA_VISIBLE_DEVICES=7"])  # a failed GPU start: its line
+    assert proc.returncode == 1 and ran is None
+    (first, failed) = _log_lines(log)
+    assert {k: first[k] for k in ("program", "container", "request", "devices", "mounts")} == {
+        "program": "gpufleet-container-runtime",
+        "container": "c1",
+        "request": "NVIDIA_VISIBLE_DEVICES",
+        "devices": ["0"],
+        "mounts": 1,
+    }
+    assert isinstance(first["ms"], float) and first["ms"] >= 0 and first["time"].endswith("Z") and "error" not in first
+    assert failed["container"] == "c3" and "unknown GPU '7'" in failed["error"] and "mounts" not in failed
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_debug_log_never_through_a_link_nor_into_an_open_folder(toolkit):
+    logdir = toolkit.tmp / "log"
+    logdir.mkdir(mode=0o755)
+    target = toolkit.tmp / "elsewhere"
+    target.write_text("")
+    (logdir / "planted.log").symlink_to(target)
+    toolkit.configure(debug_log=str(logdir / "planted.log"))
+    proc, ran, _config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    assert proc.returncode == 0 and ran and target.read_text() == ""  # the start goes on; nothing written through
+    opened = toolkit.tmp / "open"
+    opened.mkdir()
+    opened.chmod(0o777)
+    toolkit.configure(debug_log=str(opened / "x.log"))
+    proc, ran, _config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    assert proc.returncode == 0 and ran and not (opened / "x.log").exists()
+    os.mkfifo(str(logdir / "fifo.log"))
+    toolkit.configure(debug_log=str(logdir / "fifo.log"))
+    proc, ran, _config = toolkit(["create", "c1"], env=["NVIDIA_VISIBLE_DEVICES=0"], timeout=20)
+    assert proc.returncode == 0 and ran  # no reader: never blocks
+
+
+def test_debug_log_must_be_a_string():
+    assert _host_programs.render_runtime_config(True, False) == (
+        '{\n  "accept_envvar_unprivileged": true,\n  "accept_volume_mounts": false\n}\n'
+    )
+    assert (
+        json.loads(_host_programs.render_runtime_config(False, True, "/var/log/gpufleet-runtime.log"))["debug_log"]
+        == "/var/log/gpufleet-runtime.log"
+    )
+    with pytest.raises(ValueError, match="absolute path"):
+        _host_programs.render_runtime_config(True, False, "relative.log")

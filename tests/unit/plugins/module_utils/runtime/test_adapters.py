@@ -32,6 +32,7 @@ class Job:
             else None
         )
         self.version = version
+        self.unit_root = str(tmp_path)  # the docker unit's files (dockerd's flags) are read under the test's tree
         self.result = {}
         self.warnings = []
         self.bins = set(bins)
@@ -166,3 +167,30 @@ def test_podman_is_not_configured(tmp_path):
 
     with pytest.raises(NotImplementedError, match="podman"):
         Podman().plan(None)
+
+
+def test_docker_refuses_to_write_what_a_unit_flag_conflicts_with(tmp_path):
+    """dockerd --add-runtime in a drop-in (here through DOCKER_OPTS from an EnvironmentFile): daemon.json's runtimes
+    would make dockerd refuse to start, so plan fails first, naming the file, the flag and the fix."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
+
+    unit = tmp_path / "lib/systemd/system/docker.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(
+        "[Service]\nEnvironmentFile=-/etc/default/docker\nExecStart=/usr/sbin/dockerd -H fd:// $DOCKER_OPTS\n"
+    )
+    (tmp_path / "etc/default").mkdir(parents=True)
+    (tmp_path / "etc/default/docker").write_text(
+        'DOCKER_OPTS="--add-runtime nvidia=/usr/bin/nvidia-container-runtime"\n'
+    )
+    job = Job("docker", tmp_path, version=(20, 10, 24))
+    with pytest.raises(RuntimeConfigError) as err:
+        job.plan()
+    msg = str(err.value)
+    assert err.value.path == "/etc/default/docker" and "'--add-runtime nvidia=/usr/bin/nvidia-container-runtime'" in msg
+    assert "remove --add-runtime from /etc/default/docker" in msg and "systemctl daemon-reload" in msg
+    assert not os.path.exists(job.config_path)
+    # absent removes runtimes: no conflict left, allowed; and a unit without such flags plans as before
+    assert Job("docker", tmp_path, state="absent").plan()[0].edit.changed is False
+    (tmp_path / "etc/default/docker").write_text("# DOCKER_OPTS=\n")
+    assert job.plan()[0].edit.changed

@@ -177,3 +177,26 @@ def test_containerd_cdi_warning_below_1_7(version, warns):
     assert bool(warning) is warns
     if warns:
         assert "enable_cdi" in warning and "1.7" in warning
+
+
+def test_containerd_default_back_to_false():
+    """true -> false in the admin's own file: the default our comment recorded comes back; a drop-in is rewritten
+    without it; a default that names another runtime is never touched."""
+    src = _read("containerd", "kubespray-v2.input.toml")
+    kw = {"empty_version": 2, "cdi": True}
+    on = ctd.present_main(src, SHIM, set_as_default=True, **kw).text
+    off = ctd.present_main(on, SHIM, set_as_default=False, **kw)
+    assert off.changed and any("default_runtime_name" in c for c in off.changes)
+    assert ctd.detect_version(off.text, "x", 2) == 2
+    assert 'default_runtime_name = "nvidia"' not in off.text
+    assert ctd.present_main(src, SHIM, set_as_default=False, **kw).text == off.text  # as if never default
+    assert not ctd.present_main(off.text, SHIM, set_as_default=False, **kw).changed
+    assert not ctd.present_main(on, SHIM, set_as_default=None, **kw).changed
+    # an empty file: our added key is removed, containerd falls back to runc
+    on = ctd.present_main("", SHIM, set_as_default=True, empty_version=2).text
+    off = ctd.present_main(on, SHIM, set_as_default=False, empty_version=2).text
+    assert "default_runtime_name" not in off
+    # drop-in: rewritten whole, so the default is simply not in it
+    _main, drop_on = ctd.present_drop_in("", None, SHIM, set_as_default=True, whole_table=False)
+    _main, drop_off = ctd.present_drop_in("", drop_on.text, SHIM, set_as_default=False, whole_table=False)
+    assert "default_runtime_name" in drop_on.text and "default_runtime_name" not in drop_off.text

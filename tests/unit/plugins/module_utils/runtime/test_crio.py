@@ -41,3 +41,16 @@ def test_crio_monitor_settings_follow_the_default_runtime_across_drop_ins():
     later = '[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\nmonitor_cgroup = "pod"\n'
     monitor = dict(crio.monitor_settings([("/etc/crio/crio.conf", base), ("/etc/crio/crio.conf.d/10.conf", later)]))
     assert monitor == {"monitor_path": "/usr/libexec/crio/conmon", "monitor_cgroup": "pod"}
+
+
+def test_crio_default_back_to_false():
+    """true -> false: the drop-in loses default_runtime; in crio.conf our comment's value comes back."""
+    src = _read("crio", "runc-default.input.conf")
+    configs = [("/etc/crio/crio.conf", src)]
+    on = crio.present_drop_in(None, SHIM, set_as_default=True, configs=configs).text
+    off = crio.present_drop_in(on, SHIM, set_as_default=False, configs=configs)
+    assert off.changed and "default_runtime" in on and "default_runtime" not in off.text
+    main_on = crio.present_main(src, SHIM, set_as_default=True).text
+    main_off = crio.present_main(main_on, SHIM, set_as_default=False)
+    assert main_off.changed and main_off.text == crio.present_main(src, SHIM).text
+    assert not crio.present_main(main_off.text, SHIM, set_as_default=False).changed

@@ -113,3 +113,20 @@ def test_docker_absent_leaves_foreign_runtime():
     edit = dock.absent(src, SHIM)
     assert not edit.changed
     assert edit.text == src
+
+
+def test_docker_default_back_to_false_removes_only_our_default():
+    """true -> false: ``default-runtime: nvidia`` goes (dockerd falls back to runc); an admin's other default stays;
+    None (the module's option not set) leaves either as it is."""
+    src = '{\n  "log-driver": "journald"\n}\n'
+    on = dock.present(src, SHIM, set_as_default=True).text
+    assert json.loads(on)["default-runtime"] == "nvidia"
+    off = dock.present(on, SHIM, set_as_default=False)
+    assert off.changes == ["default-runtime: 'nvidia' removed (set_as_default is false; dockerd falls back to runc)"]
+    assert "default-runtime" not in json.loads(off.text) and json.loads(off.text)["runtimes"]["nvidia"]["path"] == SHIM
+    assert not dock.present(off.text, SHIM, set_as_default=False).changed  # second run: nothing
+    assert not dock.present(on, SHIM, set_as_default=None).changed
+    admins = '{\n  "default-runtime": "runsc",\n  "runtimes": {"runsc": {"path": "/usr/bin/runsc"}}\n}\n'
+    edit = dock.present(admins, SHIM, set_as_default=False)
+    assert json.loads(edit.text)["default-runtime"] == "runsc"
+    assert edit.changes == [f"runtimes.nvidia: added with path {SHIM}"]

@@ -142,3 +142,49 @@ def test_registry_adapters_extend_the_facts():
         assert isinstance(adapter, type(facts.FACTS[name])) and adapter.name == name
     assert registry.adapter("docker").target("/etc/docker/daemon.json", None) == "/etc/docker/daemon.json"
     assert registry.adapter("containerd").target("/c", "/d") == "/d"
+
+
+def _unit_tree(root, files):
+    for inner, text in files.items():
+        path = root / inner.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)
+
+
+DEBIAN_UNIT = (
+    "[Unit]\nDescription=Docker\n[Service]\nType=notify\nEnvironmentFile=-/etc/default/docker\n"
+    "ExecStart=/usr/sbin/dockerd -H fd:// $DOCKER_OPTS\n"
+)
+
+
+def test_dockerd_flags_from_the_unit_its_drop_ins_and_their_environment(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import dockerd_flags
+
+    assert dockerd_flags(str(tmp_path)) == []  # no unit at all
+    root = _unit_tree(tmp_path, {"/lib/systemd/system/docker.service": DEBIAN_UNIT})
+    assert dockerd_flags(root) == []
+    # an ExecStart override in a drop-in (the last ExecStart after the reset wins), a continuation line
+    _unit_tree(
+        tmp_path,
+        {
+            "/etc/systemd/system/docker.service.d/10-nvidia.conf": (
+                "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd --host=fd:// \\\n"
+                "  --add-runtime=nvidia=/usr/bin/nvidia-container-runtime --default-runtime nvidia\n"
+            )
+        },
+    )
+    drop_in = "/etc/systemd/system/docker.service.d/10-nvidia.conf"
+    assert dockerd_flags(root) == [
+        {"flag": "--add-runtime nvidia=/usr/bin/nvidia-container-runtime", "option": "runtimes", "file": drop_in},
+        {"flag": "--default-runtime nvidia", "option": "default-runtime", "file": drop_in},
+    ]
+    # DOCKER_OPTS from Environment= in a drop-in; the EnvironmentFile (when it sets it) wins, as in systemd
+    (tmp_path / drop_in.lstrip("/")).write_text('[Service]\nEnvironment="DOCKER_OPTS=--default-runtime=runc"\n')
+    other = "/run/systemd/system/docker.service.d/20-opts.conf"
+    _unit_tree(tmp_path, {other: "[Service]\nEnvironment=FOO=1\n"})
+    assert dockerd_flags(root) == [{"flag": "--default-runtime runc", "option": "default-runtime", "file": drop_in}]
+    _unit_tree(tmp_path, {"/etc/default/docker": 'DOCKER_OPTS="--add-runtime x=/bin/x"\n'})
+    assert dockerd_flags(root) == [
+        {"flag": "--add-runtime x=/bin/x", "option": "runtimes", "file": "/etc/default/docker"}
+    ]
