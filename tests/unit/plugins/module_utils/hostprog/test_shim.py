@@ -511,7 +511,8 @@ def test_cdi_annotations_always_count(toolkit):
 @pytest.mark.parametrize("stdin", ['{"annotations": ', "[1, 2]", '{"annotations": []}', "\x00\x01"])
 def test_legacy_hook_on_a_broken_state_fails_with_its_advice(toolkit, stdin):
     proc, _ran, _config = toolkit(["prestart"], program="nvidia-container-runtime-hook", stdin=stdin)
-    assert "register gpufleet-container-runtime" in _one_line(proc)
+    line = _one_line(proc)
+    assert "--runtime=nvidia" in line and "runtime_set_as_default" in line
 
 
 # --------------------------------------------------------------------------------------------------
@@ -615,9 +616,6 @@ def test_cdi_annotations_win_over_the_ctr_hook_which_still_goes(toolkit):
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
     assert "hooks" not in config
-
-
-    assert "--runtime=nvidia" in _one_line(proc) and "runtime_set_as_default" in _one_line(proc)
 
 
 # ---------------------------------------------------------------- the debug log (runtime.json debug_log)
