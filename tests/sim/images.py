@@ -278,7 +278,7 @@ def packaged_driver_version(tag: str) -> str | None:
         "-W", "-f", "${db:Status-Status} ${Version}", "libnvidia-ml1",
         check=False,
     )  # fmt: skip
-    status, _, version = res.stdout.strip().partition(" ")
+    status, _sep, version = res.stdout.strip().partition(" ")
     if res.returncode != 0 or status != "installed" or not version:
         return None
     return version.split(":", 1)[-1].rsplit("-", 1)[0]

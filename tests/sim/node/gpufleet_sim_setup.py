@@ -74,7 +74,7 @@ def packaged_version():
         capture_output=True,
         text=True,
     )
-    status, _, version = res.stdout.strip().partition(" ")
+    status, _sep, version = res.stdout.strip().partition(" ")
     if res.returncode != 0 or status != "installed" or not version:
         return None
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
