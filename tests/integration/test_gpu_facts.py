@@ -172,7 +172,8 @@ def test_gpu_facts_with_debians_driver_packages(sim_fleet_factory: Any) -> None:
         assert driver["reboot_required"] is False, name
         utility = {f["name"]: f for f in facts["libraries"]["utility"]}
         compute = {f["name"]: f for f in facts["libraries"]["compute"]}
-        assert utility["libnvidia-ml.so.1"]["path"] == FLAVOUR_DIR + "/libnvidia-ml.so.1", name
+        # found through ld.so.cache, at the alternative's public name (ldconfig lists the usrmerge /lib one first)
+        assert utility["libnvidia-ml.so.1"]["path"] == "/lib/x86_64-linux-gnu/libnvidia-ml.so.1", name
         assert utility["libnvidia-ml.so.1"]["resolved"] == FLAVOUR_DIR + "/libnvidia-ml.so.535.261.03", name
         assert compute["libcuda.so.1"]["resolved"] == FLAVOUR_DIR + "/libcuda.so.535.261.03", name
         assert utility["nvidia-smi"]["resolved"] == "/usr/lib/nvidia/current/nvidia-smi", name
