@@ -8,6 +8,9 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 * ``validate_plan(nvidia, runtime=None, toolkit=None, **options)`` -> list of checks, one per engine and mode;
 * ``validate_images(plan, present_results, ...)`` -> which engines lack the image, and what to load or pull;
 * ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact;
+* ``validate_gpu_uuids(nvidia)`` -> the host's GPU UUIDs, which ``nvidia-smi -L`` in each container must list;
+* ``nvidia_smi_gpus(output)`` / ``nvidia_smi_problem(parsed, expected)`` -> what the container's ``nvidia-smi -L``
+  listed, and what is wrong with it (the check NVIDIA's install guides give: ``nvidia-smi`` in a container);
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
   decision to turn CDI on; the rule itself is ``_runtime_common.reads_cdi``).
 """
@@ -28,13 +31,22 @@ LIBCUDA_FILES = (
     "/usr/lib/libcuda.so.1",
     "/usr/local/nvidia/lib64/libcuda.so.1",
 )
-# POSIX sh only: the image may have nothing but sh, ls and ldconfig (no grep).
+NVSMI = "NVSMI"
+NVSMI_RC = "NVSMI-RC"
+# POSIX sh only: the image may have nothing but sh, ls and ldconfig (no grep). nvidia-smi is not the image's: the
+# runtime (utility capability) or the CDI spec puts the host driver's binary in the container, as NVIDIA's guides
+# expect (``docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all IMAGE nvidia-smi``).
 CHECK_SCRIPT = (
     "echo " + BEGIN + "; "
     'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] && echo "DEV $d"; done; '
     "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
+    "echo " + NVSMI + "; nvidia-smi -L 2>&1; echo " + NVSMI_RC + " $?; "
     "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
 )
+# ``nvidia-smi -L``: ``GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-6fbb13f4-...)``; MIG devices are indented lines with
+# ``MIG-`` UUIDs and are not GPUs of their own.
+_SMI_GPU_LINE = re.compile(r"^GPU \d+: .*\(UUID: (GPU-[0-9A-Za-z-]+)\)\s*$")
+_SMI_OUTPUT_LINES = 64
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
 # The device plugin's volume-mounts request (k8s-device-plugin v0.17.1, internal/plugin/server.go): /dev/null on
 # <root>/<device>, and NVIDIA_VISIBLE_DEVICES=<root>.
@@ -242,14 +254,32 @@ def _seconds(delta: str | None) -> float:
     return round(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)), 3)
 
 
+def nvidia_smi_gpus(output: str | Iterable[str] | None) -> list[str]:
+    """The GPU UUIDs ``nvidia-smi -L`` printed, in its order (MIG devices left out)."""
+    lines = output.splitlines() if isinstance(output, str) else list(output or [])
+    return [m.group(1) for m in (_SMI_GPU_LINE.match(line.strip()) for line in lines) if m]
+
+
 def parse_output(stdout: str | None) -> dict[str, Any]:
-    """``{complete, device_nodes, libcuda, libcuda_path}`` from the check script's output."""
+    """``{complete, device_nodes, libcuda, libcuda_path, nvidia_smi_rc, nvidia_smi_gpus, nvidia_smi_output}`` from
+    the check script's output (``nvidia_smi_rc`` is None when the script never got to nvidia-smi)."""
     lines = (stdout or "").splitlines()
     complete = BEGIN in lines and END in lines
     devices, files, cache = [], [], None
-    in_cache = False
+    smi_lines: list[str] = []
+    smi_rc = None
+    in_cache = in_smi = False
     for line in lines:
-        if line == END:
+        if in_smi:
+            if line.startswith(NVSMI_RC + " "):
+                in_smi = False
+                rc = line[len(NVSMI_RC) + 1 :].strip()
+                smi_rc = int(rc) if rc.isdigit() else None
+            elif len(smi_lines) < _SMI_OUTPUT_LINES:
+                smi_lines.append(line)
+        elif line == NVSMI:
+            in_smi = True
+        elif line == END:
             in_cache = False
         elif line == "LDCACHE":
             in_cache = True
@@ -262,7 +292,52 @@ def parse_output(stdout: str | None) -> dict[str, Any]:
         elif line.startswith("FILE /"):
             files.append(line[5:])
     path = cache or (files[0] if files else None)
-    return {"complete": complete, "device_nodes": sorted(set(devices)), "libcuda": bool(path), "libcuda_path": path}
+    return {
+        "complete": complete,
+        "device_nodes": sorted(set(devices)),
+        "libcuda": bool(path),
+        "libcuda_path": path,
+        "nvidia_smi_rc": smi_rc,
+        "nvidia_smi_gpus": nvidia_smi_gpus(smi_lines),
+        "nvidia_smi_output": smi_lines,
+    }
+
+
+def nvidia_smi_problem(parsed: Mapping[str, Any], expected: Iterable[str] | None) -> str:
+    """What is wrong with the container's ``nvidia-smi -L`` (``parse_output``'s fields), or ``""``.
+
+    It must run (exit 0) and list exactly the GPUs the container was given, ``expected`` (UUIDs; every check asks
+    for all of the host's GPUs); with no ``expected`` UUIDs (a discovery that found none) it must run and list
+    at least one GPU."""
+    rc = parsed.get("nvidia_smi_rc")
+    listed = list(parsed.get("nvidia_smi_gpus") or [])
+    last = _last_line("\n".join(parsed.get("nvidia_smi_output") or [])) or "no output"
+    if rc is None:
+        return "nvidia-smi -L did not run"
+    if rc == 127:
+        return "nvidia-smi not found in the container (the driver's utility binaries were not injected)"
+    if rc != 0:
+        return f"nvidia-smi -L failed (rc {rc}): {last}"
+    want = [u for u in (expected or []) if u]
+    if not want:
+        return "" if listed else f"nvidia-smi -L listed no GPU: {last}"
+    missing = [u for u in want if u not in listed]
+    extra = [u for u in listed if u not in want]
+    problems = []
+    if missing:
+        problems.append("missing " + ", ".join(missing))
+    if extra:
+        problems.append("not expected " + ", ".join(extra))
+    if len(listed) != len(set(listed)):
+        problems.append("listed twice " + ", ".join(sorted({u for u in listed if listed.count(u) > 1})))
+    if problems:
+        return f"nvidia-smi -L lists {len(listed)} GPU(s), expected {len(want)}: " + "; ".join(problems)
+    return ""
+
+
+def gpu_uuids(nvidia: Mapping[str, Any] | None) -> list[str]:
+    """The UUIDs of the host's GPUs (``ansible_facts.nvidia.gpus``), in discovery's order."""
+    return [str(g["uuid"]) for g in (nvidia or {}).get("gpus") or [] if isinstance(g, Mapping) and g.get("uuid")]
 
 
 def _last_line(text: str | None) -> str:
@@ -271,8 +346,21 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def _judge(check: Mapping[str, Any], res: Mapping[str, Any] | None, device_nodes: list[str]) -> dict[str, Any]:
-    out = {"mode": check["mode"], "passed": False, "seconds": 0.0, "device_nodes": [], "libcuda": False}
+def _judge(
+    check: Mapping[str, Any],
+    res: Mapping[str, Any] | None,
+    device_nodes: list[str],
+    uuids: list[str] | None = None,
+    nvidia_smi: bool = True,
+) -> dict[str, Any]:
+    out = {
+        "mode": check["mode"],
+        "passed": False,
+        "seconds": 0.0,
+        "device_nodes": [],
+        "libcuda": False,
+        "nvidia_smi_gpus": [],
+    }
     label = "{} ({})".format(check["engine"], check["mode"])
     if check.get("skipped") or res is None or res.get("skipped"):
         out.update(skipped=True, message=check.get("message") or f"{label}: not run")
@@ -284,6 +372,7 @@ def _judge(check: Mapping[str, Any], res: Mapping[str, Any] | None, device_nodes
         return out
     parsed = parse_output(res.get("stdout"))
     out.update(device_nodes=parsed["device_nodes"], libcuda=parsed["libcuda"], libcuda_path=parsed["libcuda_path"])
+    out["nvidia_smi_gpus"] = parsed["nvidia_smi_gpus"]
     rc = res.get("rc")
     if rc in (124, 137):
         out["message"] = f"{label}: timed out (rc {rc})"
@@ -299,6 +388,9 @@ def _judge(check: Mapping[str, Any], res: Mapping[str, Any] | None, device_nodes
             problems.append("device node(s) not visible: " + ", ".join(missing))
         if not parsed["libcuda"]:
             problems.append("libcuda.so.1 not visible (neither in ldconfig -p nor as a file)")
+        smi = nvidia_smi_problem(parsed, uuids) if nvidia_smi else ""
+        if smi:
+            problems.append(smi)
         if problems:
             out["message"] = "{}: {}".format(label, "; ".join(problems))
         else:
@@ -306,6 +398,8 @@ def _judge(check: Mapping[str, Any], res: Mapping[str, Any] | None, device_nodes
             out["message"] = (
                 f"{label}: {len(parsed['device_nodes'])} device node(s), libcuda.so.1 at {parsed['libcuda_path']}"
             )
+            if nvidia_smi:
+                out["message"] += f", nvidia-smi -L lists {len(parsed['nvidia_smi_gpus'])} GPU(s)"
     return out
 
 
@@ -314,9 +408,14 @@ def validate_result(
     results: Iterable[Mapping[str, Any]] | None,
     device_nodes: Iterable[str] | None = None,
     check_mode: bool = False,
+    *,
+    gpu_uuids: Iterable[str] | None = None,
+    nvidia_smi: bool = True,
 ) -> dict[str, Any]:
-    """The ``gpufleet_validate`` fact; see ``DOCUMENTATION_RESULT``."""
+    """The ``gpufleet_validate`` fact; see ``plugins/filter/validate_result.yml``. ``gpu_uuids``: the GPUs each
+    container's ``nvidia-smi -L`` must list (``validate_gpu_uuids``); ``nvidia_smi=False`` leaves that check out."""
     device_nodes = list(device_nodes or [])
+    uuids = list(gpu_uuids or [])
     results = list(results or [])
     engines = {}
     for i, check in enumerate(plan or []):
@@ -326,7 +425,7 @@ def validate_result(
             check_run = dict(check, message="{} ({}): not run in check mode".format(check["engine"], check["mode"]))
         else:
             check_run = check
-        judged = _judge(check_run, res, device_nodes)
+        judged = _judge(check_run, res, device_nodes, uuids, nvidia_smi)
         judged["argv"] = list(check.get("argv") or [])
         entry = engines.setdefault(
             check["engine"],
@@ -367,6 +466,7 @@ def validate_result(
         "skipped": bool(check_mode),
         "failed_engines": failed,
         "required_device_nodes": device_nodes,
+        "required_gpus": uuids if nvidia_smi else [],
         "message": message,
         "engines": engines,
     }
@@ -394,5 +494,6 @@ class FilterModule:
             "validate_images": validate_images,
             "validate_result": validate_result,
             "validate_device_nodes": required_device_nodes,
+            "validate_gpu_uuids": gpu_uuids,
             "engine_reads_cdi": reads_cdi,
         }

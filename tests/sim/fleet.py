@@ -230,6 +230,12 @@ class Node:
         setup = (SIM_DIR / "node" / "gpufleet_sim_setup.py").read_text()
         (root / "usr/local/sbin/gpufleet-sim-setup").write_text("#!/usr/bin/python3\n" + setup)
         (root / "usr/local/sbin/gpufleet-sim-setup").chmod(0o755)
+        # After every dpkg run (the driver role installing Debian's packages): follow the packaged driver.
+        (root / "etc/apt/apt.conf.d").mkdir(parents=True)
+        (root / "etc/apt/apt.conf.d/99gpufleet-sim-setup").write_text(
+            'DPkg::Post-Invoke { "if [ -x /usr/local/sbin/gpufleet-sim-setup ]; then '
+            '/usr/local/sbin/gpufleet-sim-setup >/dev/null 2>&1 || true; fi"; };\n'
+        )
         units = root / "etc/systemd/system"
         (units / "multi-user.target.wants").mkdir(parents=True)
         shutil.copy2(SIM_DIR / "node" / "gpufleet-sim.service", units / "gpufleet-sim.service")
@@ -341,6 +347,13 @@ class Fleet:
             n.name: (n.desc["suite"], tuple(n.desc["engines"]), n.desc["driver_packages"]) for n in self.nodes.values()
         }
         tags = images.ensure_images(list(variants.values()))
+        for node in self.nodes.values():
+            # A driver_packages node simulates the driver its image has (Debian moves the point release).
+            tag = tags[variants[node.name]]
+            version = images.packaged_driver_version(tag) if node.desc["driver_packages"] else None
+            if version and version != node.desc["driver_version"]:
+                node.desc["driver_version"] = version
+                node.config = node_config(node.desc)
         self.timings["images"] = time.monotonic() - start
         self.workdir.mkdir(parents=True, exist_ok=True)
         stub = build_stub(self.workdir / "libnvidia-ml-stub.so")

@@ -268,6 +268,22 @@ def build_node_image(suite: str, engines: list[str], driver_packages: bool) -> s
         return tag
 
 
+def packaged_driver_version(tag: str) -> str | None:
+    """The upstream version of Debian's libnvidia-ml1 installed in a node image (`535.261.03`), else None.
+
+    A `driver_packages` node simulates exactly that driver: Debian moves the point release, and the image
+    has whatever the suite had when it was built, so the version is read from the image, never assumed."""
+    res = docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "dpkg-query", tag,
+        "-W", "-f", "${db:Status-Status} ${Version}", "libnvidia-ml1",
+        check=False,
+    )  # fmt: skip
+    status, _sep, version = res.stdout.strip().partition(" ")
+    if res.returncode != 0 or status != "installed" or not version:
+        return None
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
 def ensure_images(variants: list[tuple[str, tuple[str, ...], bool]]) -> dict[tuple[str, tuple[str, ...], bool], str]:
     """Build what is missing, suites in parallel; -> {(suite, engines, driver_packages): tag}."""
     variants = sorted(set(variants))

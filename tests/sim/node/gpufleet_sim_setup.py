@@ -16,6 +16,13 @@ Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
   /dev/nvidiactl (195:255), /dev/nvidia-modeset (195:254), /dev/nvidia-uvm and -uvm-tools (the
   dynamic major recorded as uvm_major, minors 0 and 1), and nvidia-caps for MIG-enabled GPUs.
 * makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
+* takes the driver version from Debian's libnvidia-ml1 when it is installed (the point release moves;
+  the package is the truth): gpus.json, the stub's own copy of it and /sys/module/nvidia/version follow,
+  so NVML, nvidia-smi and the package never disagree. apt runs this again after every dpkg run
+  (/etc/apt/apt.conf.d/99gpufleet-sim), so a driver the driver role installs later is served too;
+* registers Debian's libnvidia-ml.so.1 alternative when the package was installed while its library
+  file (the diverted name) did not exist yet (nvidia-alternative skips a dangling source), so the real
+  nvidia-smi finds the stub as it finds the real library on a GPU host.
 It is idempotent; run it again after changing gpus.json.
 """
 
@@ -28,6 +35,9 @@ import sys
 
 CONFIG = "/etc/gpufleet-sim/gpus.json"
 STUB = "/usr/lib/gpufleet-sim/libnvidia-ml.so"
+JSON_MARKER = b"\n#GPUFLEET-SIM-JSON#\n"  # tests/sim/fleet.py appends the node's JSON to the stub after it
+ALTERNATIVE_TRIGGER = "/var/lib/dpkg/info/nvidia-alternative.postinst"
+MODULE_VERSION = "/sys/module/nvidia/version"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 CURRENT = LIBDIR + "/nvidia/current"
 
@@ -56,9 +66,47 @@ def link(target, path):
         os.symlink(target, path)
 
 
+def packaged_version():
+    """The upstream version of the installed libnvidia-ml1 (`535.261.03-1` -> `535.261.03`), else None."""
+    res = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", "libnvidia-ml1"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    status, _sep, version = res.stdout.strip().partition(" ")
+    if res.returncode != 0 or status != "installed" or not version:
+        return None
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def follow_package(cfg, version):
+    """Make the node simulate the packaged driver `version`: gpus.json, the stub's copy, the module's version."""
+    cfg["driver_version"] = version
+    cfg["nvml_version"] = f"{cfg['nvml_version'].split('.', 1)[0]}.{version}"
+    text = json.dumps(cfg, indent=2) + "\n"
+    with open(CONFIG + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(CONFIG + ".tmp", CONFIG)
+    with open(STUB, "rb") as f:
+        stub = f.read()
+    cut = stub.rfind(JSON_MARKER)
+    if cut >= 0:
+        stub = stub[:cut]
+    with open(STUB + ".tmp", "wb") as f:
+        f.write(stub + JSON_MARKER + text.encode())
+    os.replace(STUB + ".tmp", STUB)
+    if os.path.exists(MODULE_VERSION):
+        with open(MODULE_VERSION, "w", encoding="utf-8") as f:
+            f.write(version + "\n")
+
+
 def main():
     with open(CONFIG, encoding="utf-8") as f:
         cfg = json.load(f)
+    packaged = packaged_version()
+    if packaged and packaged != cfg["driver_version"]:
+        follow_package(cfg, packaged)
     state, version = cfg["driver_state"], cfg["driver_version"]
     real = f"{CURRENT}/libnvidia-ml.so.{version}"
     os.makedirs(CURRENT, exist_ok=True)
@@ -72,20 +120,20 @@ def main():
     shutil.copyfile(STUB, real + ".tmp")
     os.chmod(real + ".tmp", 0o644)
     os.replace(real + ".tmp", real)
-    packaged = (
-        subprocess.run(
-            ["dpkg-query", "-W", "-f", "${db:Status-Status}", "libnvidia-ml1"],
-            check=False,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        == "installed"
-    )
     if state in ("installed", "loaded") and not packaged:
         # A driver with no Debian package (as NVIDIA's installer lays it out): libnvidia-ml.so.1 on the
         # default library path. Debian's libnvidia-ml1 (535) keeps it in nvidia/current only.
         link(f"libnvidia-ml.so.{version}", f"{CURRENT}/libnvidia-ml.so.1")
         link("nvidia/current/libnvidia-ml.so.1", f"{LIBDIR}/libnvidia-ml.so.1")
+    if packaged and not os.path.exists(f"{LIBDIR}/libnvidia-ml.so.1") and os.path.exists(ALTERNATIVE_TRIGGER):
+        # Debian's own trigger, as dpkg would run it once the library file exists (its final
+        # dpkg-trigger call may find apt's lock held; the alternative is registered before it).
+        subprocess.run(
+            ["sh", ALTERNATIVE_TRIGGER, "triggered", "register-nvidia-alternative"],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     subprocess.run(["ldconfig"], check=True)
     # The engine mounts /proc/sys read-only in a container that is not --privileged; docker 26 and
     # later then cannot set up bridge networking for nested containers (IPv6 sysctls on the veth).

@@ -462,3 +462,167 @@ API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id
     *id = d->ci_id;
     return NVML_SUCCESS;
 }
+
+/* ---- what the real nvidia-smi needs ---- */
+/* nvidia-smi (535, 550) asks nvmlInternalGetExportTable, right after nvmlInit, for NVML's private table of
+ * entry points and stops with "Mismatch in versions between nvidia-smi and NVML" when it is missing. It
+ * reads a slot only when the table's first word (its size in bytes) reaches past it and falls back to the
+ * public functions (dlsym) otherwise or when a slot fails: so a table whose every slot answers
+ * NVML_ERROR_NOT_SUPPORTED makes nvidia-smi use the public API below. Its layout is NVIDIA's private
+ * business; nothing here depends on it beyond "word 0 is the size". */
+#define EXPORT_SLOTS 1024
+static nvmlReturn_t export_not_supported(void) { return NVML_ERROR_NOT_SUPPORTED; }
+static void *export_table[EXPORT_SLOTS];
+API nvmlReturn_t nvmlInternalGetExportTable(const void **table, const void *uuid) {
+    if (!table || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
+    export_table[0] = (void *)(unsigned long)sizeof(export_table);
+    for (unsigned int i = 1; i < EXPORT_SLOTS; i++) export_table[i] = (void *)export_not_supported;
+    *table = export_table;
+    return NVML_SUCCESS;
+}
+
+
+typedef struct {
+    unsigned int version, domain, bus, device, pciDeviceId, pciSubSystemId, baseClass, subClass;
+    char busId[32];
+} nvmlPciInfoExt_t;
+API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t d, nvmlPciInfoExt_t *pci) {
+    nvmlPciInfo_t legacy;
+    CHECK_DEV(d);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int version = pci->version;
+    nvmlDeviceGetPciInfo_v3(d, &legacy);
+    memset(pci, 0, sizeof(*pci));
+    pci->version = version;
+    pci->domain = legacy.domain;
+    pci->bus = legacy.bus;
+    pci->device = legacy.device;
+    pci->pciDeviceId = legacy.pciDeviceId;
+    pci->pciSubSystemId = legacy.pciSubSystemId;
+    pci->baseClass = 0x03; /* display controller; 3D controller (0x02) as a data-centre GPU shows itself */
+    pci->subClass = 0x02;
+    memcpy(pci->busId, legacy.busId, sizeof(pci->busId));
+    return NVML_SUCCESS;
+}
+
+/* Events: a set can be made and waited on, but no device has any event to register (as on a GPU where
+ * nvmlDeviceGetSupportedEventTypes reports none). */
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+struct nvmlEventSet_st { int unused; };
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    CHECK_INIT();
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof(struct nvmlEventSet_st));
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { CHECK_INIT(); free(set); return NVML_SUCCESS; }
+API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    CHECK_DEV(d);
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = 0;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    CHECK_DEV(d);
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    return types ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    CHECK_INIT();
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    (void)timeout_ms;
+    return 10; /* NVML_ERROR_TIMEOUT: nothing happened */
+}
+API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) { return nvmlEventSetWait_v2(set, data, timeout_ms); }
+
+/* What nvidia-smi's default table, -L, --query-gpu and -q ask for beyond discovery's needs. A GPU's
+ * state that the simulation does not have (clocks, temperatures, power, ECC, PCIe link, inforom, ...)
+ * answers NVML_ERROR_NOT_SUPPORTED, which nvidia-smi prints as "N/A" as it does on real boards that
+ * lack the sensor. Declarations follow nvml.h (go-nvml gen/nvml/nvml.h at 2f9e261f, CUDA 13 era; these
+ * entry points are unchanged since the 535 branch), with enums as int and pointers to structures the
+ * stub never fills as void *, which is the same ABI. */
+typedef int nvmlEnableState_t;
+static nvmlReturn_t put_uint(nvmlDevice_t d, void *out, unsigned int value) {
+    CHECK_ANY(d);
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    *(unsigned int *)out = value;
+    return NVML_SUCCESS;
+}
+/* No display is attached (data-centre use), compute mode Default, no virtualization (bare metal). */
+API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, nvmlEnableState_t *display) { return put_uint(d, display, 0); }
+API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, nvmlEnableState_t *active) { return put_uint(d, active, 0); }
+API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
+API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) { return put_uint(d, is_mig, IS_MIG(d) ? 1 : 0); }
+
+#define NA(name, ...) API nvmlReturn_t name(__VA_ARGS__) { CHECK_INIT(); return NVML_ERROR_NOT_SUPPORTED; }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+NA(nvmlDeviceGetAccountingBufferSize, nvmlDevice_t device, unsigned int *bufferSize)
+NA(nvmlDeviceGetAccountingMode, nvmlDevice_t device, void *mode)
+NA(nvmlDeviceGetAccountingPids, nvmlDevice_t device, unsigned int *count, unsigned int *pids)
+NA(nvmlDeviceGetApplicationsClock, nvmlDevice_t device, int clockType, unsigned int *clockMHz)
+NA(nvmlDeviceGetAutoBoostedClocksEnabled, nvmlDevice_t device, void *isEnabled, void *defaultIsEnabled)
+NA(nvmlDeviceGetBAR1MemoryInfo, nvmlDevice_t device, void *bar1Memory)
+NA(nvmlDeviceGetBoardId, nvmlDevice_t device, unsigned int *boardId)
+NA(nvmlDeviceGetBoardPartNumber, nvmlDevice_t device, char *partNumber, unsigned int length)
+NA(nvmlDeviceGetBridgeChipInfo, nvmlDevice_t device, void *bridgeHierarchy)
+NA(nvmlDeviceGetC2cModeInfoV, nvmlDevice_t device, void *c2cModeInfo)
+NA(nvmlDeviceGetClock, nvmlDevice_t device, int clockType, int clockId, unsigned int *clockMHz)
+NA(nvmlDeviceGetClockInfo, nvmlDevice_t device, int type, unsigned int *clock)
+NA(nvmlDeviceGetConfComputeProtectedMemoryUsage, nvmlDevice_t device, void *memory)
+NA(nvmlDeviceGetCurrPcieLinkGeneration, nvmlDevice_t device, unsigned int *currLinkGen)
+NA(nvmlDeviceGetCurrPcieLinkWidth, nvmlDevice_t device, unsigned int *currLinkWidth)
+NA(nvmlDeviceGetDecoderUtilization, nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+NA(nvmlDeviceGetDefaultApplicationsClock, nvmlDevice_t device, int clockType, unsigned int *clockMHz)
+NA(nvmlDeviceGetDriverModel, nvmlDevice_t device, void *current, void *pending)
+NA(nvmlDeviceGetEccMode, nvmlDevice_t device, void *current, void *pending)
+NA(nvmlDeviceGetEncoderUtilization, nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+NA(nvmlDeviceGetEnforcedPowerLimit, nvmlDevice_t device, unsigned int *limit)
+NA(nvmlDeviceGetFBCStats, nvmlDevice_t device, void *fbcStats)
+NA(nvmlDeviceGetFanSpeed, nvmlDevice_t device, unsigned int *speed)
+NA(nvmlDeviceGetFieldValues, nvmlDevice_t device, int valuesCount, void *values)
+NA(nvmlDeviceGetGpuFabricInfo, nvmlDevice_t device, void *gpuFabricInfo)
+NA(nvmlDeviceGetGpuFabricInfoV, nvmlDevice_t device, void *gpuFabricInfo)
+NA(nvmlDeviceGetGpuMaxPcieLinkGeneration, nvmlDevice_t device, unsigned int *maxLinkGenDevice)
+NA(nvmlDeviceGetGpuOperationMode, nvmlDevice_t device, void *current, void *pending)
+NA(nvmlDeviceGetGridLicensableFeatures_v4, nvmlDevice_t device, void *pGridLicensableFeatures)
+NA(nvmlDeviceGetGspFirmwareVersion, nvmlDevice_t device, char *version)
+NA(nvmlDeviceGetInforomImageVersion, nvmlDevice_t device, char *version, unsigned int length)
+NA(nvmlDeviceGetInforomVersion, nvmlDevice_t device, int object, char *version, unsigned int length)
+NA(nvmlDeviceGetJpgUtilization, nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+NA(nvmlDeviceGetLastBBXFlushTime, nvmlDevice_t device, unsigned long long *timestamp, unsigned long *durationUs)
+NA(nvmlDeviceGetMaxClockInfo, nvmlDevice_t device, int type, unsigned int *clock)
+NA(nvmlDeviceGetMaxPcieLinkGeneration, nvmlDevice_t device, unsigned int *maxLinkGen)
+NA(nvmlDeviceGetMaxPcieLinkWidth, nvmlDevice_t device, unsigned int *maxLinkWidth)
+NA(nvmlDeviceGetMemoryErrorCounter, nvmlDevice_t device, int errorType, int counterType, int locationType, unsigned long long *count)
+NA(nvmlDeviceGetModuleId, nvmlDevice_t device, unsigned int *moduleId)
+NA(nvmlDeviceGetMultiGpuBoard, nvmlDevice_t device, unsigned int *multiGpuBool)
+NA(nvmlDeviceGetOfaUtilization, nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+NA(nvmlDeviceGetPcieReplayCounter, nvmlDevice_t device, unsigned int *value)
+NA(nvmlDeviceGetPcieThroughput, nvmlDevice_t device, int counter, unsigned int *value)
+NA(nvmlDeviceGetPerformanceState, nvmlDevice_t device, void *pState)
+NA(nvmlDeviceGetPersistenceMode, nvmlDevice_t device, void *mode)
+NA(nvmlDeviceGetPowerState, nvmlDevice_t device, void *pState)
+NA(nvmlDeviceGetPowerUsage, nvmlDevice_t device, unsigned int *power)
+NA(nvmlDeviceGetRemappedRows, nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
+NA(nvmlDeviceGetRetiredPages, nvmlDevice_t device, int cause, unsigned int *pageCount, unsigned long long *addresses)
+NA(nvmlDeviceGetRetiredPagesPendingStatus, nvmlDevice_t device, void *isPending)
+NA(nvmlDeviceGetSerial, nvmlDevice_t device, char *serial, unsigned int length)
+NA(nvmlDeviceGetSramEccErrorStatus, nvmlDevice_t device, void *status)
+NA(nvmlDeviceGetSupportedClocksThrottleReasons, nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
+NA(nvmlDeviceGetSupportedMemoryClocks, nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
+NA(nvmlDeviceGetTemperature, nvmlDevice_t device, int sensorType, unsigned int *temp)
+NA(nvmlDeviceGetTemperatureThreshold, nvmlDevice_t device, int thresholdType, unsigned int *temp)
+NA(nvmlDeviceGetUtilizationRates, nvmlDevice_t device, void *utilization)
+NA(nvmlDeviceGetVbiosVersion, nvmlDevice_t device, char *version, unsigned int length)
+NA(nvmlDeviceGetVgpuHeterogeneousMode, nvmlDevice_t device, void *pHeterogeneousMode)
+NA(nvmlDeviceValidateInforom, nvmlDevice_t device)
+NA(nvmlDeviceGetEncoderStats, nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
+NA(nvmlDeviceGetHostVgpuMode, nvmlDevice_t device, void *pHostVgpuMode)
+#pragma GCC diagnostic pop

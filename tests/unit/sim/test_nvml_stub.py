@@ -61,7 +61,31 @@ for i in range(n.value if out["count_rc"] == 0 else 0):
     h2 = ctypes.c_void_p()
     out["gpus"][-1]["by_sysfs_bus_id"] = nvml.nvmlDeviceGetHandleByPciBusId(b"0000:17:00.0", ctypes.byref(h2))
 out["unknown_uuid_rc"] = nvml.nvmlDeviceGetHandleByUUID(b"GPU-nope", ctypes.byref(ctypes.c_void_p()))
-out["has_unimplemented"] = hasattr(nvml, "nvmlDeviceGetPowerUsage")
+out["has_unimplemented"] = hasattr(nvml, "nvmlDeviceSetComputeMode")
+# What nvidia-smi needs: NVML's private export table (word 0: its size; every slot NOT_SUPPORTED), and
+# state the simulation does not have answering NOT_SUPPORTED (nvidia-smi prints N/A).
+table = ctypes.POINTER(ctypes.c_void_p)()
+guid = ctypes.create_string_buffer(16)
+out["export_rc"] = nvml.nvmlInternalGetExportTable(ctypes.byref(table), guid)
+if out["export_rc"] == 0:
+    slot = ctypes.CFUNCTYPE(ctypes.c_int)(table[81])
+    out["export_size"], out["export_slot_rc"] = table[0], slot()
+if out["count_rc"] == 0 and n.value:
+    h = ctypes.c_void_p(); nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+    v = ctypes.c_uint(7)
+    out["power_rc"] = nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(v))
+    out["display_active"] = (nvml.nvmlDeviceGetDisplayActive(h, ctypes.byref(v)), v.value)
+    ext = (ctypes.c_uint * 16)()
+    ext[0] = 0x1000000 | 64  # nvmlPciInfoExt_v1: version and size
+    out["pci_ext_rc"] = nvml.nvmlDeviceGetPciInfoExt(h, ext)
+    out["pci_ext"] = [ext[0], ext[2], ext[4], bytes(ext)[32:48].split(b"\0")[0].decode()]
+    es = ctypes.c_void_p()
+    out["event_set_rc"] = nvml.nvmlEventSetCreate(ctypes.byref(es))
+    types = ctypes.c_ulonglong(1)
+    out["event_types"] = (nvml.nvmlDeviceGetSupportedEventTypes(h, ctypes.byref(types)), types.value)
+    data = (ctypes.c_char * 64)()
+    out["event_wait_rc"] = nvml.nvmlEventSetWait_v2(es, data, 0)
+    out["event_free_rc"] = nvml.nvmlEventSetFree(es)
 print(json.dumps(out))
 """
 
@@ -103,6 +127,11 @@ def test_stub_answers_from_json(stub, tmp_path):
     assert a100["by_sysfs_bus_id"] == 0
     assert out["unknown_uuid_rc"] == 6
     assert out["has_unimplemented"] is False
+    assert (out["export_rc"], out["export_size"], out["export_slot_rc"]) == (0, 1024 * 8, 3)
+    assert out["power_rc"] == 3 and out["display_active"] == [0, 0]
+    assert out["pci_ext_rc"] == 0 and out["pci_ext"] == [0x1000000 | 64, 0x17, 0x20B010DE, "00000000:17:00.0"]
+    assert out["event_set_rc"] == 0 and out["event_types"] == [0, 0]
+    assert out["event_wait_rc"] == 10 and out["event_free_rc"] == 0  # TIMEOUT: nothing ever happens
 
 
 def test_driver_not_loaded_and_missing_config(stub, tmp_path):

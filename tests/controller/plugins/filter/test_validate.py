@@ -5,6 +5,8 @@
 """validate_plan / validate_images / validate_result: what the validate role runs per engine, what it loads or pulls
 first, and how it judges the output."""
 
+import subprocess
+
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
@@ -13,6 +15,9 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
     END,
     FilterModule,
     containerd_ref,
+    gpu_uuids,
+    nvidia_smi_gpus,
+    nvidia_smi_problem,
     parse_output,
     required_device_nodes,
     validate_images,
@@ -37,8 +42,18 @@ def _nvidia(**engines):
     }
 
 
-def _out(devices, libcuda=True, files=()):
-    lines = [BEGIN] + ["DEV " + d for d in devices] + ["FILE " + f for f in files] + ["LDCACHE", "3 libs found"]
+# Two GPUs as Debian's nvidia-smi 535 lists them on a simulated node (tests/integration/test_nvidia_smi_e2e.py).
+UUIDS = ["GPU-6fbb13f4-2023-5f31-9d6f-12c3ec57dd4e", "GPU-111a541b-740c-5c69-b75e-c20a56896779"]
+
+
+def _smi_l(uuids):
+    return [f"GPU {i}: NVIDIA A100-SXM4-40GB (UUID: {u})" for i, u in enumerate(uuids)]
+
+
+def _out(devices, libcuda=True, files=(), *, smi=tuple(UUIDS), smi_lines=None, smi_rc=0):
+    lines = [BEGIN] + ["DEV " + d for d in devices] + ["FILE " + f for f in files]
+    lines += ["NVSMI", *(_smi_l(smi) if smi_lines is None else smi_lines), f"NVSMI-RC {smi_rc}"]
+    lines += ["LDCACHE", "3 libs found"]
     if libcuda:
         lines.append("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1")
     lines.append("\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6")
@@ -55,6 +70,7 @@ def test_filters_registered():
         "validate_images",
         "validate_result",
         "validate_device_nodes",
+        "validate_gpu_uuids",
         "engine_reads_cdi",
     }
     # the runtime role's CDI decision is the module_utils rule itself, not a copy
@@ -249,6 +265,9 @@ def test_parse_output_ldcache_file_and_incomplete():
         "device_nodes": sorted(ALL),
         "libcuda": True,
         "libcuda_path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "nvidia_smi_rc": 0,
+        "nvidia_smi_gpus": UUIDS,
+        "nvidia_smi_output": _smi_l(UUIDS),
     }
     by_file = parse_output(_out(ALL, libcuda=False, files=["/usr/lib64/libcuda.so.1"]))
     assert by_file["libcuda"] and by_file["libcuda_path"] == "/usr/lib64/libcuda.so.1"
@@ -270,8 +289,9 @@ def _ok(stdout, rc=0, stderr="", delta="0:00:01.250000"):
 def test_result_all_pass():
     plan = _plan()
     results = [_ok(_out(ALL)), _ok(_out(ALL)), _ok(_out(ALL), delta="0:00:00.500000"), {"skipped": True}]
-    fact = validate_result(plan, results, device_nodes=ALL)
+    fact = validate_result(plan, results, device_nodes=ALL, gpu_uuids=UUIDS)
     assert fact["passed"] is True and fact["failed_engines"] == [] and fact["skipped"] is False
+    assert fact["required_gpus"] == UUIDS
     docker = fact["engines"]["docker"]
     assert docker["passed"] and not docker["skipped"] and docker["libcuda"] and docker["seconds"] == 2.5
     assert [c["mode"] for c in docker["checks"]] == ["runtime", "cdi"]
@@ -279,6 +299,8 @@ def test_result_all_pass():
     assert fact["engines"]["containerd"]["image"] == "docker.io/gpufleet-sim/mini:latest"
     assert fact["engines"]["crio"]["skipped"] and not fact["engines"]["crio"]["passed"]
     assert fact["message"] == "passed on: containerd, docker"
+    assert docker["checks"][0]["nvidia_smi_gpus"] == UUIDS
+    assert docker["checks"][0]["message"].endswith("nvidia-smi -L lists 2 GPU(s)")
 
 
 def test_result_failures_named():
@@ -335,3 +357,72 @@ def test_docker_gpus_as_typed_where_nvidia_is_the_default_runtime():
     assert plan[1]["argv"] is None and "accept_envvar_unprivileged false" in plan[1]["message"]
     result = validate_result(plan, [{"rc": 0, "stdout": _out(ALL), "delta": "0:00:01.0"}, {"skipped": True}], ALL)
     assert result["engines"]["docker"]["passed"] and not result["engines"]["docker"]["skipped"]
+
+
+def test_nvidia_smi_gpus_leaves_mig_devices_out():
+    out = "\n".join(
+        [
+            *_smi_l(UUIDS[:1]),
+            "  MIG 1g.5gb      Device  0: (UUID: MIG-0d0e4b2a-1111-5222-8333-944455556666)",
+            *_smi_l(UUIDS)[1:],
+            "No devices were found",
+        ]
+    )
+    assert nvidia_smi_gpus(out) == UUIDS
+    assert nvidia_smi_gpus(None) == [] and nvidia_smi_gpus("Failed to initialize NVML: Unknown Error") == []
+
+
+def test_gpu_uuids_from_the_facts():
+    nvidia = {"gpus": [{"uuid": UUIDS[1], "minor": 3}, {"minor": 0}, {"uuid": UUIDS[0]}, "junk"]}
+    assert gpu_uuids(nvidia) == [UUIDS[1], UUIDS[0]]
+    assert gpu_uuids(None) == [] and gpu_uuids({"gpus": None}) == []
+
+
+def test_nvidia_smi_problem_each_way_it_fails():
+    def problem(expected=tuple(UUIDS), **kw):
+        return nvidia_smi_problem(parse_output(_out(ALL, **kw)), list(expected))
+
+    assert problem() == ""
+    # the container was given both GPUs but nvidia-smi sees one: the one missing is named
+    one = problem(smi=UUIDS[:1])
+    assert one.startswith("nvidia-smi -L lists 1 GPU(s), expected 2") and f"missing {UUIDS[1]}" in one
+    # asked with a wrong list: the GPU listed and not expected is named too
+    wrong = problem(expected=[UUIDS[0], "GPU-00000000-0000-0000-0000-000000000000"])
+    assert "missing GPU-00000000-0000-0000-0000-000000000000" in wrong and f"not expected {UUIDS[1]}" in wrong
+    assert "listed twice" in problem(smi=[UUIDS[0], UUIDS[0], UUIDS[1]])
+    assert "not found in the container" in problem(smi_lines=["sh: 1: nvidia-smi: not found"], smi_rc=127)
+    nvml = problem(smi_lines=["Failed to initialize NVML: Unknown Error"], smi_rc=255)
+    assert nvml == "nvidia-smi -L failed (rc 255): Failed to initialize NVML: Unknown Error"
+    # no UUIDs known (discovery without NVML): it must still run and list a GPU
+    assert problem(expected=()) == ""
+    assert problem(expected=(), smi=[]) == "nvidia-smi -L listed no GPU: no output"
+    assert nvidia_smi_problem(parse_output(BEGIN + "\n"), UUIDS) == "nvidia-smi -L did not run"
+
+
+def test_result_nvidia_smi_decides_unless_turned_off():
+    plan = _plan()[:1]
+    short = [_ok(_out(ALL, smi=UUIDS[:1]))]
+    fact = validate_result(plan, short, device_nodes=ALL, gpu_uuids=UUIDS)
+    assert fact["failed_engines"] == ["docker"]
+    assert f"nvidia-smi -L lists 1 GPU(s), expected 2: missing {UUIDS[1]}" in fact["engines"]["docker"]["message"]
+    off = validate_result(plan, short, device_nodes=ALL, gpu_uuids=UUIDS, nvidia_smi=False)
+    assert off["passed"] and off["required_gpus"] == [] and "nvidia-smi" not in off["engines"]["docker"]["message"]
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_check_script_runs_nvidia_smi_in_posix_sh(tmp_path, present):
+    """The script itself, through a real /bin/sh, with an nvidia-smi on PATH (or none)."""
+    if present:
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text('#!/bin/sh\n[ "$1" = -L ] || exit 3\n' + "".join(f"echo '{x}'\n" for x in _smi_l(UUIDS)))
+        smi.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    out = subprocess.run(["/bin/sh", "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, check=True).stdout
+    parsed = parse_output(out)
+    assert parsed["complete"]
+    if present:
+        assert parsed["nvidia_smi_rc"] == 0 and parsed["nvidia_smi_gpus"] == UUIDS
+        assert nvidia_smi_problem(parsed, UUIDS) == ""
+    else:
+        assert parsed["nvidia_smi_rc"] == 127 and parsed["nvidia_smi_gpus"] == []
+        assert "not found in the container" in nvidia_smi_problem(parsed, UUIDS)
