@@ -20,8 +20,9 @@ description:
   - "Programs: C(gpufleet-container-runtime) (the OCI runtime shim, registered as runtime C(nvidia)),
     C(gpufleet-cdi-hook) (the createContainer hook the CDI spec calls), C(nvidia-container-runtime-hook) (the
     legacy prestart hook entry point that C(docker run --gpus) calls), C(gpufleet-cdi-refresh) (regenerates the CDI
-    spec when the installed driver is not the one it was made for) and C(gpufleet-dev-char-links) (creates the
-    C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes)."
+    spec when the installed driver or the device nodes are not the ones it was made for), C(gpufleet-dev-char-links)
+    (creates the C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes) and C(gpufleet-nvidia-devices)
+    (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
     keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
     (O(accept_envvar_unprivileged)) and whether it reads the device plugin's volume mounts as a device request
@@ -54,7 +55,7 @@ options:
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
-      gpufleet-dev-char-links]
+      gpufleet-dev-char-links, gpufleet-nvidia-devices]
   bindir:
     description: Where the launchers go.
     type: path

@@ -45,6 +45,7 @@ PROGRAMS = (
     "nvidia-container-runtime-hook",
     "gpufleet-cdi-refresh",
     "gpufleet-dev-char-links",
+    "gpufleet-nvidia-devices",
 )
 UNIT = "/etc/systemd/system/gpufleet-cdi-refresh.service"
 UDEV = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"

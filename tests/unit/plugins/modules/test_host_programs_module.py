@@ -54,8 +54,8 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
     run, tmp = call
     code, result = run(check=True, diff=True)
     assert code == 0 and result["changed"]
-    # the package's __init__ and modules, five launchers, the shim's configuration
-    assert len(result["changed_files"]) == len(result["files"]) == _package_files() + 5 + 1
+    # the package's __init__ and modules, six launchers, the shim's configuration
+    assert len(result["changed_files"]) == len(result["files"]) == _package_files() + 6 + 1
     assert not (tmp / "bin").exists() and not (tmp / "lib").exists() and not (tmp / "etc").exists()
     assert result["runtime_config"] == {
         "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
