@@ -25,8 +25,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from ..base.pathsafe import host_path, resolve_in_root
 from ..base.fileio import read_text
+from ..base.pathsafe import host_path, resolve_in_root
 from ..cdi.devices import parse_proc_devices, scan_device_nodes
 from ..cdi.driver_files import (
     BINARY_DIRS,

@@ -377,7 +377,7 @@ def test_nvml_load_falls_back_to_the_next_candidate(nvml_stub):
 
 # The uvm part of a CDI spec as cdi_spec (YAML) and nvidia-ctk write it.
 SPEC_WITH_UVM = 'containerEdits:\n  deviceNodes:\n    - path: "/dev/nvidiactl"\n    - path: "/dev/nvidia-uvm"\n'
-SPEC_WITHOUT_UVM = 'containerEdits:\n  deviceNodes:\n    - path: "/dev/nvidiactl"\n    - path: "/dev/nvidia-uvm-tools"\n'
+SPEC_WITHOUT_UVM = SPEC_WITH_UVM.replace('"/dev/nvidia-uvm"', '"/dev/nvidia-uvm-tools"')
 
 
 def test_uvm_loaded_without_its_node_or_out_of_the_spec(tmp_path):
