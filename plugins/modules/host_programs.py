@@ -191,6 +191,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim
 
