@@ -330,7 +330,7 @@ ansible_facts:
             uvm_loaded:
               description:
                 - The C(nvidia-uvm) module is loaded (its major is in C(/proc/devices), or C(/sys/module/nvidia_uvm) is
-                  live): the driver provides C(/dev/nvidia-uvm), which CUDA needs in every container.
+                  live), so the driver provides C(/dev/nvidia-uvm), which CUDA needs in every container.
               type: bool
               returned: always
             cuda_version:
