@@ -47,6 +47,11 @@ CHECK_SCRIPT = (
 # ``MIG-`` UUIDs and are not GPUs of their own.
 _SMI_GPU_LINE = re.compile(r"^GPU \d+: .*\(UUID: (GPU-[0-9A-Za-z-]+)\)\s*$")
 _SMI_OUTPUT_LINES = 64
+# What to do when a container lacks /dev/nvidia-uvm (gpu_facts' uvm_device_missing / cdi_spec_uvm_missing say which).
+UVM_FIX = (
+    "CUDA needs /dev/nvidia-uvm: create it on the host ('systemctl restart gpufleet-nvidia-devices') and regenerate "
+    "the CDI spec ('systemctl restart gpufleet-cdi-refresh')"
+)
 ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
 # The device plugin's volume-mounts request (k8s-device-plugin v0.17.1, internal/plugin/server.go): /dev/null on
 # <root>/<device>, and NVIDIA_VISIBLE_DEVICES=<root>.
@@ -386,6 +391,8 @@ def _judge(
         problems = []
         if missing:
             problems.append("device node(s) not visible: " + ", ".join(missing))
+            if "/dev/nvidia-uvm" in missing:
+                problems.append(UVM_FIX)
         if not parsed["libcuda"]:
             problems.append("libcuda.so.1 not visible (neither in ldconfig -p nor as a file)")
         smi = nvidia_smi_problem(parsed, uuids) if nvidia_smi else ""
@@ -474,7 +481,9 @@ def validate_result(
 
 def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable[str] | None = None) -> list:
     """``configured`` (``validate_device_nodes``) when it names any; else ``/dev/nvidiactl``, ``/dev/nvidia<minor>``
-    of every GPU, and ``/dev/nvidia-uvm`` when the host has it."""
+    of every GPU, and ``/dev/nvidia-uvm`` when the driver provides it (``driver.uvm_loaded``: the uvm module is
+    loaded) or the host has it. CUDA needs it: a container without it runs ``nvidia-smi`` and fails every CUDA call,
+    so a host whose uvm node is missing fails validation rather than passing on the nodes it happens to have."""
     if configured:
         return list(configured)
     nvidia = nvidia or {}
@@ -482,7 +491,8 @@ def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable
     for gpu in nvidia.get("gpus") or []:
         if gpu.get("minor") is not None:
             nodes.append(f"/dev/nvidia{int(gpu['minor'])}")
-    if any((d or {}).get("path") == "/dev/nvidia-uvm" for d in nvidia.get("device_nodes") or []):
+    uvm_loaded = bool((nvidia.get("driver") or {}).get("uvm_loaded"))
+    if uvm_loaded or any((d or {}).get("path") == "/dev/nvidia-uvm" for d in nvidia.get("device_nodes") or []):
         nodes.append("/dev/nvidia-uvm")
     return nodes
 

@@ -332,6 +332,12 @@ ansible_facts:
               description: C(open), C(proprietary) or null.
               type: str
               returned: always
+            uvm_loaded:
+              description:
+                - The C(nvidia-uvm) module is loaded (its major is in C(/proc/devices), or C(/sys/module/nvidia_uvm) is
+                  live), so the driver provides C(/dev/nvidia-uvm), which CUDA needs in every container.
+              type: bool
+              returned: always
             cuda_version:
               description: Highest CUDA version the driver supports.
               type: str

@@ -20,8 +20,9 @@ description:
   - "Programs: C(gpufleet-container-runtime) (the OCI runtime shim, registered as runtime C(nvidia)),
     C(gpufleet-cdi-hook) (the createContainer hook the CDI spec calls), C(nvidia-container-runtime-hook) (the
     legacy prestart hook entry point that C(docker run --gpus) calls), C(gpufleet-cdi-refresh) (regenerates the CDI
-    spec when the installed driver is not the one it was made for) and C(gpufleet-dev-char-links) (creates the
-    C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes)."
+    spec when the installed driver or the device nodes are not the ones it was made for), C(gpufleet-dev-char-links)
+    (creates the C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes) and C(gpufleet-nvidia-devices)
+    (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
     keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
     (O(accept_envvar_unprivileged)) and whether it reads the device plugin's volume mounts as a device request
@@ -54,7 +55,7 @@ options:
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
-      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker]
+      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker, gpufleet-nvidia-devices]
   bindir:
     description: Where the launchers go.
     type: path
@@ -208,6 +209,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import container_cli as _container_cli  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim

@@ -47,6 +47,7 @@ PROGRAMS = (
     "gpufleet-dev-char-links",
     "nvidia-container-cli",
     "nvidia-docker",
+    "gpufleet-nvidia-devices",
 )
 UNIT = "/etc/systemd/system/gpufleet-cdi-refresh.service"
 UDEV = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"

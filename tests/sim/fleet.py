@@ -240,6 +240,13 @@ class Node:
         (units / "multi-user.target.wants").mkdir(parents=True)
         shutil.copy2(SIM_DIR / "node" / "gpufleet-sim.service", units / "gpufleet-sim.service")
         os.symlink("../gpufleet-sim.service", units / "multi-user.target.wants/gpufleet-sim.service")
+        # The collection's gpufleet-nvidia-devices.service (when a role installs it) reads the node's stand-in for
+        # /proc/driver/nvidia and /proc/devices (gpufleet-sim-setup writes it; runc refuses mounts under /proc).
+        dropin = units / "gpufleet-nvidia-devices.service.d"
+        dropin.mkdir()
+        (dropin / "gpufleet-sim.conf").write_text(
+            "[Service]\nEnvironment=GPUFLEET_NVIDIA_PROC=/run/gpufleet-sim/proc\n"
+        )
         for unit in MASKED_UNITS:
             os.symlink("/dev/null", units / unit)
         return root

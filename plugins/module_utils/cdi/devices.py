@@ -6,13 +6,22 @@
 ``/dev/nvidia<N>`` is 195:N, ``/dev/nvidiactl`` 195:255, ``/dev/nvidia-modeset`` 195:254;
 ``/dev/nvidia-uvm`` and ``/dev/nvidia-uvm-tools`` take the dynamic major ``/proc/devices`` lists for
 ``nvidia-uvm`` (minors 0 and 1); MIG capability nodes ``/dev/nvidia-caps/nvidia-cap<M>`` take the
-major of ``nvidia-caps`` and their minors from ``/proc/driver/nvidia-caps/mig-minors``.
+major of ``nvidia-caps`` and their minors from ``/proc/driver/nvidia-caps/mig-minors`` (every possible one)
+or, for the capabilities that exist, the ``DeviceFileMinor`` of each file under ``/proc/driver/nvidia/capabilities``.
+
+Owner and mode of the files, as NVIDIA's ``nvidia-modprobe`` makes them (NVIDIA/nvidia-modprobe,
+``modprobe-utils/nvidia-modprobe-utils.c`` at commit 149440ca, ``init_device_file_parameters``, ``mknod_helper``,
+``nvidia_uvm_mknod``, ``nvidia_cap_mknod``): ``/dev/nvidia<N>``, ``nvidiactl`` and ``nvidia-modeset`` take
+``DeviceFileUID``/``DeviceFileGID``/``DeviceFileMode`` from ``/proc/driver/nvidia/params`` (defaults 0, 0, 0666;
+``ModifyDeviceFiles: 0`` means the files are not to be touched); the uvm pair is always root:root 0666; a
+capability node takes the same keys from its own capability file, in ``/dev/nvidia-caps`` (root:root 0755).
 
 Standard library only (target Pythons 3.8+).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -23,7 +32,16 @@ NVIDIA_MAJOR = 195
 CTL_MINOR = 255
 MODESET_MINOR = 254
 
+UVM_MINOR = 0
+UVM_TOOLS_MINOR = 1
+CAPS_DIR = "/dev/nvidia-caps"
+CAPS_DIR_MODE = 0o755
+# nvidia-modprobe's NV_DEVICE_FILE_MODE / _UID / _GID and its "modify" default.
+DEFAULT_FILE_PARAMS = {"uid": 0, "gid": 0, "mode": 0o666, "modify": True}
+
 DeviceNode = record("DeviceNode", ("path", "major", "minor"))
+# A node to make, with the owner and mode it must have.
+DeviceFile = record("DeviceFile", ("node", "uid", "gid", "mode"))
 
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 
@@ -115,3 +133,81 @@ def _append_char(found: list[DeviceNode], full: str, inner: str) -> None:
 def char_link(node: DeviceNode) -> str:
     """The ``/dev/char/<major>:<minor>`` link systemd's device cgroup rules and NVML rely on."""
     return f"/dev/char/{node.major}:{node.minor}"
+
+
+def parse_device_file_params(text: str | None) -> dict[str, int | bool]:
+    """``/proc/driver/nvidia/params`` or a capability file -> ``{"uid", "gid", "mode", "modify"}``.
+
+    Lines are ``Name: <decimal>``; ``DeviceFileUID``, ``DeviceFileGID``, ``DeviceFileMode`` (438 = 0666) and
+    ``ModifyDeviceFiles`` (``DeviceFileModify`` in capability files); what is absent keeps nvidia-modprobe's default.
+    """
+    params: dict[str, int | bool] = dict(DEFAULT_FILE_PARAMS)
+    keys = {"DeviceFileUID": "uid", "DeviceFileGID": "gid", "DeviceFileMode": "mode"}
+    for line in (text or "").splitlines():
+        name, sep, value = line.partition(":")
+        value = value.strip()
+        if not sep or not value.isdigit():
+            continue
+        name = name.strip()
+        if name in keys:
+            params[keys[name]] = int(value) & 0o777 if name == "DeviceFileMode" else int(value)
+        elif name in ("ModifyDeviceFiles", "DeviceFileModify"):
+            params["modify"] = int(value) == 1
+    return params
+
+
+def parse_capability_minor(text: str | None) -> int | None:
+    """The ``DeviceFileMinor`` of a ``/proc/driver/nvidia/capabilities/...`` file, or None."""
+    for line in (text or "").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def cap_node(major: int, minor: int) -> DeviceNode:
+    """The node of the capability with this minor: ``/dev/nvidia-caps/nvidia-cap<minor>``."""
+    return DeviceNode(f"{CAPS_DIR}/nvidia-cap{minor}", major, minor)
+
+
+def wanted_device_files(
+    gpu_minors: list[int],
+    char_majors: dict[str, int],
+    modeset: bool,
+    params: dict[str, int | bool] | None = None,
+    capabilities: list[tuple[int, dict[str, int | bool]]] | None = None,
+) -> list[DeviceFile]:
+    """Every node the loaded driver provides, with owner and mode (the rules in this module's docstring).
+
+    ``gpu_minors``: the ``Device Minor`` of each GPU the driver registered; ``char_majors``: ``/proc/devices``'
+    character majors (the uvm pair only when ``nvidia-uvm`` is there, capabilities only with ``nvidia-caps``);
+    ``modeset``: the nvidia-modeset module is loaded; ``params``: ``parse_device_file_params`` of the driver's
+    params; ``capabilities``: ``(minor, parse_device_file_params of its file)`` per capability file.
+    """
+    p = dict(DEFAULT_FILE_PARAMS, **(params or {}))
+
+    def with_params(node: DeviceNode, q: dict[str, int | bool]) -> DeviceFile:
+        return DeviceFile(node, int(q["uid"]), int(q["gid"]), int(q["mode"]))
+
+    files = [with_params(gpu_node(m), p) for m in sorted(set(gpu_minors))]
+    files.append(with_params(DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR), p))
+    if modeset:
+        files.append(with_params(DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR), p))
+    uvm = char_majors.get("nvidia-uvm")
+    if uvm is not None:
+        files.append(with_params(DeviceNode("/dev/nvidia-uvm", uvm, UVM_MINOR), DEFAULT_FILE_PARAMS))
+        files.append(with_params(DeviceNode("/dev/nvidia-uvm-tools", uvm, UVM_TOOLS_MINOR), DEFAULT_FILE_PARAMS))
+    caps = char_majors.get("nvidia-caps")
+    if caps is not None:
+        seen = set()
+        for minor, cap_params in sorted(capabilities or (), key=lambda c: c[0]):
+            if minor not in seen:
+                seen.add(minor)
+                files.append(with_params(cap_node(caps, minor), dict(DEFAULT_FILE_PARAMS, **cap_params)))
+    return files
+
+
+def node_fingerprint(nodes: list[DeviceNode]) -> str:
+    """A short stable digest of a set of device nodes (path, major, minor): what the CDI spec was made from."""
+    lines = sorted(f"{n.path} {int(n.major)}:{int(n.minor)}" for n in nodes)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

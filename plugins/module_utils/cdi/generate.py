@@ -7,20 +7,26 @@ The ``cdi_spec`` module and the boot-time ``gpufleet-cdi-refresh`` program both 
 and boot write the same bytes for the same host. GPUs not given are asked of ``find_gpus``: both pass
 ``discovery.discover.discovered_gpus``, handed in rather than imported because discovery is the layer above
 ``cdi/``. The spec carries the driver version it was made for in its annotation
-``gpufleet.nvidia/driver-version``; ``spec_stamp`` reads it back from the rendered text.
+``gpufleet.nvidia/driver-version``; ``spec_stamp`` reads it back from the rendered text. It also carries the
+fingerprint of the device nodes it was made from (``gpufleet.nvidia/device-nodes``): ``spec_node_stamp`` reads it,
+``host_node_fingerprint`` computes it for the nodes on the host now.
 
 Standard library only (target Pythons 3.8+).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ..base.pathsafe import host_path
+from .devices import node_fingerprint, scan_device_nodes
 from .spec import (
     DEFAULT_INDEX_PATH,
     DRIVER_VERSION_ANNOTATION,
     HOOK_PATH,
+    NODES_ANNOTATION,
     build_spec,
     gather,
     render,
@@ -48,6 +54,8 @@ DEFAULTS: dict[str, Any] = {
 GpuFinder = Callable[[str, str], Optional[List[Dict[str, Any]]]]
 _STAMP = re.compile(rf'^\s*"?{re.escape(DRIVER_VERSION_ANNOTATION)}"?\s*:\s*"?([0-9][0-9.]*)"?\s*,?\s*$', re.M)
 
+_NODE_STAMP = re.compile(rf'^\s*"?{re.escape(NODES_ANNOTATION)}"?\s*:\s*"?([0-9a-f]+)"?\s*,?\s*$', re.M)
+
 
 class NoGpuError(ValueError):
     """No GPU given and none found: a spec needs at least one device."""
@@ -59,6 +67,20 @@ def spec_stamp(text: str | None) -> str | None:
         return None
     match = _STAMP.search(text)
     return match.group(1) if match else None
+
+
+def spec_node_stamp(text: str | None) -> str | None:
+    """The device-node fingerprint a rendered spec (YAML or JSON) was made from, or None (none recorded)."""
+    if not text:
+        return None
+    match = _NODE_STAMP.search(text)
+    return match.group(1) if match else None
+
+
+def host_node_fingerprint(root: str = "/", dev_root: str = "/") -> str:
+    """The fingerprint of the NVIDIA device nodes under ``<dev_root>/dev`` now (read under ``root``), as
+    ``spec.gather`` records it."""
+    return node_fingerprint(scan_device_nodes(os.path.join(host_path(root, dev_root), "dev")))
 
 
 def options_with_defaults(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -34,7 +34,14 @@ from typing import Any
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
-from .devices import control_nodes, gpu_minor_of, parse_mig_minors, parse_proc_devices, scan_device_nodes
+from .devices import (
+    control_nodes,
+    gpu_minor_of,
+    node_fingerprint,
+    parse_mig_minors,
+    parse_proc_devices,
+    scan_device_nodes,
+)
 from .driver_files import (
     CAPABILITIES,
     CONTAINER_LIBDIRS,
@@ -50,6 +57,9 @@ KIND = "nvidia.com/gpu"
 CDI_VERSION = "0.6.0"
 DRIVER_VERSION_ANNOTATION = "gpufleet.nvidia/driver-version"
 CUDA_VERSION_ANNOTATION = "gpufleet.nvidia/cuda-version"
+# ``devices.node_fingerprint`` of the NVIDIA device nodes the spec was made from: the boot-time refresh renders the
+# spec again when the nodes on the host are no longer those (a uvm module loaded after the spec was written).
+NODES_ANNOTATION = "gpufleet.nvidia/device-nodes"
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 HOOK_PATH = "/usr/local/bin/gpufleet-cdi-hook"
 HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
@@ -159,6 +169,7 @@ def build_spec(
     cuda_version: str | None = None,
     mig_minors: dict[str, int] | None = None,
     extra_mounts: tuple[tuple[str, str, str], ...] | list[tuple[str, str, str]] = (),
+    node_fingerprint: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(spec, index)`` for the GPUs and driver files given.
 
@@ -166,7 +177,8 @@ def build_spec(
     (each with ``index``, ``uuid``, ``gi``, ``ci``); ``files``: ``DriverFile``s whose paths are in the
     driver root's terms; ``control``: container paths (``/dev/nvidiactl``...); ``driver_root`` and
     ``dev_root``: where those live *in host terms* (what the engine will open). ``extra_mounts``:
-    ``(hostPath, containerPath, capability)`` triples (the MPS pipe directory).
+    ``(hostPath, containerPath, capability)`` triples (the MPS pipe directory). ``node_fingerprint``: the
+    ``devices.node_fingerprint`` of the nodes found (``gather`` gives it), recorded as ``NODES_ANNOTATION``.
     """
     strategy = tuple(device_name_strategy)
     bad = sorted(set(strategy) - set(NAME_STRATEGIES))
@@ -272,6 +284,8 @@ def build_spec(
     annotations = {DRIVER_VERSION_ANNOTATION: str(driver_version)}
     if cuda_version:
         annotations[CUDA_VERSION_ANNOTATION] = str(cuda_version)
+    if node_fingerprint:
+        annotations[NODES_ANNOTATION] = str(node_fingerprint)
     spec = {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
@@ -349,6 +363,7 @@ def gather(
         "capabilities": capabilities,
         "mig_minors": mig_minors,
         "extra_mounts": extra,
+        "node_fingerprint": node_fingerprint(list(present.values())),
     }
 
 

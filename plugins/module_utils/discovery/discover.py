@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
-from ..cdi.devices import scan_device_nodes
+from ..cdi.devices import parse_proc_devices, scan_device_nodes
 from ..cdi.driver_files import (
     BINARY_DIRS,
     CAPABILITIES,
@@ -179,6 +180,11 @@ def discover(
     nouveau = _nvidia_procfs.module_state(sys_dir, "nouveau")
     proc_version = _nvidia_procfs.read_version(proc_dir)
     module_loaded = _nvidia_procfs.module_loaded(module) or proc_version is not None
+    # nvidia-uvm registers a dynamic major when it loads; /sys/module/nvidia_uvm says so too.
+    proc_devices = read_text(os.path.join(proc_dir, "devices"), tolerant=True, errors="replace") or ""
+    uvm_loaded = "nvidia-uvm" in parse_proc_devices(proc_devices)["character"] or _nvidia_procfs.module_loaded(
+        _nvidia_procfs.module_state(sys_dir, "nvidia_uvm")
+    )
 
     # Installed userspace, from the driver root's ld.so.cache (and Debian's nvidia/<flavour> dir).
     try:
@@ -306,6 +312,7 @@ def discover(
         "loaded_version": loaded_version,
         "loaded": loaded,
         "kernel_module_flavor": proc_version["flavor"] if proc_version else None,
+        "uvm_loaded": bool(loaded and uvm_loaded),
         "cuda_version": cuda_version,
         "reboot_required": bool(installed_version and loaded_version and installed_version != loaded_version),
         "sources": driver_sources,

@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any
 
+from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
 
@@ -28,6 +29,9 @@ CDI_SPEC_FILES = (
 CDI_STAMP = "gpufleet.nvidia/driver-version"
 
 _STAMP = re.compile(r"""["']?gpufleet\.nvidia/driver-version["']?\s*:\s*["']?(\d+\.\d+(?:\.\d+)?)""")
+UVM_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# A deviceNodes entry of /dev/nvidia-uvm (YAML ``path: "/dev/nvidia-uvm"`` or JSON ``"path": "/dev/nvidia-uvm"``).
+_UVM_IN_SPEC = re.compile(r"""["']?path["']?\s*:\s*["']?/dev/nvidia-uvm["'\s,}]""")
 _LIB_VERSION = re.compile(r"\.so\.(\d{3,}\.\d+(?:\.\d+)?)\b")
 
 
@@ -145,6 +149,8 @@ def check(
                 "or run 'nvidia-ctk system create-dev-char-symlinks --create-all'",
             )
         )
+    if driver.get("uvm_loaded"):
+        found.extend(uvm_problems(facts, root))
     if facts["pci_gpu_count"] and loaded and facts["gpu_count"] == 0:
         found.append(
             problem(
@@ -208,6 +214,39 @@ def check(
                         "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
                     )
                 )
+    return found
+
+
+def uvm_problems(facts: dict[str, Any], root: str) -> list[dict[str, str]]:
+    """The driver provides ``/dev/nvidia-uvm`` (the uvm module is loaded): the node missing on the host, or missing
+    from a CDI spec, is a CUDA that fails in every container while ``nvidia-smi`` works."""
+    found = []
+    present = {n["path"] for n in facts["device_nodes"]}
+    missing = [p for p in UVM_NODES if p not in present]
+    if missing:
+        found.append(
+            problem(
+                "uvm_device_missing",
+                f"the nvidia-uvm module is loaded but {', '.join(missing)} does not exist; CUDA fails in containers "
+                "(cudaErrorNoDevice / 'no CUDA-capable device is detected') while nvidia-smi works",
+                "create the nodes: 'systemctl restart gpufleet-nvidia-devices' (role gpufleet.nvidia.runtime installs "
+                "it), or 'nvidia-modprobe -u -c0'; then regenerate the CDI spec ('systemctl restart "
+                "gpufleet-cdi-refresh')",
+            )
+        )
+    for inner in CDI_SPEC_FILES:
+        text = read_text(host_path(root, inner), tolerant=True, errors="replace")
+        if text is not None and not _UVM_IN_SPEC.search(text):
+            found.append(
+                problem(
+                    "cdi_spec_uvm_missing",
+                    f"CDI spec {inner} lists no /dev/nvidia-uvm though the nvidia-uvm module is loaded; CUDA fails "
+                    "in containers started from it",
+                    "create the node first (see uvm_device_missing), then regenerate the spec: 'systemctl restart "
+                    "gpufleet-cdi-refresh' (it renders the spec again when the device nodes changed) or the module "
+                    "gpufleet.nvidia.cdi_spec",
+                )
+            )
     return found
 
 

@@ -35,8 +35,9 @@ NATIVE_PROGRAMS = (
     "gpufleet-dev-char-links",
     "nvidia-container-cli",
     "nvidia-docker",
+    "gpufleet-nvidia-devices",
 )
-HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
+HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links", "gpufleet-nvidia-devices")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"
 RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
 MARK = "installed by gpufleet.nvidia"

@@ -1,19 +1,24 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""``gpufleet-cdi-refresh``: regenerate the CDI spec when the installed driver is not the one it was made for.
+"""``gpufleet-cdi-refresh``: regenerate the CDI spec when the installed driver or the device nodes are not the ones
+it was made for.
 
 Run at boot by ``gpufleet-cdi-refresh.service`` (installed by the ``runtime`` role), before the engines
 start: a driver upgraded by the package manager (and the reboot that loads it) must not leave engines
 injecting the old driver's files. The spec carries the driver version it was made for in its annotation
 ``gpufleet.nvidia/driver-version``; when the installed userspace's version differs (or the spec is
-missing), the spec and the runtime shim's index are rendered again with the options ``cdi_spec`` used,
+missing), or when the NVIDIA device nodes under ``/dev`` are not those the spec was made from (its annotation
+``gpufleet.nvidia/device-nodes``, a fingerprint of their paths, majors and minors: a ``/dev/nvidia-uvm`` made at
+boot by ``gpufleet-nvidia-devices`` after the spec was written, a GPU gone), the spec and the runtime shim's index
+are rendered again with the options ``cdi_spec`` used,
 which the role records in ``/etc/gpufleet/cdi-refresh.json``. The rendering is ``cdi.generate.generate``, the
 same function the ``cdi_spec`` module calls, so boot and Ansible produce the same bytes; this file holds only
 the program: its configuration, the decision to refresh, and the writes.
 
 ``gpufleet-cdi-refresh [--config PATH] [--force] [--dry-run]``: prints one JSON line
-(``{"changed": bool, "stamp": ..., "installed": ..., "reason": ...}``); exit status 0, 1 on failure.
+(``{"changed": bool, "stamp": ..., "installed": ..., "nodes_stamp": ..., "nodes": ..., "reason": ...}``); exit
+status 0, 1 on failure.
 
 Standard library only (target Pythons 3.8+).
 """
@@ -27,14 +32,22 @@ from typing import Any, Mapping
 from ..base.fileio import atomic_write, read_text
 from ..base.pathsafe import host_path
 from ..cdi.driver_files import find_driver_files
-from ..cdi.generate import generate, options_with_defaults, spec_stamp
+from ..cdi.generate import generate, host_node_fingerprint, options_with_defaults, spec_node_stamp, spec_stamp
 
 NAME = "gpufleet-cdi-refresh"
 CONFIG_PATH = "/etc/gpufleet/cdi-refresh.json"
 
 
-def needs_refresh(stamp: str | None, installed: str | None, force: bool = False) -> tuple[bool, str]:
-    """``(bool, reason)``: whether a spec stamped ``stamp`` must be rendered again for ``installed``."""
+def needs_refresh(
+    stamp: str | None,
+    installed: str | None,
+    force: bool = False,
+    nodes_stamp: str | None = None,
+    nodes: str | None = None,
+) -> tuple[bool, str]:
+    """``(bool, reason)``: whether a spec stamped ``stamp`` (driver) and ``nodes_stamp`` (device-node fingerprint)
+    must be rendered again for the ``installed`` driver and the device nodes whose fingerprint is ``nodes`` (None:
+    not compared)."""
     if installed is None:
         return False, "no NVIDIA driver userspace installed: spec left as it is"
     if force:
@@ -43,6 +56,10 @@ def needs_refresh(stamp: str | None, installed: str | None, force: bool = False)
         return True, "no spec (or no driver stamp in it)"
     if stamp != installed:
         return True, f"spec made for driver {stamp}, installed is {installed}"
+    if nodes is not None and nodes_stamp != nodes:
+        if nodes_stamp is None:
+            return True, "the spec does not record the device nodes it was made from"
+        return True, f"the NVIDIA device nodes changed since the spec was made ({nodes_stamp} -> {nodes})"
     return False, f"spec matches the installed driver {installed}"
 
 
@@ -64,10 +81,20 @@ def refresh(options: Mapping[str, Any] | None, force: bool = False, dry_run: boo
     """Regenerate the spec when its stamp is not the installed driver; returns the report ``main`` prints."""
     p = options_with_defaults(options)
     spec_file = host_path(p["root"], p["path"])
-    stamp = spec_stamp(read_text(spec_file))
+    text = read_text(spec_file)
+    stamp, nodes_stamp = spec_stamp(text), spec_node_stamp(text)
     installed = p["driver_version"] or installed_version(p["root"], p["driver_root"])
-    wanted, reason = needs_refresh(stamp, installed, force)
-    report = {"changed": False, "stamp": stamp, "installed": installed, "reason": reason, "path": p["path"]}
+    nodes = host_node_fingerprint(p["root"], p["dev_root"])
+    wanted, reason = needs_refresh(stamp, installed, force, nodes_stamp, nodes)
+    report = {
+        "changed": False,
+        "stamp": stamp,
+        "installed": installed,
+        "nodes_stamp": nodes_stamp,
+        "nodes": nodes,
+        "reason": reason,
+        "path": p["path"],
+    }
     if not wanted:
         return report
     # GPUs come from the configuration when it pins them (the role does not: discovery decides at boot).

@@ -32,6 +32,7 @@ PROGRAMS = {
     "gpufleet-dev-char-links": ("hostprog.dev_char", "main"),
     "nvidia-container-cli": ("hostprog.container_cli", "main"),
     "nvidia-docker": ("hostprog.nvidia_docker", "main"),
+    "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
 }
 SHIM = "gpufleet-container-runtime"
 # The runtime shim's configuration (``_shim.CONFIG_PATH``): written when the shim is installed. The shim trusts it
@@ -46,8 +47,9 @@ RUNTIME_CONFIG_MODE = 0o644
 # The defaults are NVIDIA's (and the shim's when the file is missing); Kubernetes nodes get the opposite.
 RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
 # The programs the toolkit's ``nvidia`` provider still needs from this collection (NVIDIA's packages bring
-# their own runtime and legacy hook; the CDI spec's hook, its boot refresh and the /dev/char links are ours).
-HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links")
+# their own runtime and legacy hook; the CDI spec's hook, its boot refresh, the /dev/char links and the boot-time
+# device nodes are ours).
+HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links", "gpufleet-nvidia-devices")
 
 
 def _imports(module: str, source: str) -> set[str]:

@@ -15,6 +15,13 @@ Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
 * for the `loaded` state, makes the device nodes the kernel module would: /dev/nvidia<minor> (195:N),
   /dev/nvidiactl (195:255), /dev/nvidia-modeset (195:254), /dev/nvidia-uvm and -uvm-tools (the
   dynamic major recorded as uvm_major, minors 0 and 1), and nvidia-caps for MIG-enabled GPUs.
+* for the `loaded` state, writes what the kernel module would show under /proc to a stand-in,
+  /run/gpufleet-sim/proc (runc refuses mounts under /proc): `devices` and `modules` (the real ones plus
+  the NVIDIA lines), `driver/nvidia/{version,params,gpus/<bus>/information}` and, with MIG enabled,
+  `driver/nvidia/capabilities/mig/{config,monitor}`. gpufleet-nvidia-devices.service reads it
+  (GPUFLEET_NVIDIA_PROC, set by the drop-in tests/sim/fleet.py puts in the node);
+* with `"device_nodes_at_boot": false` in gpus.json, makes no device node: a host on which nothing
+  creates them at boot (the collection's gpufleet-nvidia-devices.service must);
 * makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
 * takes the driver version from Debian's libnvidia-ml1 when it is installed (the point release moves;
   the package is the truth): gpus.json, the stub's own copy of it and /sys/module/nvidia/version follow,
@@ -40,6 +47,7 @@ ALTERNATIVE_TRIGGER = "/var/lib/dpkg/info/nvidia-alternative.postinst"
 MODULE_VERSION = "/sys/module/nvidia/version"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 CURRENT = LIBDIR + "/nvidia/current"
+FAKE_PROC = "/run/gpufleet-sim/proc"
 
 
 def mknod(path, major, minor, mode=0o666):
@@ -101,6 +109,52 @@ def follow_package(cfg, version):
             f.write(version + "\n")
 
 
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def fake_proc(cfg):
+    """What the loaded kernel module would show under /proc, at FAKE_PROC."""
+    with open("/proc/devices", encoding="utf-8") as f:
+        devices = f.read()
+    nvidia = f"195 nvidia-frontend\n{cfg['uvm_major']} nvidia-uvm\n{cfg['caps_major']} nvidia-caps\n"
+    char, sep, block = devices.partition("\nBlock devices:")
+    write(f"{FAKE_PROC}/devices", char.rstrip("\n") + "\n" + nvidia + sep + block)
+    try:  # absent where the kernel has no loadable modules (as on some build machines)
+        with open("/proc/modules", encoding="utf-8") as f:
+            modules = f.read()
+    except OSError:
+        modules = ""
+    live = "0 - Live 0x0000000000000000 (POE)"
+    write(
+        f"{FAKE_PROC}/modules",
+        f"nvidia_uvm 1523712 {live}\nnvidia_modeset 1314816 {live}\nnvidia 56807424 {live}\n" + modules,
+    )
+    drv = f"{FAKE_PROC}/driver/nvidia"
+    write(
+        f"{drv}/version",
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {cfg['driver_version']}  Release Build  (gpufleet-sim)\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+    )
+    write(f"{drv}/params", "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n")
+    if os.path.isdir(f"{drv}/gpus"):
+        shutil.rmtree(f"{drv}/gpus")
+    for gpu in cfg["gpus"]:
+        write(
+            f"{drv}/gpus/{gpu['pci_bus_id']}/information",
+            f"Model: \t\t {gpu['name']}\nIRQ:   \t\t 0\nGPU UUID: \t {gpu['uuid']}\n"
+            f"Bus Location: \t {gpu['pci_bus_id']}\nDevice Minor: \t {gpu['minor']}\nGPU Excluded:\t No\n",
+        )
+    if os.path.isdir(f"{drv}/capabilities"):
+        shutil.rmtree(f"{drv}/capabilities")
+    if any(g["mig_mode"] == 1 for g in cfg["gpus"]):
+        write(f"{drv}/capabilities/mig/config", "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+        write(f"{drv}/capabilities/mig/monitor", "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+
+
 def main():
     with open(CONFIG, encoding="utf-8") as f:
         cfg = json.load(f)
@@ -141,6 +195,10 @@ def main():
     if "ro" in _mount_options("/proc/sys"):
         subprocess.run(["mount", "-o", "remount,rw,bind", "/proc/sys"], check=False)
     if state == "loaded":
+        fake_proc(cfg)
+    elif os.path.isdir(FAKE_PROC):
+        shutil.rmtree(FAKE_PROC)
+    if state == "loaded" and cfg.get("device_nodes_at_boot", True):
         for gpu in cfg["gpus"]:
             mknod(f"/dev/nvidia{gpu['minor']}", 195, gpu["minor"])
         mknod("/dev/nvidiactl", 195, 255)

@@ -209,6 +209,42 @@ def test_required_device_nodes():
     assert required_device_nodes(_nvidia(), []) == ALL
 
 
+def test_required_device_nodes_ask_for_uvm_when_the_driver_provides_it():
+    """The uvm module is loaded but /dev/nvidia-uvm is missing on the host: still required, so validate fails."""
+    no_uvm_node = {"gpus": [{"minor": 0}], "device_nodes": [{"path": "/dev/nvidia0"}], "driver": {"uvm_loaded": True}}
+    assert required_device_nodes(no_uvm_node) == ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"]
+    assert required_device_nodes(dict(no_uvm_node, driver={"uvm_loaded": False})) == ["/dev/nvidiactl", "/dev/nvidia0"]
+
+
+def test_a_container_without_uvm_fails_with_the_fix():
+    plan = [{"engine": "docker", "mode": "cdi", "image": "img", "argv": ["docker", "run"], "skipped": False}]
+    seen = "\n".join(
+        [
+            "GPUFLEET-VALIDATE-BEGIN",
+            "DEV /dev/nvidiactl",
+            "DEV /dev/nvidia0",
+            "FILE /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "LDCACHE",
+            "GPUFLEET-VALIDATE-END",
+        ]
+    )
+    result = validate_result(
+        plan,
+        [{"rc": 0, "stdout": seen, "stderr": "", "delta": "0:00:01.0"}],
+        device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
+    )
+    assert result["passed"] is False and result["failed_engines"] == ["docker"]
+    message = result["engines"]["docker"]["message"]
+    assert "device node(s) not visible: /dev/nvidia-uvm" in message and "gpufleet-nvidia-devices" in message
+    with_uvm = seen.replace("DEV /dev/nvidia0", "DEV /dev/nvidia0\nDEV /dev/nvidia-uvm")
+    passed = validate_result(
+        plan,
+        [{"rc": 0, "stdout": with_uvm, "stderr": "", "delta": "0:00:01.0"}],
+        device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
+    )
+    assert passed["passed"] is True
+
+
 def _present(plan, answers):
     """What the role's "Is the image there" loop registers: one result per check with a present_argv."""
     results = []

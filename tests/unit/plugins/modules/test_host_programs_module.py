@@ -50,6 +50,16 @@ def test_payload_imports_every_module_the_programs_need():
     assert set(modules) <= {n[len(prefix) :] for n in sys.modules if n.startswith(prefix)}
 
 
+def test_the_module_imports_every_program_by_name():
+    """Ansible ships what the module's source imports: each program's module must be named there (in a test process
+    every module is in ``sys.modules`` anyway, so the check above cannot see a missing one)."""
+    with open(host_programs.__file__) as f:
+        source = f.read()
+    for module, _function in _host_programs.PROGRAMS.values():
+        package, name = module.rsplit(".", 1)
+        assert f"module_utils.{package} import {name} as " in source, module
+
+
 def test_check_mode_writes_nothing_and_reports_every_file(call):
     run, tmp = call
     code, result = run(check=True, diff=True)

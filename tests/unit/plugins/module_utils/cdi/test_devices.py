@@ -10,14 +10,19 @@ import stat
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.devices import (
+    DeviceFile,
     DeviceNode,
     char_link,
     control_nodes,
     gpu_minor_of,
     gpu_node,
+    node_fingerprint,
+    parse_capability_minor,
+    parse_device_file_params,
     parse_mig_minors,
     parse_proc_devices,
     scan_device_nodes,
+    wanted_device_files,
 )
 
 # /proc/devices of a host with the driver loaded (uvm took 508, caps 511), as the kernel prints it.
@@ -108,3 +113,54 @@ def test_scan_device_nodes_reads_real_character_devices(tmp_path):
 
 def test_scan_device_nodes_without_dev(tmp_path):
     assert scan_device_nodes(str(tmp_path / "nope")) == []
+
+
+# /proc/driver/nvidia/params (excerpt) with the admin's NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660.
+PARAMS = """ResmanDebugLevel: 4294967295
+ModifyDeviceFiles: 1
+DeviceFileUID: 0
+DeviceFileGID: 44
+DeviceFileMode: 432
+InitializeSystemMemoryAllocations: 1
+RegistryDwords: ""
+"""
+# /proc/driver/nvidia/capabilities/mig/config and .../monitor (NVIDIA's MIG user guide, "Device Nodes").
+CAP_CONFIG = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+CAP_MONITOR = "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+
+
+def test_device_file_params_default_to_nvidia_modprobe_s():
+    assert parse_device_file_params(None) == {"uid": 0, "gid": 0, "mode": 0o666, "modify": True}
+    assert parse_device_file_params(PARAMS) == {"uid": 0, "gid": 44, "mode": 0o660, "modify": True}
+    assert parse_device_file_params("ModifyDeviceFiles: 0\n")["modify"] is False
+    assert parse_device_file_params(CAP_CONFIG) == {"uid": 0, "gid": 0, "mode": 0o400, "modify": True}
+    assert parse_capability_minor(CAP_MONITOR) == 2 and parse_capability_minor("DeviceFileMode: 1\n") is None
+
+
+def test_wanted_device_files_follow_the_driver():
+    majors = parse_proc_devices(PROC_DEVICES)["character"]
+    caps = [(2, parse_device_file_params(CAP_MONITOR)), (1, parse_device_file_params(CAP_CONFIG))]
+    files = wanted_device_files([1, 0], majors, True, parse_device_file_params(PARAMS), caps)
+    assert files == [
+        DeviceFile(DeviceNode("/dev/nvidia0", 195, 0), 0, 44, 0o660),
+        DeviceFile(DeviceNode("/dev/nvidia1", 195, 1), 0, 44, 0o660),
+        DeviceFile(DeviceNode("/dev/nvidiactl", 195, 255), 0, 44, 0o660),
+        DeviceFile(DeviceNode("/dev/nvidia-modeset", 195, 254), 0, 44, 0o660),
+        # nvidia-modprobe makes the uvm pair without the driver's params: root, 0666
+        DeviceFile(DeviceNode("/dev/nvidia-uvm", 508, 0), 0, 0, 0o666),
+        DeviceFile(DeviceNode("/dev/nvidia-uvm-tools", 508, 1), 0, 0, 0o666),
+        DeviceFile(DeviceNode("/dev/nvidia-caps/nvidia-cap1", 511, 1), 0, 0, 0o400),
+        DeviceFile(DeviceNode("/dev/nvidia-caps/nvidia-cap2", 511, 2), 0, 0, 0o444),
+    ]
+    # no uvm major (module not loaded), no modeset, no caps major: only the GPU and control nodes
+    bare = wanted_device_files([0], {"nvidia": 195}, False, None, caps)
+    assert [f.node.path for f in bare] == ["/dev/nvidia0", "/dev/nvidiactl"]
+
+
+def test_node_fingerprint_is_stable_and_sees_every_change():
+    a = [DeviceNode("/dev/nvidia0", 195, 0), DeviceNode("/dev/nvidiactl", 195, 255)]
+    assert node_fingerprint(a) == node_fingerprint(list(reversed(a)))
+    assert len(node_fingerprint(a)) == 16
+    assert node_fingerprint(a) != node_fingerprint([*a, DeviceNode("/dev/nvidia-uvm", 235, 0)])
+    assert node_fingerprint(a) != node_fingerprint([a[0], DeviceNode("/dev/nvidiactl", 195, 254)])
+    assert node_fingerprint(a) != node_fingerprint(a[:1])

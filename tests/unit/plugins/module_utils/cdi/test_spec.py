@@ -10,6 +10,7 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.devices import node_fingerprint
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import DriverFile
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     CDI_VERSION,
@@ -78,7 +79,11 @@ def test_spec_from_the_debian_tree(debian):
     validate(spec)
     assert spec["cdiVersion"] == CDI_VERSION == minimum_version(spec)
     assert spec["kind"] == "nvidia.com/gpu"
-    assert spec["annotations"] == {DRIVER_VERSION_ANNOTATION: version, "gpufleet.nvidia/cuda-version": "12.2"}
+    assert spec["annotations"] == {
+        DRIVER_VERSION_ANNOTATION: version,
+        "gpufleet.nvidia/cuda-version": "12.2",
+        "gpufleet.nvidia/device-nodes": node_fingerprint([]),  # no node under the dev root
+    }
     names = [d["name"] for d in spec["devices"]]
     assert names == [
         "0",

@@ -78,6 +78,7 @@ def test_host_without_gpus(tmp_path):
         "loaded_version": None,
         "loaded": False,
         "kernel_module_flavor": None,
+        "uvm_loaded": False,
         "cuda_version": None,
         "reboot_required": False,
         "sources": {},
@@ -399,3 +400,41 @@ def test_docker_unit_flag_that_daemon_json_would_conflict_with(tmp_path):
     (problem,) = [p for p in facts["problems"] if p["code"] == "docker_unit_runtime_flag"]
     assert "refuses to start now" in problem["message"]
     assert "unit_flags" not in facts["engines"]["containerd"]
+
+
+# The uvm part of a CDI spec as cdi_spec (YAML) and nvidia-ctk write it.
+SPEC_WITH_UVM = 'containerEdits:\n  deviceNodes:\n    - path: "/dev/nvidiactl"\n    - path: "/dev/nvidia-uvm"\n'
+SPEC_WITHOUT_UVM = SPEC_WITH_UVM.replace('"/dev/nvidia-uvm"', '"/dev/nvidia-uvm-tools"')
+
+
+def test_uvm_loaded_without_its_node_or_out_of_the_spec(tmp_path):
+    """The uvm module is loaded (its major in /proc/devices, or /sys/module/nvidia_uvm): a missing /dev/nvidia-uvm
+    is a problem with its fix, and so is a CDI spec that does not list it."""
+    tree = HostTree(tmp_path).module().proc_version().gpu_nodes(1).pci("0000:07:00.0")
+    tree.proc_gpu("0000:07:00.0", "NVIDIA A100-SXM4-40GB", "GPU-1", 0)
+    facts = discover(tree.root, run_command=Commands({"nvidia-smi": (0, "", "")}))
+    assert facts["driver"]["uvm_loaded"] is False and codes(facts) == []  # nothing says uvm is loaded
+
+    tree.write("/proc/devices", "Character devices:\n195 nvidia\n508 nvidia-uvm\n\nBlock devices:\n  8 sd\n")
+    tree.write("/etc/cdi/nvidia.yaml", SPEC_WITH_UVM)
+    facts = discover(tree.root, run_command=Commands({"nvidia-smi": (0, "", "")}))
+    assert facts["driver"]["uvm_loaded"] is True and codes(facts) == []
+
+    os.unlink(tree.path("/dev/nvidia-uvm"))
+    tree.write("/etc/cdi/nvidia.yaml", SPEC_WITHOUT_UVM)
+    facts = discover(tree.root, run_command=Commands({"nvidia-smi": (0, "", "")}))
+    assert codes(facts) == ["uvm_device_missing", "cdi_spec_uvm_missing"]
+    missing, spec = facts["problems"]
+    assert "/dev/nvidia-uvm does not exist" in missing["message"] and "gpufleet-nvidia-devices" in missing["fix"]
+    assert "/etc/cdi/nvidia.yaml" in spec["message"] and "gpufleet-cdi-refresh" in spec["fix"]
+
+    # the module seen through sysfs only, as in the simulated nodes
+    os.unlink(tree.path("/proc/devices"))
+    tree.module("nvidia_uvm", version=None, taint=None)
+    assert codes(discover(tree.root, run_command=Commands({"nvidia-smi": (0, "", "")})))[0] == "uvm_device_missing"
+    # with no driver loaded, uvm is not asked for
+    shutil.rmtree(tree.path("/sys/module/nvidia"))
+    shutil.rmtree(tree.path("/proc/driver"))
+    facts = discover(tree.root, run_command=Commands())
+    assert facts["driver"]["loaded"] is False and facts["driver"]["uvm_loaded"] is False
+    assert "uvm_device_missing" not in codes(facts) and "cdi_spec_uvm_missing" not in codes(facts)

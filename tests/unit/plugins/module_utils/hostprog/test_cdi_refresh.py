@@ -6,10 +6,11 @@
 
 import json
 import os
+import stat
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import spec_stamp
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import spec_node_stamp, spec_stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
 
 GPUS = [{"index": 0, "minor": 0, "uuid": "GPU-11111111-1111-1111-1111-111111111111"}]
@@ -28,6 +29,22 @@ GPUS = [{"index": 0, "minor": 0, "uuid": "GPU-11111111-1111-1111-1111-1111111111
 def test_needs_refresh(stamp, installed, force, wanted, reason):
     got, why = _cdi_refresh.needs_refresh(stamp, installed, force)
     assert got is wanted and reason in why
+
+
+@pytest.mark.parametrize(
+    ("nodes_stamp", "nodes", "wanted", "reason"),
+    [
+        ("aaaa", "aaaa", False, "matches"),
+        ("aaaa", "bbbb", True, "device nodes changed since the spec was made (aaaa -> bbbb)"),
+        (None, "bbbb", True, "does not record the device nodes"),
+        ("aaaa", None, False, "matches"),  # not compared
+    ],
+)
+def test_needs_refresh_when_the_device_nodes_change(nodes_stamp, nodes, wanted, reason):
+    got, why = _cdi_refresh.needs_refresh("535.261.03", "535.261.03", False, nodes_stamp, nodes)
+    assert got is wanted and reason in why
+    # A driver change is still the first reason given.
+    assert "made for driver" in _cdi_refresh.needs_refresh("530.1", "535.261.03", False, nodes_stamp, nodes)[1]
 
 
 @pytest.fixture
@@ -75,3 +92,48 @@ def test_main_fails_in_one_line(tmp_path, capsys):
     assert _cdi_refresh.main(["gpufleet-cdi-refresh", "--config", str(config)]) == 1
     assert capsys.readouterr().err.strip().endswith("not a JSON object")
     assert _cdi_refresh.main(["gpufleet-cdi-refresh", "--bogus"]) == 1
+
+
+def _mknod(dev, name, major, minor):
+    os.makedirs(os.path.dirname(str(dev / name)), exist_ok=True)
+    os.mknod(str(dev / name), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_refresh_renders_again_when_the_device_nodes_change(host):
+    """A spec written before nvidia-uvm was loaded lacks the uvm nodes; once they exist the refresh renders it
+    again (same driver), and leaves it alone after; a node that goes away is a change too."""
+    tmp, options, version = host
+    dev = tmp / "devroot" / "dev"
+    _mknod(dev, "nvidia0", 195, 0)
+    _mknod(dev, "nvidiactl", 195, 255)
+    options = dict(options, dev_root="/devroot")
+    spec = tmp / "etc" / "cdi" / "nvidia.yaml"
+    first = _cdi_refresh.refresh(options)
+    assert first["changed"] and "/dev/nvidia-uvm" not in spec.read_text()
+    assert spec_node_stamp(spec.read_text()) == first["nodes"]
+    assert _cdi_refresh.refresh(options)["changed"] is False
+
+    _mknod(dev, "nvidia-uvm", 235, 0)
+    _mknod(dev, "nvidia-uvm-tools", 235, 1)
+    second = _cdi_refresh.refresh(options)
+    assert second["changed"] and "device nodes changed" in second["reason"] and second["installed"] == version
+    assert 'hostPath: "/devroot/dev/nvidia-uvm"' in spec.read_text()
+    assert 'hostPath: "/devroot/dev/nvidia-uvm-tools"' in spec.read_text()
+    assert spec_node_stamp(spec.read_text()) == second["nodes"] != first["nodes"]
+    assert _cdi_refresh.refresh(options)["changed"] is False
+
+    os.unlink(str(dev / "nvidia-uvm-tools"))
+    third = _cdi_refresh.refresh(options, dry_run=True)
+    assert third["changed"] and third["nodes_stamp"] == second["nodes"] != third["nodes"]
+
+
+def test_refresh_renders_a_spec_without_a_node_stamp_once(host):
+    tmp, options, _version = host
+    spec = tmp / "etc" / "cdi" / "nvidia.yaml"
+    _cdi_refresh.refresh(options)
+    good = spec.read_text()
+    spec.write_text("".join(line for line in good.splitlines(True) if "gpufleet.nvidia/device-nodes" not in line))
+    again = _cdi_refresh.refresh(options)
+    assert again["changed"] and "does not record the device nodes" in again["reason"]
+    assert spec.read_text() == good
