@@ -19,6 +19,9 @@ Fixtures:
   inventory (or the one given).
 * `sim_fleet_factory`: a function (fleet dict or YAML path, name=None) -> Fleet, brought up now
   and torn down at the end of the session, for tests that need their own nodes.
+* `converged_fleet` (session): the fleet one full ``site.yml`` with defaults converged (``_fleet_converged.py``:
+  bookworm, trixie and sid GPU nodes and a trixie Kubernetes node), shared by `test_cri_pods.py` and
+  `test_guide_commands.py`.
 * `e2e_fleet` (session): the end-to-end GPU fleet (`_fleet_e2e.py`: bookworm, trixie and sid nodes with
   Debian's NVIDIA userspace, the host programs installed from this tree, the CDI spec written and the
   shim registered with docker, `gpufleet-sim/mini:latest` in every engine), shared by
@@ -42,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.integration import _fleet_e2e  # noqa: E402
+from tests.integration import _fleet_converged, _fleet_e2e  # noqa: E402
 from tests.sim.fleet import Fleet, Node, down  # noqa: E402
 
 DEFAULT_FLEET = ROOT / "tests" / "sim" / "fleets" / "default.yml"
@@ -156,4 +159,12 @@ def e2e_fleet(sim_fleet_factory: Callable[..., Fleet], tmp_path_factory: pytest.
         ),
         file=sys.stderr,
     )
+    return fleet
+
+
+@pytest.fixture(scope="session")
+def converged_fleet(sim_fleet_factory, tmp_path_factory):
+    """The fleet one full site.yml with defaults converged (``_fleet_converged.py``)."""
+    fleet = sim_fleet_factory(_fleet_converged.FLEET, name="converged")
+    _fleet_converged.converge(fleet, tmp_path_factory.mktemp("converged"))
     return fleet

@@ -41,41 +41,21 @@ import re
 import subprocess
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = pytest.mark.integration
 
 if os.environ.get("CI") != "true":
     pytest.importorskip("grpc", reason="grpcio (requirements/dev.in) is needed for the CRI client: make setup")
 
+from tests.integration._fleet_converged import IMAGE, KUBE, WAIT  # noqa: E402
 from tests.sim.cri import Container, Cri, CriError, Mount, NodeSocket, Pod  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-SITE = REPO / "playbooks" / "site.yml"
-PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
-FLEET = {
-    "nodes": [
-        {"name": name, "suite": suite, "driver_state": "loaded", "driver_packages": True, "gpus": 2}
-        for name, suite in (
-            ("cri-bookworm", "bookworm"),
-            ("cri-trixie", "trixie"),
-            ("cri-sid", "sid"),
-            ("cri-kube", "trixie"),
-        )
-    ]
-}
 CONTAINERD = {"cri-bookworm": "1.6.", "cri-trixie": "1.7.", "cri-sid": "2.1.", "cri-kube": "1.7."}
 ENVVAR_NODES = ("cri-bookworm", "cri-trixie", "cri-sid")
-KUBE = "cri-kube"
-IMAGE = "gpufleet-sim/cri:latest"
-MINI = "gpufleet-sim/mini:latest"
 INJECTED = "gpufleet.nvidia/injected"
 DEVICE_MOUNTS = "/var/run/nvidia-container-devices"
-WAIT = "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); signal.pause()"
 PROBE = r"""
 import errno, json, os, stat
 devices, opened = {}, {}
@@ -92,60 +72,6 @@ for name in sorted(os.listdir("/dev")):
 mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
 print(json.dumps({"devices": devices, "open": opened, "libcuda": [m for m in mounts if "/libcuda.so" in m]}))
 """
-# containerd 2.1 gives every pod sandbox 2 CPU shares, unconditionally (internal/cri/server/podsandbox/
-# sandbox_run_linux.go:180 at v2.1.9, 2026-06-18), and runc then writes cpu.weight, which a sid node on a cgroup v1
-# host cannot have (its cgroup2 directory has no controllers, tests/sim/README.md). On such a node only, /usr/bin/runc
-# (Debian's link to /usr/sbin/runc, the one the shim runs) becomes this wrapper, which drops the shares from the
-# bundle and runs /usr/sbin/runc: what `ctr run --cpu-shares 0` does for the sid node elsewhere in the tests.
-RUNC_WRAPPER = """#!/usr/bin/python3
-# gpufleet-sim (tests only): this node's cgroup has no cpu controller; drop the CPU shares a bundle asks for.
-import json, os, sys
-args = sys.argv[1:]
-if "create" in args or "run" in args:
-    bundle = "."
-    for i, arg in enumerate(args):
-        if arg in ("--bundle", "-b") and i + 1 < len(args):
-            bundle = args[i + 1]
-        elif arg.startswith("--bundle="):
-            bundle = arg.split("=", 1)[1]
-    path = os.path.join(bundle, "config.json")
-    try:
-        with open(path) as f:
-            spec = json.load(f)
-        cpu = spec.get("linux", {}).get("resources", {}).get("cpu") or {}
-        if "shares" in cpu:
-            del cpu["shares"]
-            with open(path, "w") as f:
-                json.dump(spec, f)
-    except (OSError, ValueError):
-        pass
-os.execv("/usr/sbin/runc", ["runc", *args])
-"""
-# On each node, before site.yml: the CRI table of config.toml gets restrict_oom_score_adj; the mini image (with
-# Python) goes into the engines (so prepare.yml finds it there), and into containerd's k8s.io namespace as IMAGE and
-# under the sandbox image name containerd's configuration gives (sandbox_image in v2, pinned_images.sandbox in v3).
-NODE_PREP = rf"""
-set -eu
-cri='\[plugins."io.containerd.grpc.v1.cri"\]'
-sed -i "s/^\( *\)$cri\$/&\n\1  restrict_oom_score_adj = true/" /etc/containerd/config.toml
-grep -q 'restrict_oom_score_adj = true' /etc/containerd/config.toml
-systemctl restart containerd
-sandbox=$(containerd config dump | sed -n "s/^ *\(sandbox_image\|sandbox\) = [\"']\([^\"']*\)[\"'].*/\2/p" | head -1)
-test -n "$sandbox"
-gpufleet-sim-mini-image {MINI} --python >/dev/null
-cid=$(docker create {MINI} /bin/true)
-docker export "$cid" | docker import -c 'ENTRYPOINT ["/usr/bin/python3", "-c", "{WAIT}"]' - "$sandbox" >/dev/null
-docker rm "$cid" >/dev/null
-docker tag "$sandbox" {IMAGE}
-docker save "$sandbox" {IMAGE} | ctr -n k8s.io images import - >/dev/null
-if [ -f /sys/fs/cgroup/cgroup.controllers ] && ! grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
-  cat > /usr/bin/runc.gpufleet-sim <<'WRAPPER'
-{RUNC_WRAPPER}WRAPPER
-  chmod 755 /usr/bin/runc.gpufleet-sim
-  mv -f /usr/bin/runc.gpufleet-sim /usr/bin/runc
-fi
-echo "$sandbox"
-"""
 
 
 def _why(proc: subprocess.CompletedProcess) -> str:
@@ -153,37 +79,10 @@ def _why(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet(sim_fleet_factory, tmp_path_factory):
-    """The fleet after the node preparation, prepare.yml and one site.yml (``runtime_set_as_default: true``)."""
-    fleet = sim_fleet_factory(FLEET, name="i14cri")
-    tmp = tmp_path_factory.mktemp("cri-pods")
-    start = time.monotonic()
-    with ThreadPoolExecutor(len(fleet.nodes)) as pool:
-        preps = dict(zip(fleet.nodes, pool.map(lambda n: fleet.node(n).run(NODE_PREP, timeout=600), fleet.nodes)))
-    for name, res in preps.items():
-        assert res.rc == 0, f"{name}: node preparation failed\n{res.stdout}\n{res.stderr}"
-    kube = tmp / "kube.yml"
-    kube.write_text(yaml.safe_dump({"all": {"children": {"kube_nodes": {"hosts": {KUBE: None}}}}}))
-    settings = {
-        "runtime_set_as_default": True,
-        "device_plugin_mode": "render_only",
-        "device_plugin_render_dir": str(tmp / "gitops"),
-        "report_dir": str(tmp / "report"),
-    }
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
-    for playbook in (PREPARE, SITE):
-        cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "-i", str(kube)]
-        proc = subprocess.run(
-            [*cmd, "-e", json.dumps(settings), str(playbook)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-        )
-        assert proc.returncode == 0, f"{playbook.name}: {_why(proc)}"
-    print(f"[cri] fleet {fleet.prefix} prepared and converged in {time.monotonic() - start:.0f}s")
-    return fleet
+def fleet(converged_fleet):
+    """The shared fleet (``_fleet_converged.py``) after the node preparation, prepare.yml and one site.yml with the
+    defaults (``nvidia`` is then the default runtime of every engine)."""
+    return converged_fleet
 
 
 @pytest.fixture(scope="module")

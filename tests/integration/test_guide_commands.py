@@ -4,13 +4,13 @@
 
 """What NVIDIA's install guides tell a user to type works, as typed, after one ``site.yml`` with defaults (issue 14).
 
-The fleet (prefix ``...-guide``): three GPU nodes with Debian's NVIDIA userspace and two simulated GPUs each,
-converged by ``tests/sim/playbooks/prepare.yml`` and one full ``playbooks/site.yml`` with nothing but the report
-directory set:
+The fleet is ``converged_fleet`` (``_fleet_converged.py``, shared with ``test_cri_pods.py``): GPU nodes with
+Debian's NVIDIA userspace and two simulated GPUs each, converged by ``tests/sim/playbooks/prepare.yml`` and one full
+``playbooks/site.yml`` with its defaults. The commands run on its three nodes that are not Kubernetes nodes:
 
-* ``guide-bookworm``: docker 20.10 and containerd 1.6 (no CDI: the shim), podman 4.3;
-* ``guide-trixie``: docker 26, containerd 1.7, podman 5.4;
-* ``guide-sid``: docker 28, containerd 2.1 (config v3).
+* ``cri-bookworm``: docker 20.10 and containerd 1.6 (no CDI: the shim);
+* ``cri-trixie``: docker 26, containerd 1.7, podman 5.4;
+* ``cri-sid``: docker 28, containerd 2.1 (config v3).
 
 The commands, each checked by the GPUs it shows inside (``nvidia-smi -L`` lists UUIDs, compared with the node's
 simulated GPUs), with their sources (read 2026-11-23):
@@ -33,10 +33,8 @@ host through the driver files the runtime injects, as on a real host.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,40 +42,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = REPO / "playbooks" / "site.yml"
-PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
 IMAGE = "gpufleet-sim/mini:latest"
 CTR_IMAGE = "docker.io/" + IMAGE  # the name docker save gives it in containerd's default namespace
-FLEET = {
-    "nodes": [
-        {
-            "name": "guide-bookworm",
-            "suite": "bookworm",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "engines": ["docker", "containerd", "podman"],
-            "gpus": 2,
-        },
-        {
-            "name": "guide-trixie",
-            "suite": "trixie",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "engines": ["docker", "containerd", "podman"],
-            "gpus": 2,
-        },
-        {
-            "name": "guide-sid",
-            "suite": "sid",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "engines": ["docker", "containerd"],
-            "gpus": 2,
-        },
-    ]
-}
-NODES = [n["name"] for n in FLEET["nodes"]]
-PODMAN_NODES = [n["name"] for n in FLEET["nodes"] if "podman" in n["engines"]]
+NODES = ["cri-bookworm", "cri-trixie", "cri-sid"]  # not cri-kube: a Kubernetes node takes no GPU request from a user
+PODMAN_NODES = ["cri-trixie"]  # podman 5.4 (bookworm's 4.3 refuses the CDI spec: test_cdi_e2e.py)
 SMI_LINE = re.compile(r"^GPU (\d+): .* \(UUID: (GPU-[0-9a-f-]+)\)$", re.M)
 
 
@@ -88,20 +56,8 @@ def _why(proc) -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet(sim_fleet_factory, tmp_path_factory):
-    fleet = sim_fleet_factory(FLEET, name="guide")
-    tmp = tmp_path_factory.mktemp("guide")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
-
-    def run(playbook: Path, *args: str) -> subprocess.CompletedProcess:
-        cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory)]
-        cmd += ["-e", json.dumps({"report_dir": str(tmp / "report")}), *args, str(playbook)]
-        return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO, env=env)
-
-    for playbook in (PREPARE, SITE):
-        proc = run(playbook)
-        assert proc.returncode == 0, f"{playbook.name}: {_why(proc)}"
-    return fleet
+def fleet(converged_fleet):
+    return converged_fleet
 
 
 def _uuids(node) -> list[str]:
