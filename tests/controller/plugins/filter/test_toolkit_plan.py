@@ -78,3 +78,24 @@ def test_repository_and_key() -> None:
 
 def test_registered_under_its_name() -> None:
     assert FilterModule().filters()["toolkit_plan"] is toolkit_plan
+
+
+@pytest.mark.parametrize(
+    ("provider", "mirror", "repo_files", "expected"),
+    [
+        ("auto", "https://mirror.example/nct", 1, "native"),  # removing NVIDIA's packages: the native toolkit follows
+        ("native", "", 0, "native"),
+    ],
+)
+def test_nvidia_state_absent(provider: str, mirror: str, repo_files: int, expected: str) -> None:
+    settings = dict(DEFAULTS, provider=provider, nvidia_mirror_url=mirror, nvidia_state="absent")
+    plan = toolkit_plan(settings, repo_files=repo_files)
+    assert (plan["provider"], plan["nvidia_state"]) == (expected, "absent")
+    assert toolkit_plan(DEFAULTS)["nvidia_state"] == "present"
+
+
+def test_nvidia_provider_cannot_be_absent() -> None:
+    with pytest.raises(AnsibleFilterError, match="toolkit_nvidia_state=absent"):
+        toolkit_plan(dict(DEFAULTS, provider="nvidia", nvidia_state="absent"))
+    with pytest.raises(AnsibleFilterError, match="toolkit_nvidia_state"):
+        toolkit_plan(dict(DEFAULTS, nvidia_state="removed"))
