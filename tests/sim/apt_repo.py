@@ -316,7 +316,7 @@ def build(out: Path, versions: tuple[str, ...] = VERSIONS, key_name: str = "gpuf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("build", help="build the stand-in packages and the signed repository")
     cmd.add_argument("out", type=Path)

@@ -30,7 +30,8 @@ def gpg_key():
             colons = subprocess.run(
                 ["gpg", "--batch", "--with-colons", "--list-keys", uid], env=env, check=True, capture_output=True
             ).stdout.decode()
-            fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+            found = [line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:")]
+            fingerprint = found[0]  # (next() in this generator fixture would be pylint's stop-iteration-return)
             armoured = subprocess.run(
                 ["gpg", "--batch", "--armor", "--export", fingerprint], env=env, check=True, capture_output=True
             ).stdout
