@@ -15,7 +15,8 @@ description:
     installs and how the runtime trusts device requests on the host.
   - C(provider) - O(_input.provider) unless it is C(auto); then C(nvidia) when a mirror is set
     (O(_input.nvidia_mirror_url)) or the host already has NVIDIA's container toolkit repository (O(repo_files) > 0),
-    else C(native) (the collection's own runtime shim and CDI hook).
+    else C(native) (the collection's own runtime shim and CDI hook). With O(_input.nvidia_state=absent) (NVIDIA's
+    packages and repository to be removed) C(auto) is C(native), and C(nvidia) is an error.
   - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from
     O(kubernetes_node) (on a Kubernetes node the device plugin hands out GPUs, so an unprivileged container's
     C(NVIDIA_VISIBLE_DEVICES) is ignored and the plugin's volume mounts are honoured; elsewhere NVIDIA's behaviour).
@@ -31,6 +32,10 @@ options:
         description: C(toolkit_provider) (C(auto), C(native) or C(nvidia)).
         type: str
         default: auto
+      nvidia_state:
+        description: C(toolkit_nvidia_state) (C(present) or C(absent)).
+        type: str
+        default: present
       nvidia_mirror_url:
         description: C(toolkit_nvidia_mirror_url).
         type: str
@@ -80,6 +85,9 @@ _value:
     provider:
       description: C(native) or C(nvidia).
       type: str
+    nvidia_state:
+      description: C(present) or C(absent) (remove NVIDIA's packages and repository first).
+      type: str
     kubernetes_node:
       description: O(kubernetes_node), as a bool.
       type: bool
@@ -126,15 +134,24 @@ def toolkit_plan(settings: Mapping[str, Any], kubernetes_node: Any = False, repo
     settings = settings or {}
     provider = settings.get("provider") or "auto"
     mirror = str(settings.get("nvidia_mirror_url") or "")
+    state = settings.get("nvidia_state") or "present"
+    if state not in ("present", "absent"):
+        raise AnsibleFilterError(f"toolkit_nvidia_state: {state!r} is not present or absent")
     if provider == "auto":
-        provider = "nvidia" if mirror or int(repo_files or 0) > 0 else "native"
+        provider = "nvidia" if state == "present" and (mirror or int(repo_files or 0) > 0) else "native"
     elif provider not in PROVIDERS:
         raise AnsibleFilterError(f"toolkit_provider: {provider!r} is not auto, native or nvidia")
+    elif provider == "nvidia" and state == "absent":
+        raise AnsibleFilterError(
+            "toolkit_provider=nvidia with toolkit_nvidia_state=absent: the nvidia provider cannot install NVIDIA's "
+            "packages and remove them; set toolkit_provider to auto or native to remove them"
+        )
     node = boolean(kubernetes_node, strict=False)
     repo = re.sub(r"/+$", "", mirror or str(settings.get("nvidia_repo_url") or NVIDIA_REPO_URL))
     key = str(settings.get("nvidia_key_url") or "") or f"{re.sub(r'/[^/]+$', '', repo)}/gpgkey"
     return {
         "provider": provider,
+        "nvidia_state": state,
         "kubernetes_node": node,
         "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
         "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),

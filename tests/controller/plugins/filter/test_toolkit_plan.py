@@ -89,3 +89,24 @@ def test_programs_all_native_ones_and_nvidia_docker_is_an_option():
         programs = toolkit_plan(dict(DEFAULTS, nvidia_docker=off))["programs"]
         assert programs == [name for name in PROGRAMS if name != "nvidia-docker"]
     assert toolkit_plan(dict(DEFAULTS, nvidia_docker="true"))["programs"] == list(PROGRAMS)
+
+
+@pytest.mark.parametrize(
+    ("provider", "mirror", "repo_files", "expected"),
+    [
+        ("auto", "https://mirror.example/nct", 1, "native"),  # removing NVIDIA's packages: the native toolkit follows
+        ("native", "", 0, "native"),
+    ],
+)
+def test_nvidia_state_absent(provider: str, mirror: str, repo_files: int, expected: str) -> None:
+    settings = dict(DEFAULTS, provider=provider, nvidia_mirror_url=mirror, nvidia_state="absent")
+    plan = toolkit_plan(settings, repo_files=repo_files)
+    assert (plan["provider"], plan["nvidia_state"]) == (expected, "absent")
+    assert toolkit_plan(DEFAULTS)["nvidia_state"] == "present"
+
+
+def test_nvidia_provider_cannot_be_absent() -> None:
+    with pytest.raises(AnsibleFilterError, match="toolkit_nvidia_state=absent"):
+        toolkit_plan(dict(DEFAULTS, provider="nvidia", nvidia_state="absent"))
+    with pytest.raises(AnsibleFilterError, match="toolkit_nvidia_state"):
+        toolkit_plan(dict(DEFAULTS, nvidia_state="removed"))
