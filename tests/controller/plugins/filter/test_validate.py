@@ -232,6 +232,7 @@ def test_a_container_without_uvm_fails_with_the_fix():
         plan,
         [{"rc": 0, "stdout": seen, "stderr": "", "delta": "0:00:01.0"}],
         device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
+        nvidia_smi=False,  # this output has no nvidia-smi part: the uvm rule alone decides
     )
     assert result["passed"] is False and result["failed_engines"] == ["docker"]
     message = result["engines"]["docker"]["message"]
@@ -241,6 +242,7 @@ def test_a_container_without_uvm_fails_with_the_fix():
         plan,
         [{"rc": 0, "stdout": with_uvm, "stderr": "", "delta": "0:00:01.0"}],
         device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
+        nvidia_smi=False,  # this output has no nvidia-smi part: the uvm rule alone decides
     )
     assert passed["passed"] is True
 
