@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
+
 # Driver daemons that hold the devices by design and stop with the driver: they never block.
 DEFAULT_IGNORE = ("nvidia-persistenced", "nv-fabricmanager")
 STOPPABLE = {"docker": "docker", "podman": "podman"}
@@ -28,14 +30,6 @@ _KUBERNETES_FIX = "drain the Kubernetes node first (kubectl drain <node> --ignor
 
 class GateError(ValueError):
     """The input is not ``ansible_facts.nvidia.gpu_users``."""
-
-
-def _get(mapping: Any, key: str, default: Any = None) -> Any:
-    try:
-        value = mapping[key]
-    except (KeyError, TypeError, AttributeError, IndexError):
-        return default
-    return default if value is None else value
 
 
 def processes(gpu_users: Any) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import GateError, describe, processes
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
 
 ENGINES = ("docker", "containerd", "crio", "podman")
@@ -64,14 +65,6 @@ def plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return str(value)
-
-
-def _get(mapping: Any, key: str, default: Any = None) -> Any:
-    try:
-        value = mapping[key]
-    except (KeyError, TypeError, AttributeError, IndexError):
-        return default
-    return default if value is None else value
 
 
 def _host_vars(hostvars: Any, host: Any) -> dict[str, Any]:

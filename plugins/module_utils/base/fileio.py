@@ -26,15 +26,16 @@ if TYPE_CHECKING:
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_text(path: str, *, tolerant: bool = False, errors: str = "strict") -> str | None:
+def read_text(path: str, *, tolerant: bool = False, errors: str = "strict", limit: int | None = None) -> str | None:
     """The text of ``path`` (UTF-8), or None when it does not exist.
 
     ``tolerant=True`` (reading host state, which must never raise): None as well for any other error
     (a folder, no permission, undecodable bytes). ``errors`` is ``open``'s (``"replace"`` to read any bytes).
+    ``limit``: read at most that many characters (files under ``/proc`` another process controls).
     """
     try:
         with open(path, encoding="utf-8", errors=errors) as f:
-            return f.read()
+            return f.read(-1 if limit is None else limit)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError):

@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import os
 
+from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 
 _CGROUP_MARKS = (("/docker/", "docker"), ("/lxc/", "lxc"), ("/kubepods", "containerd"), ("/containerd/", "containerd"))
 
 
 def _read(path: str, limit: int = 65536) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
+    return read_text(path, tolerant=True, errors="replace", limit=limit)
 
 
 def detect_container(root: str = "/") -> str | None:

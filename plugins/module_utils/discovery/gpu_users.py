@@ -46,6 +46,8 @@ from __future__ import annotations
 import os
 import re
 
+from ..base.fileio import read_text
+
 DEVICE_PREFIX = "/dev/nvidia"
 MAX_PIDS = 65536
 MAX_FDS = 1_000_000
@@ -68,11 +70,7 @@ _SHIM_NAMESPACES = {"moby": "docker", "k8s.io": "containerd"}
 
 
 def _read(path: str, limit: int = 65536) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
+    return read_text(path, tolerant=True, errors="replace", limit=limit)
 
 
 def parse_cgroup(text: str) -> dict[str, str]:
