@@ -116,25 +116,44 @@ def ansible_playbook(sim_fleet: Fleet) -> Callable[..., subprocess.CompletedProc
     return run
 
 
+# Fleets the session fixtures share across test files; every other fleet goes down with the file that made it.
+SHARED_FLEETS = ("e2e", "converged")
+_MADE: list[Fleet] = []
+
+
 @pytest.fixture(scope="session")
 def sim_fleet_factory() -> Any:
-    made: list[Fleet] = []
-
     def make(description: dict[str, Any] | str | Path, name: str | None = None) -> Fleet:
-        prefix = f"{_PREFIX}-{name or len(made)}"
+        prefix = f"{_PREFIX}-{name or len(_MADE)}"
         if isinstance(description, dict):
             fleet = Fleet.from_dict(description, prefix=prefix)
         else:
             fleet = Fleet.from_file(description, prefix=prefix)
-        made.append(fleet)
+        fleet.shared = name in SHARED_FLEETS
+        _MADE.append(fleet)
         return fleet.up()
 
     try:
         yield make
     finally:
         if not _KEEP:
-            for fleet in made:
+            for fleet in _MADE:
                 down(fleet.prefix)
+            _MADE.clear()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fleets_of_this_file_go_down() -> Any:
+    """A file's own fleets go down when the file is done (its module fixtures are finalised before this one), not at
+    the end of the session: a dozen nodes booted at once exhaust the host (inotify instances, memory), and a node
+    started then does not boot."""
+    before = len(_MADE)
+    yield
+    if _KEEP:
+        return
+    for fleet in [f for f in _MADE[before:] if not f.shared]:
+        down(fleet.prefix)
+        _MADE.remove(fleet)
 
 
 @pytest.fixture(scope="session")

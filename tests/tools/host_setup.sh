@@ -36,3 +36,13 @@ elif [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1; then
 else
   echo "host-setup: no Docker engine answers; start dockerd (as root) for the integration tests, molecule and the demo" >&2
 fi
+
+# Every simulated node boots systemd, which with its engines takes about eight inotify instances; the kernel's
+# default of 128 per user (all the nodes run as root) stops new nodes from booting once a dozen run.
+if [ "$(id -u)" = 0 ] && [ "$(sysctl -n fs.inotify.max_user_instances 2>/dev/null || echo 0)" -lt 8192 ]; then
+  if sysctl -q -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576 2>/dev/null; then
+    echo "host-setup: fs.inotify.max_user_instances raised to 8192 (simulated nodes boot systemd)"
+  else
+    echo "host-setup: could not raise fs.inotify.max_user_instances; many simulated nodes at once may not boot" >&2
+  fi
+fi
