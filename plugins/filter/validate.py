@@ -94,6 +94,21 @@ def runtime_request(toolkit: Mapping[str, Any] | None) -> tuple[list[str], list[
     )
 
 
+def _skipped_check(base: dict[str, Any], mode: str, name: str, message: str) -> dict[str, Any]:
+    """A check that is planned but not run (nothing to load, nothing to start), with the reason."""
+    return dict(
+        base,
+        mode=mode,
+        name=name,
+        argv=None,
+        present_argv=None,
+        present_rc0=True,
+        load_argv=None,
+        skipped=True,
+        message=message,
+    )
+
+
 def validate_plan(
     nvidia: Mapping[str, Any] | None,
     runtime: Mapping[str, Any] | None = None,
@@ -157,19 +172,7 @@ def validate_plan(
                 argv = wrap + run + ["--name", f"{name}-{mode}"] + args + [image, "sh", "-c", CHECK_SCRIPT]
                 checks.append(dict(common, mode=mode, name=f"{name}-{mode}", argv=argv))
             if engine == "docker" and gpus_skipped:
-                checks.append(
-                    dict(
-                        base,
-                        mode="gpus",
-                        name=f"{name}-gpus",
-                        argv=None,
-                        present_argv=None,
-                        present_rc0=True,
-                        load_argv=None,
-                        skipped=True,
-                        message=gpus_skipped,
-                    )
-                )
+                checks.append(_skipped_check(base, "gpus", f"{name}-gpus", gpus_skipped))
         elif engine == "containerd":
             ref = containerd_ref(image)
             ctr = ["ctr", "-n", containerd_namespace]
@@ -194,19 +197,11 @@ def validate_plan(
             )
         else:
             checks.append(
-                dict(
+                _skipped_check(
                     base,
-                    mode="none",
-                    name=name,
-                    argv=None,
-                    present_argv=None,
-                    present_rc0=True,
-                    load_argv=None,
-                    skipped=True,
-                    message=(
-                        f"{engine}: no container check here (crictl needs a pod sandbox); "
-                        "validate it through Kubernetes"
-                    ),
+                    "none",
+                    name,
+                    f"{engine}: no container check here (crictl needs a pod sandbox); validate it through Kubernetes",
                 )
             )
     return checks
