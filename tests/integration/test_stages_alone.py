@@ -15,7 +15,9 @@ The fleet is the molecule ``bookworm`` scenario's (``extensions/molecule/bookwor
 * the README's ``--tags runtime,validate -e gpufleet_hosts=<group>`` and ``--check --diff`` as written (inventory
   aside) pass with zero changes;
 * ``-e '{"driver_hold": "false"}'`` (a string, as an AWX survey sends it) in check mode passes the driver stage;
-* ``--limit`` to the GPU node leaves the CPU node out of the stages, and the report lists it as "not in this run".
+* ``--limit`` to the GPU node leaves the CPU node out of the stages, and the report lists it as "not in this run";
+* check mode writes nothing, and site.yml changes nothing on the CPU-only node: the engines' and CDI's configuration
+  trees and ``dpkg -l`` compared before and after (``_host_state.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.integration._host_state import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -69,17 +73,23 @@ def fleet_runs(sim_fleet_factory, tmp_path_factory):
         cmd += ["-e", json.dumps(settings), *args, str(playbook)]
         return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO, env=env)
 
+    gpu, cpu = fleet.node(GPU), fleet.node(CPU)
     runs = {"prepare": run(PREPARE)}
+    runs["cpu_before_site"] = snapshot(cpu)
     runs["site"] = run(SITE)
+    runs["cpu_after_site"] = snapshot(cpu)
     if runs["site"].returncode == 0:
         for stage in STAGES:
             runs[stage] = run(SITE, "--tags", stage)
         # The README's examples, as written (inventory aside: its rack7 is this inventory's gpu_nodes; the settings
         # above only place the files).
         runs["readme"] = run(SITE, "--tags", "runtime,validate", "-e", "gpufleet_hosts=gpu_nodes")
+        runs["before_check"] = {GPU: snapshot(gpu), CPU: snapshot(cpu)}
         runs["readme_check"] = run(SITE, "--check", "--diff")
         runs["string"] = run(SITE, "--tags", "driver", "--check", "-e", '{"driver_hold": "false"}')
+        runs["after_check"] = {GPU: snapshot(gpu), CPU: snapshot(cpu)}
         runs["limit"] = run(SITE, "--limit", GPU)
+        runs["cpu_at_end"] = snapshot(cpu)
         runs["limit_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
     return runs
 
@@ -87,6 +97,24 @@ def fleet_runs(sim_fleet_factory, tmp_path_factory):
 def test_the_full_run_converges(fleet_runs):
     assert fleet_runs["prepare"].returncode == 0, _why(fleet_runs["prepare"])
     assert fleet_runs["site"].returncode == 0, _why(fleet_runs["site"])
+
+
+def test_site_leaves_the_cpu_only_node_as_it_was(fleet_runs):
+    """The engines' and CDI's configuration trees and the packages of the CPU-only node: unchanged by the full run,
+    and by every run after it (each stage alone, the README's examples, check mode, --limit)."""
+    assert_unchanged(fleet_runs["cpu_before_site"], fleet_runs["cpu_after_site"], f"site.yml on {CPU}")
+    if "cpu_at_end" not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    assert_unchanged(fleet_runs["cpu_after_site"], fleet_runs["cpu_at_end"], f"the later runs on {CPU}")
+
+
+@pytest.mark.parametrize("host", [GPU, CPU])
+def test_check_mode_writes_nothing(fleet_runs, host):
+    """The README's ``--check --diff`` and the survey-string ``--check``: no file of the engines or CDI, and no
+    package, differs afterwards (the recap's changed=0 alone cannot see a write check mode should not make)."""
+    if "after_check" not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    assert_unchanged(fleet_runs["before_check"][host], fleet_runs["after_check"][host], f"site.yml --check on {host}")
 
 
 @pytest.mark.parametrize("stage", STAGES)

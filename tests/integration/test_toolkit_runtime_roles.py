@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from tests.integration._host_state import assert_unchanged, snapshot
+
 pytestmark = pytest.mark.integration
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,7 +96,7 @@ def node_runs(sim_fleet_factory, ansible_playbook):
     node = fleet.node("tk-bookworm")
     _put_tomlkit(node)
     timings = {}
-    runs = {"inventory": fleet.inventory}
+    runs = {"inventory": fleet.inventory, "before_check": snapshot(node)}
     for label, args in (("check", ("--check", "--diff")), ("apply", ()), ("again", ())):
         start = time.monotonic()
         runs[label] = ansible_playbook(PLAYBOOK, *args, inventory=fleet.inventory)
@@ -104,7 +106,10 @@ def node_runs(sim_fleet_factory, ansible_playbook):
                 p: node.run(["test", "-e", p]).rc == 0
                 for p in ["/usr/local/bin/" + n for n in PROGRAMS] + ["/etc/cdi/nvidia.yaml", UNIT, UDEV, SHIM_CONFIG]
             }
-            runs["after_check"]["docker runtimes"] = node.run("docker info --format '{{json .Runtimes}}'").stdout
+            runs["after_check"]["docker runtimes"] = node.run(
+                "docker info --format '{{json .Runtimes}}'", check=True
+            ).stdout
+            runs["after_check_state"] = snapshot(node)
     print("toolkit/runtime role timings (s):", timings)
     return node, runs
 
@@ -116,6 +121,8 @@ def test_check_mode_on_a_fresh_node_reports_changes_and_writes_nothing(node_runs
     assert recap["changed"] > 0
     assert not any(v is True for k, v in runs["after_check"].items() if k != "docker runtimes"), runs["after_check"]
     assert "nvidia" not in runs["after_check"]["docker runtimes"]
+    # the engines' and CDI's configuration trees and the packages: byte for byte as they were
+    assert_unchanged(runs["before_check"], runs["after_check_state"], "--check --diff of the toolkit and runtime roles")
 
 
 def test_apply_publishes_the_facts_and_installs_everything(node_runs):
