@@ -89,3 +89,76 @@ def test_shim_and_hook_start_path_import_neither_json_nor_re(tmp_path):
     assert os.readlink(str(bundle / "rootfs" / lib.lstrip("/") / "libcuda.so.1")) == "libcuda.so.535.1"
     assert (bundle / "rootfs" / "etc" / "ld.so.cache").read_bytes().startswith(b"glibc-ld.so.cache1.1")
     assert os.path.exists(str(tmp_path / "lib" / "gpufleet_nvidia" / "base" / "jsonio.py"))
+
+
+# ---------------------------------------------------------------- differential against json, on generated documents
+# The reader must give what ``json.loads`` gives, or refuse what it refuses (``json`` may raise RecursionError
+# where this raises ValueError). Decided and held here: duplicate keys -- the last one wins, as in ``json`` and in
+# Go's encoding/json, which runc reads config.json with; numbers -- Python's ints (``json`` refuses an int of more
+# than ``sys.get_int_max_str_digits()`` digits on 3.11+, and so does this), ``1e400`` is infinity, and the
+# non-standard ``NaN``/``Infinity`` literals are read as ``json`` reads them; ``\\u`` escapes, surrogate pairs and
+# lone surrogates as ``json``; nesting too deep for the interpreter is a ValueError. Bytes must be UTF-8 (an
+# optional BOM): ``json.loads`` also detects UTF-16/32, this reader refuses them (engines write UTF-8).
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**300, max_value=10**320)
+    | st.floats()
+    | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=25,
+)
+_TOKENS = ['{', '}', '[', ']', ',', ':', ' ', '\n', '"', '"a"', '"\\u00e9"', '"\\ud83d\\ude00"', '"\\udc00"', '\\',
+           '"\\x"', '1', '-', '0', '.5', 'e9', '1e400', '-0', '01', 'true', 'false', 'null', 'NaN', 'Infinity',
+           '-Infinity', 'nul', '\t', '\x00', '"\x01"', 'é', '9' * 5000, '\ufeff']  # fmt: skip
+
+
+@st.composite
+def _documents(draw):
+    kind = draw(st.sampled_from(["dumped", "tokens", "duplicates", "deep", "mutated"]))
+    if kind == "dumped":
+        value = draw(_values)
+        return json.dumps(value, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 0, 2, "\t"])))
+    if kind == "tokens":
+        return "".join(draw(st.lists(st.sampled_from(_TOKENS), max_size=20)))
+    if kind == "duplicates":
+        pairs = draw(st.lists(st.tuples(st.sampled_from(["a", "b", "env", "é"]), _values), max_size=6))
+        return "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in pairs) + "}"
+    if kind == "deep":
+        depth = draw(st.sampled_from([1, 10, 500, 5_000, 100_000]))
+        opener, closer = draw(st.sampled_from([("[", "]"), ('{"a":', "}")]))
+        return opener * depth + "0" + closer * draw(st.sampled_from([depth, depth - 1]))
+    text = json.dumps(draw(_values))
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + draw(st.sampled_from(_TOKENS)) + text[at + draw(st.integers(0, 3)) :]
+
+
+def _outcome(load, data):
+    try:
+        return "ok", repr(load(data))  # repr: NaN equals NaN, True differs from 1, key order counts
+    except (ValueError, RecursionError):
+        return "refused", None
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_documents())
+def test_loads_agrees_with_json_on_generated_documents(text):
+    expected = _outcome(json.loads, text)
+    assert _outcome(_jsonio.loads, text) == expected
+    assert _outcome(_jsonio.loads, text.encode("utf-8")) == expected  # the shim reads bytes
+
+
+def test_duplicate_keys_the_last_wins_as_in_json_and_go():
+    assert _jsonio.loads('{"env": ["A=1"], "env": ["B=2"]}') == {"env": ["B=2"]}
+
+
+def test_utf16_bytes_are_refused_though_json_reads_them():
+    data = '{"a": 1}'.encode("utf-16")
+    assert json.loads(data) == {"a": 1}
+    with pytest.raises(ValueError, match="not UTF-8"):
+        _jsonio.loads(data)

@@ -385,3 +385,76 @@ def test_secure_boot_variable(tmp_path):
     assert _problems.secure_boot_enabled(tree.path("/sys")) is True
     tree.secure_boot(False)
     assert _problems.secure_boot_enabled(tree.path("/sys")) is False
+
+
+# ---------------------------------------------------------------- nvidia-smi XML: generated documents
+from xml.sax.saxutils import escape  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_smi_text = st.one_of(st.sampled_from(["N/A", "[N/A]", "Not Supported", "", "  ", "Enabled", "Disabled"]), st.text())
+_xml_text = _smi_text.map(lambda s: "".join(c for c in s if c in "\t\n\r" or " " <= c <= "\ud7ff" or c >= "\ue000"))
+_TAGS = ["gpu", "pci", "pci_bus_id", "uuid", "product_name", "minor_number", "fb_memory_usage", "total", "mig_mode",
+         "current_mig", "mig_devices", "mig_device", "index", "driver_version", "attached_gpus"]  # fmt: skip
+_elements = st.recursive(
+    _xml_text.map(escape),
+    lambda inner: st.builds(
+        lambda tag, body, attr: f"<{tag}{attr}>{''.join(body)}</{tag}>",
+        st.sampled_from(_TAGS),
+        st.lists(inner, max_size=4),
+        st.sampled_from(["", ' id="00000000:07:00.0"', ' id="x"']),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.text(max_size=200), _elements.map(lambda body: f"<nvidia_smi_log>{body}</nvidia_smi_log>")))
+def test_any_nvidia_smi_output_is_a_record_or_a_value_error(text):
+    """Whatever nvidia-smi prints (a driver mid-upgrade, a truncated pipe, fields in odd places): records of the
+    documented types, or a ValueError; never another exception."""
+    try:
+        result = parse_xml(text)
+    except ValueError:
+        return
+    assert set(result) == {"driver_version", "cuda_version", "attached_gpus", "gpus"}
+    for gpu in result["gpus"]:
+        assert isinstance(gpu["index"], int)
+        for key in ("minor", "memory_mib"):
+            assert isinstance(gpu.get(key, 0), int)
+        assert gpu.get("pci_bus_id") is None or normalize_bus_id(gpu["pci_bus_id"]) == gpu["pci_bus_id"]
+        assert gpu.get("mig_mode") in (None, "enabled", "disabled")
+        for value in gpu.values():
+            assert value not in ("", "N/A", "[N/A]", "Not Supported")
+
+
+_gpu_fields = st.fixed_dictionaries(
+    {
+        "uuid": st.from_regex(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", fullmatch=True),
+        "name": st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -&<>", min_size=1, max_size=30).map(str.strip),
+        "minor": st.integers(0, 255),
+        "bus": st.integers(0, 255),
+        "memory_mib": st.integers(0, 1 << 20),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_gpu_fields, max_size=8, unique_by=lambda g: g["bus"]))
+def test_generated_gpus_come_back_as_written(gpus):
+    body = "".join(
+        f'<gpu id="00000000:{g["bus"]:02X}:00.0"><product_name>{escape(g["name"])}</product_name><uuid>{g["uuid"]}'
+        f"</uuid><minor_number>{g['minor']}</minor_number><pci><pci_bus_id>00000000:{g['bus']:02X}:00.0</pci_bus_id>"
+        f"</pci><fb_memory_usage><total>{g['memory_mib']} MiB</total></fb_memory_usage></gpu>"
+        for g in gpus
+    )
+    doc = f'<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd"><nvidia_smi_log>{body}'
+    result = parse_xml(doc + f"<attached_gpus>{len(gpus)}</attached_gpus></nvidia_smi_log>")
+    assert result["attached_gpus"] == len(gpus)
+    assert [
+        (r["index"], r["uuid"], r.get("name"), r["minor"], r["pci_bus_id"], r["memory_mib"]) for r in result["gpus"]
+    ] == [
+        (i, g["uuid"], g["name"] or None, g["minor"], f"0000:{g['bus']:02x}:00.0", g["memory_mib"])
+        for i, g in enumerate(gpus)
+    ]

@@ -576,3 +576,41 @@ def test_imex_channels_from_the_device_plugins_mounts_and_bad_ones():
     doc = config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=3"])
     with pytest.raises(RequestError, match="/dev/nvidia-caps-imex-channels/channel3 is missing"):
         inject(doc, INDEX, stat_node=special_stat)
+
+
+# ---------------------------------------------------------------- the NVIDIA_* variables an image sets: generated
+_ENV_NAMES = ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_REQUIRE_X",
+              "NVIDIA_DISABLE_REQUIRE", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
+              "NVIDIA_IMEX_CHANNELS", "LD_PRELOAD"]  # fmt: skip
+_ENV_PARTS = ["0", "1", "all", "none", "void", "GPU-aaaa", "MIG-cccc", "1:0", "7", " ", ",", "", "utility", "compute",
+              "cuda>=12.0", "cuda>=99", "driver<400", "brand=tesla", "arch=x", ">=", "=", "true", "\n", "é", "0" * 25,
+              "99999999999", "-1"]  # fmt: skip
+_env_values = st.one_of(st.lists(st.sampled_from(_ENV_PARTS), max_size=8).map("".join), st.text(max_size=30))
+_envs = st.lists(st.tuples(st.sampled_from(_ENV_NAMES), _env_values).map("=".join) | st.text(max_size=20), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_envs, st.booleans(), st.booleans())
+def test_any_nvidia_environment_is_a_request_or_one_line_error(env, privileged, envvar):
+    """Whatever the image's NVIDIA_* variables say: the request holds only devices the variable names (in order,
+    once each), and injection gives only the index's nodes; or the start fails with one line."""
+    doc = config(env)
+    if privileged:
+        doc["process"]["capabilities"] = copy.deepcopy(PRIVILEGED)
+    visible = _oci.env_dict(doc["process"]["env"]).get("NVIDIA_VISIBLE_DEVICES")
+    try:
+        request = _oci.gpu_request(doc, accept_envvar_unprivileged=envvar)
+        if request is None:
+            assert not (envvar or privileged) or _oci.parse_visible_devices(visible) is None
+            return
+        named = [p.strip() for p in (visible or "").split(",") if p.strip()]
+        assert request.devices == ["all"] if "all" in named else request.devices == list(dict.fromkeys(named))
+        assert set(request.capabilities) <= set(INDEX["capabilities"])
+        _oci.inject(doc, INDEX, stat_node=fake_stat, accept_envvar_unprivileged=envvar)
+    except _oci.RequestError as exc:
+        assert "\n" not in str(exc)
+        return
+    known = {n["path"] for d in INDEX["devices"].values() for n in d["deviceNodes"]}
+    known |= {n["path"] for n in INDEX["containerEdits"]["deviceNodes"]}
+    assert set(_device_paths(doc)) <= known
+    assert not any(e.startswith("LD_PRELOAD=") for e in doc["process"]["env"] if e not in env)
