@@ -112,6 +112,10 @@ def _register(
     ctd = t.get_table(cri, ["containerd"], text=text, path=path, create=True)
     runtimes = t.get_table(ctd, ["runtimes"], text=text, path=path, create=True)
     default_name = ctd.get("default_runtime_name", "runc")
+    if track and default_name == name:
+        # our own default (an earlier set_as_default): the options follow the default it replaced, as on the run
+        # that set it, or a second run would copy another runtime's (found by the property tests)
+        default_name = t.tracked_before(ctd, "default_runtime_name", "runc")
     if source is None:
         source = _source_runtime(runtimes, str(default_name), name)
     if source is None and not any(t.is_table(v) for v in runtimes.values()):

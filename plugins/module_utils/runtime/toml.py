@@ -172,6 +172,23 @@ def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> str 
     return f"{key}: {old} -> {_render(value)}"
 
 
+def tracked_before(table: Any, key: str, missing: Any = None) -> Any:
+    """What ``key`` was before ``set_tracked`` changed it: the value our ``was`` comment records, ``missing`` when our
+    comment says we added the key (or it is not there); the value itself when it carries no comment of ours."""
+    if key not in table:
+        return missing
+    comment = get_item(table, key).trivia.comment.lstrip("#").strip()
+    if comment == TRACK_PREFIX + "added":
+        return missing
+    if comment.startswith(TRACK_PREFIX + "was "):
+        old = comment[len(TRACK_PREFIX + "was ") :].partition(" | ")[0]
+        try:
+            return tomlkit.parse(f"v = {old}\n")["v"]
+        except _TomlParseError:
+            return missing
+    return table[key]
+
+
 def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> str | None:
     """Undo ``set_tracked``. Without our comment the key is not ours: it is set to ``fallback``
     when one is given (a default runtime that would no longer exist), else left alone."""
