@@ -259,3 +259,32 @@ def test_any_bytes_are_a_cache_or_an_ldcache_error(junk, at, patch):
         except LdCacheError:
             continue
         assert any(e.soname == "libcuda.so.1" for e in parse_ld_so_cache(out))
+
+
+_SONAMES = st.from_regex(r"lib[a-zA-Z0-9_+-]{0,6}(\.so(\.[0-9]{1,3}){0,3})?", fullmatch=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(_SONAMES, st.sampled_from(["x86_64", "i386"])), max_size=12), st.booleans())
+def test_generated_entries_are_added_in_glibcs_order_once(names, empty):
+    """Any library names added to this machine's cache (or to none): each is listed with its path and arch, the whole
+    list stays in glibc's order (library names descending by ``_dl_cache_libcmp``), the entries that were there
+    keep their order, and adding the same entries again gives the same listing. (Not the same bytes: the strings
+    of a replaced entry stay in the string table, so a container restarted N times carries N copies of our paths'
+    strings; nothing reads them.)"""
+    base = b"" if empty else _read_host_cache()
+    entries = [(name, f"/opt/gen/{arch}/{name}", arch) for name, arch in names]
+    out = add_entries(base, entries)
+    listed = parse_ld_so_cache(out)
+    for name, path, arch in entries:
+        assert any(e.soname == name and e.path == path and e.arch == arch for e in listed), (name, arch)
+    order = [e.soname.encode("latin-1") for e in listed]
+    assert all(libcmp(a, b) >= 0 for a, b in zip(order, order[1:]))
+    replaced = {(n, a) for n, a in names}
+    kept = [(e.soname, e.path) for e in (parse_ld_so_cache(base) if base else []) if (e.soname, e.arch) not in replaced]
+    assert [(e.soname, e.path) for e in listed if (e.soname, e.path) in set(kept)] == kept
+    again = add_entries(out, entries)
+    assert [(e.soname, e.path, e.flags) for e in parse_ld_so_cache(again)] == [
+        (e.soname, e.path, e.flags) for e in listed
+    ]
+    assert len(again) - len(out) <= sum(len(n) + len(p) + 2 for n, p, _a in entries)
