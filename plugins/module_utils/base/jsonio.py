@@ -46,6 +46,13 @@ def loads(data: bytes | bytearray | str, limit: int | None = None, what: str = "
     ``StopIteration`` at the end of the input, ``SystemError`` for an unterminated string on Python
     3.11 and older (its error path imports ``json.decoder``, which the start path never loaded),
     ``RecursionError`` for deep nesting; each becomes a ``ValueError`` with one line.
+
+    Held against ``json.loads`` on generated documents (``tests/unit/plugins/module_utils/base/test_jsonio.py``):
+    a duplicate key keeps its last value, as in ``json`` (engines write ``config.json`` with Go's ``encoding/json``,
+    which never writes a key twice; a second copy of an object key is a crafted file, whose first copy the shim
+    never looks at and which the shim's rewrite of the file drops); integers as ``int`` (refused past
+    ``sys.get_int_max_str_digits()`` digits, as ``json`` does);
+    ``\\u`` escapes and surrogates as ``json``; bytes must be UTF-8 (``json`` also guesses UTF-16/32).
     """
     if limit is not None and len(data) > limit:
         raise ValueError(f"{what} is larger than {limit} bytes ({len(data)})")

@@ -93,9 +93,10 @@ def test_shim_and_hook_start_path_import_neither_json_nor_re(tmp_path):
 
 # ---------------------------------------------------------------- differential against json, on generated documents
 # The reader must give what ``json.loads`` gives, or refuse what it refuses (``json`` may raise RecursionError
-# where this raises ValueError). Decided and held here: duplicate keys -- the last one wins, as in ``json`` and in
-# Go's encoding/json, which runc reads config.json with; numbers -- Python's ints (``json`` refuses an int of more
-# than ``sys.get_int_max_str_digits()`` digits on 3.11+, and so does this), ``1e400`` is infinity, and the
+# where this raises ValueError). Decided and held here: duplicate keys -- the last one wins, as in ``json`` (the
+# engines write config.json with Go's encoding/json, which never repeats a key); numbers -- Python's ints
+# (``json`` refuses an int of more than ``sys.get_int_max_str_digits()`` digits on 3.11+, and so does this),
+# ``1e400`` is infinity, and the
 # non-standard ``NaN``/``Infinity`` literals are read as ``json`` reads them; ``\\u`` escapes, surrogate pairs and
 # lone surrogates as ``json``; nesting too deep for the interpreter is a ValueError. Bytes must be UTF-8 (an
 # optional BOM): ``json.loads`` also detects UTF-16/32, this reader refuses them (engines write UTF-8).
@@ -153,7 +154,7 @@ def test_loads_agrees_with_json_on_generated_documents(text):
     assert _outcome(_jsonio.loads, text.encode("utf-8")) == expected  # the shim reads bytes
 
 
-def test_duplicate_keys_the_last_wins_as_in_json_and_go():
+def test_duplicate_keys_the_last_wins_as_in_json():
     assert _jsonio.loads('{"env": ["A=1"], "env": ["B=2"]}') == {"env": ["B=2"]}
 
 
