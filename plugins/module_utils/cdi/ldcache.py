@@ -283,9 +283,11 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
                 hi = mid
             else:
                 lo = mid + 1
-        probe = lo - 1  # the same name sorts just before the insertion point
-        while probe >= 0 and name_at(probe) == name:
-            if flags_at(probe) == flags:
+        # The same name sorts just before the insertion point, among the names libcmp finds equal to it (digit runs
+        # compare by value: lib0 and lib00 are equal), which may come between (found by the property tests).
+        probe = lo - 1
+        while probe >= 0 and libcmp(name_at(probe), name) == 0:
+            if flags_at(probe) == flags and name_at(probe) == name:
                 dropped.add(probe)
             probe -= 1
         additions.append((lo, name, flags, path.encode("utf-8", "surrogateescape")))

@@ -130,7 +130,7 @@ def test_rejects_string_offset_out_of_range():
 import os  # noqa: E402
 import shutil  # noqa: E402
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.ldcache import (  # noqa: E402
@@ -266,6 +266,7 @@ _SONAMES = st.from_regex(r"lib[a-zA-Z0-9_+-]{0,6}(\.so(\.[0-9]{1,3}){0,3})?", fu
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(_SONAMES, st.sampled_from(["x86_64", "i386"])), max_size=12), st.booleans())
+@example([("lib0", "x86_64"), ("lib00", "x86_64")], False)  # found: added again, lib0 was listed twice
 def test_generated_entries_are_added_in_glibcs_order_once(names, empty):
     """Any library names added to this machine's cache (or to none): each is listed with its path and arch, the whole
     list stays in glibc's order (library names descending by ``_dl_cache_libcmp``), the entries that were there
