@@ -281,7 +281,7 @@ def test_generated_entries_are_added_in_glibcs_order_once(names, empty):
         assert any(e.soname == name and e.path == path and e.arch == arch for e in listed), (name, arch)
     order = [e.soname.encode("latin-1") for e in listed]
     assert all(libcmp(a, b) >= 0 for a, b in zip(order, order[1:]))
-    replaced = {(n, a) for n, a in names}
+    replaced = set(names)
     kept = [(e.soname, e.path) for e in (parse_ld_so_cache(base) if base else []) if (e.soname, e.arch) not in replaced]
     assert [(e.soname, e.path) for e in listed if (e.soname, e.path) in set(kept)] == kept
     again = add_entries(out, entries)
