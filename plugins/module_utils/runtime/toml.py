@@ -172,6 +172,20 @@ def set_tracked(table: Any, key: str, value: Any, *, track: bool = True) -> str 
     return f"{key}: {old} -> {_render(value)}"
 
 
+def tracked_old(table: Any, key: str) -> Any:
+    """The value ``set_tracked`` replaced (from our ``was`` comment), ``None`` when there is none."""
+    if key not in table:
+        return None
+    comment = get_item(table, key).trivia.comment.lstrip("#").strip()
+    if not comment.startswith(TRACK_PREFIX + "was "):
+        return None
+    old = comment[len(TRACK_PREFIX + "was ") :].partition(" | ")[0]
+    try:
+        return tomlkit.parse(f"v = {old}\n")["v"]
+    except _TomlParseError:
+        return None
+
+
 def unset_tracked(table: Any, key: str, *, fallback: Any = None) -> str | None:
     """Undo ``set_tracked``. Without our comment the key is not ours: it is set to ``fallback``
     when one is given (a default runtime that would no longer exist), else left alone."""
