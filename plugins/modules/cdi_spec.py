@@ -96,7 +96,9 @@ options:
     description: The driver version to select files for; by default the installed userspace's.
     type: str
   cuda_version:
-    description: The CUDA version the driver supports, for C(NVIDIA_REQUIRE_CUDA); by default from the driver branch.
+    description:
+      - The CUDA version the driver supports (V(12.2)), for C(NVIDIA_REQUIRE_CUDA); by default from the driver branch.
+      - A value that is no C(major.minor) version (nvidia-smi's C(Not Found)) is refused.
     type: str
 notes:
   - Regenerate the spec after every driver change; compare C(driver_version) with the annotation to find stale specs.

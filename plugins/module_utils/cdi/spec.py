@@ -95,6 +95,7 @@ CUDA_BY_BRANCH = (
 )
 
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_CUDA_VERSION = re.compile(r"^\d+\.\d+$")
 
 
 def cuda_version_for(driver_version: str | None) -> str | None:
@@ -186,6 +187,13 @@ def build_spec(
         raise ValueError("device_name_strategy: unknown {}; valid: index, uuid".format(", ".join(bad)))
     if cuda_version is None:
         cuda_version = cuda_version_for(driver_version)
+    elif not _CUDA_VERSION.match(str(cuda_version)):
+        # nvidia-smi's "Not Found" (no libcuda) or another placeholder passed on from a fact: the spec and the
+        # index the shim checks NVIDIA_REQUIRE_CUDA against never carry it
+        raise ValueError(
+            f"cuda_version: {cuda_version!r} is not a CUDA version (major.minor, such as 12.2); "
+            "leave it out to take the driver branch's"
+        )
     devices, aliases, all_nodes = [], {}, []
     for gpu in sorted(gpus, key=lambda g: int(g["index"])):
         node = f"/dev/nvidia{int(gpu['minor'])}"
