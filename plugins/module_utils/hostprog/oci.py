@@ -160,9 +160,9 @@ def check_requirements(
     An unknown CUDA or driver version (None, or a value that is no version, such as nvidia-smi's ``Not Found``
     in an index written before it was read as unknown) fails every ``cuda``/``driver`` constraint: NVIDIA's
     ``nvidia-container-cli configure --require`` never compares against an unknown CUDA version either, the
-    start fails earlier ("detection error") when the version cannot be read (libnvidia-container v1.17.8,
-    src/nvc_info.c ``nvc_driver_info_new`` -> src/driver.c ``driver_get_cuda_version``; src/cli/configure.c
-    ``check_cuda_version``). Its CSV mode would compare an empty version as lower than any
+    start fails earlier ("detection error") when the version cannot be read (libnvidia-container at commit
+    00b4b47e, src/nvc_info.c ``nvc_driver_info_new`` -> ``driver_get_cuda_version``, NVML's
+    ``nvmlSystemGetCudaDriverVersion``; commit 09df17a2, src/cli/configure.c ``check_cuda_version``). Its CSV mode would compare an empty version as lower than any
     (nvidia-container-toolkit v1.20.0, internal/modifier/csv.go, internal/requirements/constraints/property.go:
     ``cuda<12`` passes); that is the unsafe reading this function does not copy.
     """
