@@ -158,13 +158,14 @@ def check_requirements(
     not be checked without the GPU, and an unknown brand must not make every CUDA image fail.
 
     An unknown CUDA or driver version (None, or a value that is no version, such as nvidia-smi's ``Not Found``
-    in an index written before it was read as unknown) fails every ``cuda``/``driver`` constraint: NVIDIA's
-    ``nvidia-container-cli configure --require`` never compares against an unknown CUDA version either, the
+    in an index written before it was read as unknown) fails every ``cuda``/``driver`` constraint. NVIDIA's
+    ``nvidia-container-cli configure --require`` never compares against an unknown CUDA version either: the
     start fails earlier ("detection error") when the version cannot be read (libnvidia-container at commit
     00b4b47e, src/nvc_info.c ``nvc_driver_info_new`` -> ``driver_get_cuda_version``, NVML's
-    ``nvmlSystemGetCudaDriverVersion``; commit 09df17a2, src/cli/configure.c ``check_cuda_version``). Its CSV mode would compare an empty version as lower than any
-    (nvidia-container-toolkit v1.20.0, internal/modifier/csv.go, internal/requirements/constraints/property.go:
-    ``cuda<12`` passes); that is the unsafe reading this function does not copy.
+    ``nvmlSystemGetCudaDriverVersion``; commit 09df17a2, src/cli/configure.c ``check_cuda_version``). Its
+    CSV mode would compare an empty version as lower than any, so ``cuda<12`` passes (nvidia-container-toolkit
+    v1.20.0, internal/modifier/csv.go, internal/requirements/constraints/property.go): the unsafe reading
+    this function does not copy.
     """
     if is_true(env.get("NVIDIA_DISABLE_REQUIRE", "")):
         return
