@@ -17,8 +17,8 @@ description:
     through the driver root's C(ld.so.cache)), the driver binaries, the IPC sockets that exist, the GSP
     firmware and a createContainer hook that updates the container's ld cache and creates the
     C(libcuda.so) links.
-  - The driver version is stamped in the spec's top-level annotation C(gpufleet.nvidia/driver-version),
-    so a spec left over from an older driver can be detected.
+  - The driver version is stamped in the spec's top-level annotation C(gpufleet.nvidia/driver-version)
+    (a comment line at O(cdi_version=0.5.0)), so a spec left over from an older driver can be detected.
   - Also writes a compact JSON index next to it (O(index_path)), which the collection's runtime shim
     C(gpufleet-container-runtime) reads on every GPU container start.
   - The files are written atomically with mode C(0644); a second run on an unchanged host changes nothing.
@@ -96,8 +96,22 @@ options:
     description: The driver version to select files for; by default the installed userspace's.
     type: str
   cuda_version:
-    description: The CUDA version the driver supports, for C(NVIDIA_REQUIRE_CUDA); by default from the driver branch.
+    description:
+      - The CUDA version the driver supports (V(12.2)), for C(NVIDIA_REQUIRE_CUDA); by default from the driver branch.
+      - A value that is no C(major.minor) version (nvidia-smi's C(Not Found)) is refused.
     type: str
+  cdi_version:
+    description:
+      - The spec's C(cdiVersion). C(0.6.0) carries the driver version, CUDA version and device-node fingerprint as
+        top-level annotations. C(0.5.0) is for engines whose CDI library reads no newer spec (podman before 4.7,
+        such as Debian 12's 4.3; containerd before 1.7.12; CRI-O before 1.28); it has no annotations, so the YAML
+        spec carries those stamps as comment lines under its header (C(0.5.0) with O(format=json) is refused).
+      - V(auto) picks the newest version that every engine found on the host (installed, at a version that reads CDI
+        specs) reads, as C(gpu_facts) finds the engines and their versions; a podman of unknown version counts as
+        old.
+    type: str
+    choices: [auto, "0.5.0", "0.6.0"]
+    default: auto
 notes:
   - Regenerate the spec after every driver change; compare C(driver_version) with the annotation to find stale specs.
 """
@@ -140,6 +154,16 @@ cuda_version:
   returned: when state is present
   type: str
   sample: "12.2"
+cdi_version:
+  description: The spec's C(cdiVersion) (what V(auto) chose).
+  returned: when state is present
+  type: str
+  sample: "0.6.0"
+cdi_version_reason:
+  description: Why that version (the engines that held V(auto) at C(0.5.0), or the value given).
+  returned: when state is present
+  type: str
+  sample: "auto: podman 4.3.1+ds1-8+deb12u1 reads cdiVersion 0.5.0 at most"
 devices:
   description: The device names in the spec (qualify them as C(nvidia.com/gpu=<name>)).
   returned: when state is present
@@ -165,7 +189,20 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     HOOK_PATH,
 )
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discovered_gpus
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.engines import detect as detect_engines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import CDI_SPEC_VERSIONS, cdi_spec_version
+
+
+def _cdi_version(module: AnsibleModule, p: dict) -> tuple[str, str]:
+    """The cdiVersion to write, and why (``auto``: from the engines found under the root, as gpu_facts finds them)."""
+    if p["cdi_version"] != "auto":
+        return p["cdi_version"], "given"
+    engines = detect_engines(p["root"], run_command=module.run_command)
+    version, held = cdi_spec_version(engines)
+    if held:
+        return version, f"auto: {', '.join(held)} reads cdiVersion {version} at most"
+    return version, "auto: every engine found reads it"
 
 
 def main() -> None:
@@ -189,6 +226,7 @@ def main() -> None:
             "gpus": {"type": "list", "elements": "dict"},
             "driver_version": {"type": "str"},
             "cuda_version": {"type": "str"},
+            "cdi_version": {"type": "str", "choices": ["auto", *CDI_SPEC_VERSIONS], "default": "auto"},
         },
         supports_check_mode=True,
     )
@@ -210,6 +248,8 @@ def main() -> None:
                 os.unlink(path)
         module.exit_json(**result)
 
+    p = dict(p)
+    p["cdi_version"], reason = _cdi_version(module, p)
     try:
         version, spec, spec_text, index, index_text = generate(p, discovered_gpus)
     except NoGpuError as exc:
@@ -229,6 +269,8 @@ def main() -> None:
         changed=bool(changes),
         driver_version=version,
         cuda_version=index["cudaVersion"],
+        cdi_version=spec["cdiVersion"],
+        cdi_version_reason=reason,
         devices=[d["name"] for d in spec["devices"]],
         spec=spec,
     )

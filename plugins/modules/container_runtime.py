@@ -34,6 +34,12 @@ description:
     holds the runtime.
   - A C(runtimes) table in a containerd file replaces containerd's built-in one (C(runc)); when no file
     defines any runtime, the built-in default is written out next to ours.
+  - "containerd: as NVIDIA's C(nvidia-ctk runtime configure) does, the runtime is a copy of the default runtime's
+    table (else C(runc)'s, else C(crun)'s): its C(runtime_type) (C(io.containerd.runc.v1) stays v1),
+    C(runtime_root), C(privileged_without_host_devices), annotations and options such as C(SystemdCgroup), with
+    C(BinaryName) set to O(path) (and C(Runtime) on config version 1 and for C(io.containerd.runtime.v1.linux)).
+    A default runtime that runs no OCI runtime binary (Kata, gVisor) is not copied. An existing runtime of that
+    name keeps its keys and gets the type and the missing keys of the default runtime."
   - "CDI: O(cdi=true) sets C(features.cdi) for docker (25 and later honour it) and C(enable_cdi) for containerd
     (1.7 and later). CRI-O has CDI on by itself since 1.23 and has no switch: nothing is written for it.
     On docker before 25 and containerd before 1.7 the key is written anyway and the module warns that the

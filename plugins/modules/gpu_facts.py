@@ -339,7 +339,9 @@ ansible_facts:
               type: bool
               returned: always
             cuda_version:
-              description: Highest CUDA version the driver supports.
+              description:
+                - Highest CUDA version the driver supports (NVML, else C(nvidia-smi)); null when unknown (nvidia-smi
+                  writes C(Not Found) when it cannot load C(libcuda)).
               type: str
               returned: always
               sample: '12.2'

@@ -114,9 +114,11 @@ def test_docker_runtime_nvidia_runs_the_guides_check(fleet, suite):
     assert [line.split(", ")[2] for line in csv.splitlines()] == _uuids(node), csv
 
 
-@pytest.mark.parametrize(("suite", "engine"), [("trixie", "podman"), ("trixie", "docker"), ("sid", "docker")])
+@pytest.mark.parametrize(
+    ("suite", "engine"), [("bookworm", "podman"), ("trixie", "podman"), ("trixie", "docker"), ("sid", "docker")]
+)
 def test_cdi_device_all_runs_nvidia_smi(fleet, suite, engine):
-    """podman 5.4 and docker 26/28 with native CDI (podman 4.3 rejects the spec's cdiVersion: test_cdi_e2e.py)."""
+    """podman 4.3 (its spec at cdiVersion 0.5.0), podman 5.4 and docker 26/28 with native CDI."""
     node = _node(fleet, suite)
     base = [engine, "run", "--rm", "--network", "none"]
     _assert_table(node, _run(node, [*base, "--device", "nvidia.com/gpu=all", IMAGE, "nvidia-smi"]), node.gpus)

@@ -213,6 +213,7 @@ def engine(tmp_path_factory, debian_driver_tree):
         eng.docker("import", tar, IMAGE)
         eng.version = version
         eng.debug_log = os.path.join(work, "log", "runtime.log")
+        eng.index_path = index_path
         yield eng
     finally:
         eng.stop()
@@ -284,6 +285,32 @@ def test_unsatisfiable_requests_fail_the_start(engine):
     env = ["-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NVIDIA_REQUIRE_CUDA=cuda>=12.5"]
     proc = _run(engine, "--runtime=nvidia", *env, IMAGE, "true", check=False)
     assert proc.returncode != 0 and "unsatisfied requirement NVIDIA_REQUIRE_CUDA" in proc.stderr
+
+
+def test_require_cuda_against_an_unknown_cuda_version(engine):
+    """An index whose CUDA version is unknown (nvidia-smi's ``Not Found``, as an earlier discovery read it
+    into the spec) fails every CUDA constraint, ``cuda<12`` included (it held against "version 0"); the
+    driver branch's version (535: 12.2) is what the index carries by default."""
+    env = ["-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NVIDIA_REQUIRE_CUDA=cuda<12.3"]
+    with open(engine.index_path, encoding="utf-8") as f:
+        original = f.read()
+    assert json.loads(original)["cudaVersion"] == "12.2"
+    _run(engine, "--runtime=nvidia", *env, IMAGE, "true")
+    try:
+        for stale in ("Not Found", None):
+            index = json.loads(original)
+            index["cudaVersion"] = stale
+            with open(engine.index_path, "w", encoding="utf-8") as f:
+                json.dump(index, f)
+            for require in ("cuda<12", "cuda<12.3", "cuda>=11"):
+                env[-1] = f"NVIDIA_REQUIRE_CUDA={require}"
+                proc = _run(engine, "--runtime=nvidia", *env, IMAGE, "true", check=False)
+                assert proc.returncode != 0, (stale, require)
+                assert "unsatisfied requirement NVIDIA_REQUIRE_CUDA" in proc.stderr and "CUDA unknown" in proc.stderr
+            _run(engine, "--runtime=nvidia", *env, "-e", "NVIDIA_DISABLE_REQUIRE=1", IMAGE, "true")
+    finally:
+        with open(engine.index_path, "w", encoding="utf-8") as f:
+            f.write(original)
 
 
 def test_loader_finds_the_driver_through_the_written_cache(engine):

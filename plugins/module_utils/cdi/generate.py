@@ -49,12 +49,14 @@ DEFAULTS: dict[str, Any] = {
     "gpus": None,
     "driver_version": None,
     "cuda_version": None,
+    "cdi_version": "0.6.0",
 }
 # ``(root, driver_root) -> GPUs (dicts with index and minor) or None``: who knows the GPUs when none are given.
 GpuFinder = Callable[[str, str], Optional[List[Dict[str, Any]]]]
-_STAMP = re.compile(rf'^\s*"?{re.escape(DRIVER_VERSION_ANNOTATION)}"?\s*:\s*"?([0-9][0-9.]*)"?\s*,?\s*$', re.M)
+# an annotation (YAML or JSON), or the comment line a cdiVersion 0.5.0 spec carries it in
+_STAMP = re.compile(rf'^\s*(?:#\s*)?"?{re.escape(DRIVER_VERSION_ANNOTATION)}"?\s*:\s*"?([0-9][0-9.]*)"?\s*,?\s*$', re.M)
 
-_NODE_STAMP = re.compile(rf'^\s*"?{re.escape(NODES_ANNOTATION)}"?\s*:\s*"?([0-9a-f]+)"?\s*,?\s*$', re.M)
+_NODE_STAMP = re.compile(rf'^\s*(?:#\s*)?"?{re.escape(NODES_ANNOTATION)}"?\s*:\s*"?([0-9a-f]+)"?\s*,?\s*$', re.M)
 
 
 class NoGpuError(ValueError):
@@ -120,7 +122,17 @@ def generate(
         device_name_strategy=p["device_name_strategy"],
         hook_path=p["hook_path"],
         cuda_version=p["cuda_version"],
+        cdi_version=p["cdi_version"],
         **inputs,
     )
     index["spec"] = p["path"]
-    return version, spec, render(spec, p["format"], header=HEADER), index, render_json(index, compact=True)
+    header = HEADER
+    stamps = index.get("specAnnotations")
+    if stamps:
+        if p["format"] != "yaml":
+            raise ValueError(
+                f"cdi_version {p['cdi_version']} has no annotations and JSON no comments: the spec could not record "
+                "the driver it was made for; use format yaml, or a cdi_version the engines read with annotations"
+            )
+        header += "\n" + "\n".join(f"{key}: {value}" for key, value in stamps.items())
+    return version, spec, render(spec, p["format"], header=header), index, render_json(index, compact=True)

@@ -20,7 +20,11 @@ Where things go in the container:
 * binaries: ``/usr/bin/<name>``; loader config files, GSP firmware, IPC sockets: their own paths.
 
 Version rules (CDI ``specs-go/version.go``): device names starting with a digit and ``hostPath`` on
-device nodes need 0.5.0, top-level ``annotations`` need 0.6.0; nothing here needs more, so 0.6.0.
+device nodes need 0.5.0, top-level ``annotations`` need 0.6.0; nothing here needs more. ``cdi_version``
+0.6.0 (the default) carries the driver version, CUDA version and device-node fingerprint as annotations;
+0.5.0 (for engines whose CDI library reads no more: podman before 4.7, ``runtime.common.cdi_spec_version``)
+has no place for them in the spec, so the index keeps them (``specAnnotations``) and the YAML rendering writes
+them as comment lines under the header, where ``generate.spec_stamp`` and discovery read them the same way.
 
 Standard library only; PyYAML is never needed (the YAML is rendered here, deterministically).
 """
@@ -55,6 +59,7 @@ from .driver_files import (
 
 KIND = "nvidia.com/gpu"
 CDI_VERSION = "0.6.0"
+CDI_VERSIONS = ("0.5.0", "0.6.0")  # what build_spec writes (runtime.common.CDI_SPEC_VERSIONS says the same)
 DRIVER_VERSION_ANNOTATION = "gpufleet.nvidia/driver-version"
 CUDA_VERSION_ANNOTATION = "gpufleet.nvidia/cuda-version"
 # ``devices.node_fingerprint`` of the NVIDIA device nodes the spec was made from: the boot-time refresh renders the
@@ -95,6 +100,7 @@ CUDA_BY_BRANCH = (
 )
 
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_CUDA_VERSION = re.compile(r"^\d+\.\d+$")
 
 
 def cuda_version_for(driver_version: str | None) -> str | None:
@@ -170,6 +176,7 @@ def build_spec(
     mig_minors: dict[str, int] | None = None,
     extra_mounts: tuple[tuple[str, str, str], ...] | list[tuple[str, str, str]] = (),
     node_fingerprint: str | None = None,
+    cdi_version: str = CDI_VERSION,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(spec, index)`` for the GPUs and driver files given.
 
@@ -180,12 +187,21 @@ def build_spec(
     ``(hostPath, containerPath, capability)`` triples (the MPS pipe directory). ``node_fingerprint``: the
     ``devices.node_fingerprint`` of the nodes found (``gather`` gives it), recorded as ``NODES_ANNOTATION``.
     """
+    if cdi_version not in CDI_VERSIONS:
+        raise ValueError(f"cdi_version: {cdi_version!r} is not one this collection writes ({', '.join(CDI_VERSIONS)})")
     strategy = tuple(device_name_strategy)
     bad = sorted(set(strategy) - set(NAME_STRATEGIES))
     if bad or not strategy:
         raise ValueError("device_name_strategy: unknown {}; valid: index, uuid".format(", ".join(bad)))
     if cuda_version is None:
         cuda_version = cuda_version_for(driver_version)
+    elif not _CUDA_VERSION.match(str(cuda_version)):
+        # nvidia-smi's "Not Found" (no libcuda) or another placeholder passed on from a fact: the spec and the
+        # index the shim checks NVIDIA_REQUIRE_CUDA against never carry it
+        raise ValueError(
+            f"cuda_version: {cuda_version!r} is not a CUDA version (major.minor, such as 12.2); "
+            "leave it out to take the driver branch's"
+        )
     devices, aliases, all_nodes = [], {}, []
     for gpu in sorted(gpus, key=lambda g: int(g["index"])):
         node = f"/dev/nvidia{int(gpu['minor'])}"
@@ -286,13 +302,10 @@ def build_spec(
         annotations[CUDA_VERSION_ANNOTATION] = str(cuda_version)
     if node_fingerprint:
         annotations[NODES_ANNOTATION] = str(node_fingerprint)
-    spec = {
-        "cdiVersion": CDI_VERSION,
-        "kind": KIND,
-        "annotations": annotations,
-        "devices": devices,
-        "containerEdits": common,
-    }
+    spec = {"cdiVersion": cdi_version, "kind": KIND}
+    if cdi_version != CDI_VERSIONS[0]:
+        spec["annotations"] = annotations
+    spec.update(devices=devices, containerEdits=common)
     index = {
         "gpufleetIndex": INDEX_FORMAT,
         "kind": KIND,
@@ -304,6 +317,8 @@ def build_spec(
         "containerEdits": common,
         "mountCapabilities": mount_caps,
     }
+    if "annotations" not in spec:
+        index["specAnnotations"] = annotations
     return spec, index
 
 

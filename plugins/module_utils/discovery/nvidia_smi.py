@@ -8,7 +8,8 @@ in NVML index order, with ``product_name``, ``product_architecture`` (R510 and l
 ``minor_number``, ``<pci>`` (``pci_bus_id``, ``pci_device_id`` as ``20B010DE``), ``<fb_memory_usage>``
 (``<total>40960 MiB</total>``), ``<mig_mode>`` (``current_mig``: Enabled, Disabled or N/A) and, with MIG
 on, ``<mig_devices>`` (index, ``gpu_instance_id``, ``compute_instance_id``, ``fb_memory_usage``; no MIG
-UUIDs: those come from NVML only). Values the tool cannot read are ``N/A`` (None here).
+UUIDs: those come from NVML only). Values the tool cannot read are placeholders (``N/A``, ``Not Found``...,
+see ``PLACEHOLDERS``): None here.
 
 A GPU that fell off the bus makes nvidia-smi print
 ``Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error`` (or ``GPU is lost``) and
@@ -29,6 +30,35 @@ _LOST = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f
 _MIB = re.compile(r"^\s*(\d+)\s*MiB\s*$")
 
 
+# What nvidia-smi writes where it has no value (bare or in brackets, as its XML and text outputs do):
+# ``<cuda_version>Not Found</cuda_version>`` when it cannot load libcuda, ``N/A`` for what a GPU does not
+# have, ``Not Supported``, ``Unknown Error``, ``Insufficient Permissions`` (an unprivileged user),
+# ``GPU is lost``, ``Requested functionality has been deprecated``. Each reads as unknown (None).
+PLACEHOLDERS = frozenset(
+    word.lower()
+    for word in (
+        "N/A",
+        "Not Found",
+        "Not Supported",
+        "Not Available",
+        "Unknown",
+        "Unknown Error",
+        "Insufficient Permissions",
+        "GPU is lost",
+        "Requested functionality has been deprecated",
+    )
+)
+_CUDA = re.compile(r"^\d+\.\d+$")
+
+
+def is_placeholder(value: str | None) -> bool:
+    """True for an empty value or one of nvidia-smi's placeholders (``N/A``, ``[Not Found]``...)."""
+    word = (value or "").strip()
+    if word.startswith("[") and word.endswith("]"):
+        word = word[1:-1].strip()
+    return not word or word.lower() in PLACEHOLDERS
+
+
 def _text(element: ET.Element | None, path: str) -> str | None:
     if element is None:
         return None
@@ -36,7 +66,12 @@ def _text(element: ET.Element | None, path: str) -> str | None:
     if found is None or found.text is None:
         return None
     value = found.text.strip()
-    return None if value in ("", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error") else value
+    return None if is_placeholder(value) else value
+
+
+def _cuda(value: str | None) -> str | None:
+    """``12.2``; anything else (a placeholder this parser does not know yet) is unknown."""
+    return value if value is not None and _CUDA.match(value) else None
 
 
 def _int(value: str | None) -> int | None:
@@ -111,7 +146,7 @@ def parse_xml(text: str | bytes) -> dict[str, Any]:
         gpus.append({k: v for k, v in record.items() if v is not None})
     return {
         "driver_version": _text(root, "driver_version"),
-        "cuda_version": _text(root, "cuda_version"),
+        "cuda_version": _cuda(_text(root, "cuda_version")),
         "attached_gpus": _int(_text(root, "attached_gpus")),
         "gpus": gpus,
     }

@@ -156,9 +156,21 @@ def check_requirements(
     ``driver_version``; ``facts`` may add string facts (``brand``, ``arch``) compared for equality.
     A constraint on a fact nobody knows (``brand`` when the index has none) counts as holding: it can
     not be checked without the GPU, and an unknown brand must not make every CUDA image fail.
+
+    An unknown CUDA or driver version (None, or a value that is no version, such as nvidia-smi's ``Not Found``
+    in an index written before it was read as unknown) fails every ``cuda``/``driver`` constraint. NVIDIA's
+    ``nvidia-container-cli configure --require`` never compares against an unknown CUDA version either: the
+    start fails earlier ("detection error") when the version cannot be read (libnvidia-container at commit
+    00b4b47e, src/nvc_info.c ``nvc_driver_info_new`` -> ``driver_get_cuda_version``, NVML's
+    ``nvmlSystemGetCudaDriverVersion``; commit 09df17a2, src/cli/configure.c ``check_cuda_version``). Its
+    CSV mode would compare an empty version as lower than any, so ``cuda<12`` passes (nvidia-container-toolkit
+    v1.20.0, internal/modifier/csv.go, internal/requirements/constraints/property.go): the unsafe reading
+    this function does not copy.
     """
     if is_true(env.get("NVIDIA_DISABLE_REQUIRE", "")):
         return
+    cuda_version = cuda_version if _is_version(cuda_version) else None
+    driver_version = driver_version if _is_version(driver_version) else None
     known = {"cuda": cuda_version, "driver": driver_version}
     known.update(facts or {})
     for name in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
@@ -173,6 +185,12 @@ def check_requirements(
                     name, expression, driver_version or "unknown", cuda_version or "unknown"
                 )
             )
+
+
+def _is_version(value: str | None) -> bool:
+    """``12.2``, ``535.261.03``: at least major and minor, digits only (no ``re`` on the start path)."""
+    pieces = str(value or "").strip().split(".")
+    return len(pieces) >= 2 and all(piece.isdigit() and piece.isascii() for piece in pieces)
 
 
 def _holds(alternative: str, known: dict[str, str | None], name: str) -> bool:

@@ -83,6 +83,40 @@ def reads_cdi(engine: str, version: str | None) -> bool:
     return bool(minimum and parsed and parsed >= minimum)
 
 
+# The CDI spec versions ``cdi_spec`` writes (``cdi_version``): 0.5.0 is the first with ``hostPath`` on device nodes and
+# device names that start with a digit (both needed), 0.6.0 the first with top-level ``annotations``
+# (container-device-interface v0.6.0, specs-go/config.go and pkg/cdi/version.go ``requiresV060``).
+CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0")
+# The first version of each engine whose vendored container-device-interface reads cdiVersion 0.6.0. Before it the
+# library is v0.5.x: pkg/cdi/spec.go accepts cdiVersion 0.1.0 to 0.5.0 only (``validSpecVersions``) and parses with
+# ``yaml.UnmarshalStrict``, which refuses the unknown ``annotations`` key (container-device-interface v0.5.3 and
+# v0.5.4). From each engine's go.mod at its tags: podman v4.3.1 CDI v0.5.2 (Debian 12), v4.6.0 v0.5.4, v4.7.0 v0.6.1;
+# containerd v1.7.11 v0.5.4, v1.7.12 v0.6.1; cri-o v1.27.0 v0.5.4, v1.28.0 v0.6.0. docker reads CDI from 25.0,
+# which vendors v0.6 (moby/moby#45933).
+CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (1, 28, 0), "docker": (25, 0, 0)}
+
+
+def cdi_spec_version(engines: dict | None) -> tuple[str, list[str]]:
+    """``(cdi_version, held_back_by)``: the newest spec version (``CDI_SPEC_VERSIONS``) that every engine found on the
+    host that reads CDI specs accepts, and the engines (``"podman 4.3.1"``) that held it at 0.5.0.
+
+    ``engines`` is ``gpu_facts``' ``engines`` (``discovery.engines.detect``): ``{name: {installed, version}}``. An
+    engine that reads no CDI spec at its version does not count; podman of an unknown version counts as old.
+    """
+    held = []
+    for name, info in sorted((engines or {}).items()):
+        if not isinstance(info, dict) or not info.get("installed"):
+            continue
+        version = info.get("version")
+        if not reads_cdi(name, version):
+            continue
+        parsed = parse(strip_epoch(version))
+        minimum = CDI_0_6_MIN_VERSIONS.get(name)
+        if minimum and (parsed is None or parsed < minimum):
+            held.append(f"{name} {version or '(version unknown)'}")
+    return (CDI_SPEC_VERSIONS[0] if held else CDI_SPEC_VERSIONS[-1]), held
+
+
 def line_of(text: str, needle: str, start: int = 0) -> int | None:
     """1-based line of the first ``needle`` in ``text`` (``None`` when absent)."""
     pos = text.find(needle, start)

@@ -53,6 +53,10 @@ from .facts import CONTAINERD_PATH as DEFAULT_PATH
 from .facts import CRI_PLUGIN, ContainerdFacts, default_version, effective_cri, whole_table_needed
 
 RUNTIME_TYPE = "io.containerd.runc.v2"
+LEGACY_LINUX_TYPE = "io.containerd.runtime.v1.linux"
+# The runtime types that run an OCI runtime binary named in the options (BinaryName, or Runtime for the
+# legacy v1 linux runtime): those a copy for our runtime can be made of.
+RUNC_TYPES = ("io.containerd.runc.v1", RUNTIME_TYPE, LEGACY_LINUX_TYPE)
 
 
 def detect_version(text: str, path: str = DEFAULT_PATH, empty_version: int = 2) -> int:
@@ -88,10 +92,40 @@ def _cri(doc: Any, version: int, *, text: str, path: str, create: bool) -> Any:
 
 
 def _source_runtime(runtimes: Any, default_name: str, name: str) -> Any | None:
+    """The runtime whose table ours copies: the default runtime, else ``runc``, else ``crun``, as NVIDIA's
+    ``engine.GetLowLevelRuntimes`` orders them (names starting with ``nvidia`` skipped; nvidia-container-toolkit
+    v1.20.0, pkg/config/engine/engine.go and pkg/config/engine/containerd/config.go GetDefaultRuntimeOptions).
+    Unlike NVIDIA's, a runtime of a type that does not run an OCI runtime binary (kata, gVisor...) is skipped
+    too: a copy of it would ignore ``BinaryName`` and start containers without the GPU."""
     for candidate in (default_name, "runc", "crun"):
-        if candidate != name and t.is_table(runtimes.get(candidate)):
-            return runtimes[candidate]
+        if candidate == name or candidate.startswith("nvidia"):
+            continue
+        table = runtimes.get(candidate)
+        if t.is_table(table) and str(table.get("runtime_type") or RUNTIME_TYPE) in RUNC_TYPES:
+            return table
     return None
+
+
+def _wanted_type(source: Any | None) -> str:
+    """The runtime type of ours: the source's (``io.containerd.runc.v1`` stays v1), else runc.v2 (NVIDIA's
+    ``AddRuntimeWithOptions`` sets its ``RuntimeType`` only when the copied table has none)."""
+    if source is not None and source.get("runtime_type"):
+        return str(source["runtime_type"])
+    return RUNTIME_TYPE
+
+
+def _needs_runtime_option(version: int, runtime_type: str) -> bool:
+    """``options.Runtime`` names the binary for ``io.containerd.runtime.v1.linux`` (its ``RuncOptions`` have no
+    ``BinaryName``); NVIDIA writes it on every config version 1 (v1.20.0, pkg/config/engine/containerd/
+    config_v1.go AddRuntimeWithOptions). The runc shims ignore the key."""
+    return version == 1 or runtime_type == LEGACY_LINUX_TYPE
+
+
+def _set_option(opts: Any, key: str, value: Any) -> None:
+    if key in opts:
+        opts[key] = value
+    else:
+        t.add_key(opts, key, value)
 
 
 def _register(
@@ -104,6 +138,7 @@ def _register(
     track: bool,
     text: str,
     path: str,
+    version: int,
     source: Any | None = None,
 ) -> list[str]:
     """Add/update the runtime in a CRI plugin table; returns the changes."""
@@ -130,18 +165,18 @@ def _register(
     existing = runtimes.get(name)
     if existing is not None and not t.is_table(existing):
         raise RuntimeConfigError(f"runtimes.{name} is not a table", path, t.key_line(text, name), FIX_BY_HAND)
+    wanted_type = _wanted_type(source)
+    binary_keys = ["BinaryName", "Runtime"] if _needs_runtime_option(version, wanted_type) else ["BinaryName"]
     if existing is None:
+        # NVIDIA's tool copies the whole table of the default runtime (runtime_type, runtime_root,
+        # runtime_engine, privileged_without_host_devices, options...) and sets the binary in it
+        # (v1.20.0, pkg/config/engine/containerd/config.go GetDefaultRuntimeOptions, AddRuntimeWithOptions).
         if source is not None:
             new = t.deepcopy(source)
             new.trivia.indent = ""
-            for legacy in ("runtime_engine", "runtime_root", "runtime_path"):
-                if legacy in new and not new[legacy]:
-                    continue
-                if legacy in new:
-                    del new[legacy]
         else:
             new = t.tomlkit.table()
-        new["runtime_type"] = RUNTIME_TYPE
+        _set_option(new, "runtime_type", wanted_type)
         runtimes[name] = new
         entry = runtimes[name]
         if source is not None:
@@ -150,39 +185,35 @@ def _register(
         if opts is None:
             entry["options"] = t.tomlkit.table()
             opts = entry["options"]
-        if "BinaryName" in opts:
-            opts["BinaryName"] = runtime_path
-        else:
-            t.add_key(opts, "BinaryName", runtime_path)
-        copied = "" if source is None else " (options copied from the default runtime)"
-        changes.append(f"{prefix}containerd.runtimes.{name}: added with BinaryName {runtime_path}{copied}")
+        for key in binary_keys:
+            _set_option(opts, key, runtime_path)
+        copied = "" if source is None else ", copied from the default runtime"
+        added = f"added with BinaryName {runtime_path} ({wanted_type}{copied})"
+        changes.append(f"{prefix}containerd.runtimes.{name}: {added}")
     else:
         entry = existing
-        if entry.get("runtime_type") != RUNTIME_TYPE:
-            changes.append(f"{prefix}containerd.runtimes.{name}.runtime_type -> {RUNTIME_TYPE}")
-            if "runtime_type" in entry:
-                entry["runtime_type"] = RUNTIME_TYPE
-            else:
-                t.add_key(entry, "runtime_type", RUNTIME_TYPE)
+        if entry.get("runtime_type") != wanted_type:
+            changes.append(f"{prefix}containerd.runtimes.{name}.runtime_type -> {wanted_type}")
+            _set_option(entry, "runtime_type", wanted_type)
+        if source is not None:
+            for key, value in source.items():
+                if key not in entry and not t.is_table(value):
+                    changes.append(f"{prefix}containerd.runtimes.{name}.{key} -> {value!r} (from default)")
+                    t.add_key(entry, key, t.deepcopy(value))
         opts = t.get_table(entry, ["options"], text=text, path=path, create=True)
-        if opts.get("BinaryName") != runtime_path:
-            changes.append(f"{prefix}containerd.runtimes.{name}.options.BinaryName -> {runtime_path}")
-            if "BinaryName" in opts:
-                opts["BinaryName"] = runtime_path
-            else:
-                t.add_key(opts, "BinaryName", runtime_path)
+        for key in binary_keys:
+            if opts.get(key) != runtime_path:
+                changes.append(f"{prefix}containerd.runtimes.{name}.options.{key} -> {runtime_path}")
+                _set_option(opts, key, runtime_path)
         src_opts = source.get("options") if source is not None else None
         if t.is_table(src_opts):
             for key, value in src_opts.items():
-                if key == "BinaryName":
+                if key in ("BinaryName", "Runtime"):
                     continue
                 if key not in opts or (key == "SystemdCgroup" and opts[key] != value):
                     # SystemdCgroup must match the other runtimes (and the kubelet): it follows them.
                     changes.append(f"{prefix}containerd.runtimes.{name}.options.{key} -> {value!r} (from default)")
-                    if key in opts:
-                        opts[key] = t.deepcopy(value)
-                    else:
-                        t.add_key(opts, key, t.deepcopy(value))
+                    _set_option(opts, key, t.deepcopy(value))
     if set_as_default:
         what = t.set_tracked(ctd, "default_runtime_name", name, track=track)
         if what:
@@ -226,7 +257,15 @@ def present_main(
         changes.append(f"version = {version} (the file was empty)")
     cri = _cri(doc, version, text=text, path=path, create=True)
     changes += _register(
-        cri, runtime_path, name=name, set_as_default=set_as_default, cdi=cdi, track=True, text=text, path=path
+        cri,
+        runtime_path,
+        name=name,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        track=True,
+        text=text,
+        path=path,
+        version=version,
     )
     if len(changes) == 1 and empty:
         changes = []
@@ -379,6 +418,7 @@ def render_drop_in(
         track=False,
         text="",
         path=path,
+        version=version,
         source=source_runtime,
     )
     out = t.dumps(doc)

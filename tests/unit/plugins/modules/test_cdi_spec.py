@@ -120,3 +120,30 @@ def test_no_gpu_fails_with_a_reason(module_run):
     call, _tmp, _version = module_run
     code, result = call(gpus=None)
     assert code == 1 and "no GPU found under /nonexistent/dev" in result["msg"]
+
+
+def test_cdi_version_auto_follows_the_engines_found(module_run):
+    """Debian 12's podman 4.3.1 on the host: cdiVersion 0.5.0 (its CDI library reads no newer); none found: 0.6.0."""
+    call, tmp, version = module_run
+    code, result = call()
+    assert code == 0 and result["cdi_version"] == "0.6.0"
+    assert result["cdi_version_reason"] == "auto: every engine found reads it"
+    (tmp / "usr" / "bin").mkdir(parents=True)
+    podman = tmp / "usr" / "bin" / "podman"
+    podman.write_text("#!/bin/sh\n")
+    podman.chmod(0o755)
+    (tmp / "var" / "lib" / "dpkg").mkdir(parents=True)
+    (tmp / "var" / "lib" / "dpkg" / "status").write_text(
+        "Package: podman\nStatus: install ok installed\nVersion: 4.3.1+ds1-8+deb12u1\n\n"
+    )
+    code, result = call()
+    assert code == 0 and result["changed"] and result["cdi_version"] == "0.5.0", result
+    assert "podman 4.3.1" in result["cdi_version_reason"]
+    text = (tmp / "etc" / "cdi" / "nvidia.yaml").read_text()
+    spec = yaml.safe_load(text)
+    assert spec["cdiVersion"] == "0.5.0" and "annotations" not in spec
+    assert f"# gpufleet.nvidia/driver-version: {version}" in text
+    assert not call()[1]["changed"]
+    code, result = call(cdi_version="0.6.0")
+    assert result["changed"] and result["cdi_version_reason"] == "given"
+    assert yaml.safe_load((tmp / "etc" / "cdi" / "nvidia.yaml").read_text())["annotations"]

@@ -50,3 +50,21 @@ def test_generate_stamps_the_spec_and_points_the_index_at_it(options, debian_dri
 def test_generate_without_gpus_names_the_dev_root(options):
     with pytest.raises(_generate.NoGpuError, match="no GPU found under /nonexistent/dev"):
         _generate.generate(dict(options, gpus=[]))
+
+
+def test_cdi_0_5_0_keeps_the_stamps_in_comments(options, debian_driver_tree):
+    """cdiVersion 0.5.0 (podman 4.3's CDI library reads no newer and refuses unknown keys): no annotations in the
+    spec; the driver and node stamps are comment lines the refresh and discovery read as before."""
+    version, spec, spec_text, index, _index_text = _generate.generate(dict(options, cdi_version="0.5.0"))
+    assert spec["cdiVersion"] == "0.5.0" and "annotations" not in spec
+    assert "annotations" not in spec_text.split("---", 1)[1]
+    assert index["specAnnotations"]["gpufleet.nvidia/driver-version"] == version
+    assert f"# gpufleet.nvidia/driver-version: {version}\n" in spec_text.split("---", 1)[0]
+    assert _generate.spec_stamp(spec_text) == version
+    newer = _generate.generate(options)
+    assert newer[1]["cdiVersion"] == "0.6.0" and "specAnnotations" not in newer[3]
+    assert _generate.spec_node_stamp(spec_text) == _generate.spec_node_stamp(newer[2])
+    with pytest.raises(ValueError, match="JSON no comments"):
+        _generate.generate(dict(options, cdi_version="0.5.0", format="json"))
+    with pytest.raises(ValueError, match="cdi_version: 'auto' is not one"):
+        _generate.generate(dict(options, cdi_version="auto"))

@@ -219,6 +219,14 @@ def test_cuda_version_for(driver, cuda):
     assert cuda_version_for(driver) == cuda
 
 
+@pytest.mark.parametrize("cuda", ["Not Found", "N/A", "[Not Found]", "", "12"])
+def test_a_cuda_version_that_is_no_version_is_refused(cuda):
+    with pytest.raises(ValueError, match=r"cuda_version: .* is not a CUDA version"):
+        build_spec([{"index": 0, "minor": 0}], [], [], "535.261.03", cuda_version=cuda)
+    _spec, index = build_spec([{"index": 0, "minor": 0}], [], [], "535.261.03")
+    assert index["cudaVersion"] == "12.2"  # left out: the driver branch's
+
+
 def test_yaml_reads_back_identically_and_is_byte_stable(debian):
     _root, _version, kwargs = debian
     spec, index = build_spec(**kwargs)

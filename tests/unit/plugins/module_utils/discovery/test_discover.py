@@ -219,6 +219,20 @@ def test_version_mismatch_needs_a_reboot(tmp_path, nvml_stub):
     assert codes(facts) == ["driver_version_mismatch"]
 
 
+def test_nvidia_smi_without_libcuda_reports_an_unknown_cuda_version(tmp_path):
+    """``<cuda_version>Not Found</cuda_version>``: discovery reports no CUDA version, no source for it and no
+    CUDA runtime labels (not the string, not a version 0)."""
+    tree = HostTree(tmp_path).module().nvidia_smi()
+    tree.pci("0000:01:00.0")
+    commands = Commands({"nvidia-smi": (0, fixture_text("nvidia-smi-rtx4090-550-no-libcuda.xml"), "")})
+    facts = discover(tree.root, sources=["nvidia-smi"], run_command=commands)
+    assert facts["sources"]["answered"] == ["nvidia-smi"]
+    assert facts["driver"]["cuda_version"] is None
+    assert "cuda_version" not in facts["driver"]["sources"]
+    assert not [k for k in facts["labels"] if "cuda.runtime" in k]
+    assert "Not Found" not in repr(facts)
+
+
 def test_nvidia_smi_source_with_a_lost_gpu(tmp_path):
     tree = HostTree(tmp_path).module().nvidia_smi()
     tree.pci("0000:07:00.0").pci("0000:3b:00.0")

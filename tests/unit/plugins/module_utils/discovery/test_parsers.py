@@ -14,7 +14,11 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_p
     parse_information,
     parse_version,
 )
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_smi import lost_gpus, parse_xml
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_smi import (
+    is_placeholder,
+    lost_gpus,
+    parse_xml,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvml import (
     guess_compute_capability,
     mig_profile,
@@ -152,6 +156,58 @@ def test_smi_h100_and_consumer_card():
     assert (rtx["architecture"], rtx["memory_mib"]) == ("Ada Lovelace", 24564)
     assert "mig_mode" not in rtx and "serial" not in rtx  # N/A is no value
     assert guess_compute_capability(rtx["name"], rtx["architecture"]) == ("8.9", "Ada Lovelace")
+
+
+def test_smi_placeholders_read_as_unknown():
+    """nvidia-smi writes ``<cuda_version>Not Found</cuda_version>`` when it cannot load libcuda, and bracketed
+    placeholders where a query fails (the rtx4090 capture with those values put in)."""
+    result = parse_xml(fixture_text("nvidia-smi-rtx4090-550-no-libcuda.xml"))
+    assert (result["driver_version"], result["cuda_version"]) == ("550.120", None)
+    (rtx,) = result["gpus"]
+    for key in ("architecture", "persistence_mode", "serial", "vbios_version", "mig_mode"):
+        assert key not in rtx, key
+    assert (rtx["name"], rtx["uuid"], rtx["memory_mib"]) == (
+        "NVIDIA GeForce RTX 4090",
+        "GPU-0f3e2d1c-aa55-6b7c-8d9e-102938475665",
+        24564,
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "N/A",
+        "[N/A]",
+        "Not Found",
+        "[Not Found]",
+        "Not Supported",
+        "[Not Supported]",
+        "Unknown Error",
+        "[Unknown Error]",
+        "Insufficient Permissions",
+        "[Insufficient Permissions]",
+        "GPU is lost",
+        "[GPU is lost]",
+        "Requested functionality has been deprecated",
+        " not found ",
+    ],
+)
+def test_smi_every_placeholder_is_unknown(value):
+    assert is_placeholder(value)
+    xml = f"<nvidia_smi_log><driver_version>{value}</driver_version><cuda_version>{value}</cuda_version>"
+    xml += f"<gpu id='00000000:01:00.0'><product_name>{value}</product_name></gpu></nvidia_smi_log>"
+    result = parse_xml(xml)
+    assert result["driver_version"] is None and result["cuda_version"] is None
+    assert "name" not in result["gpus"][0]
+
+
+@pytest.mark.parametrize(
+    ("value", "cuda"), [("12.4", "12.4"), ("11.8", "11.8"), ("Nicht gefunden", None), ("12", None)]
+)
+def test_smi_cuda_version_is_a_version_or_unknown(value, cuda):
+    xml = f"<nvidia_smi_log><cuda_version>{value}</cuda_version></nvidia_smi_log>"
+    assert parse_xml(xml)["cuda_version"] == cuda
 
 
 @pytest.mark.parametrize("text", ["", "Failed to initialize NVML: Driver/library version mismatch", "<html/>"])

@@ -172,9 +172,20 @@ def test_requirements(env, ok):
             check_requirements(env, "12.2", "535.261.03")
 
 
-def test_requirement_against_unknown_cuda_version_fails():
+@pytest.mark.parametrize("cuda", [None, "", "Not Found", "[N/A]", "N/A", "12", "twelve.two"])
+@pytest.mark.parametrize("expression", ["cuda>=11", "cuda<12", "cuda<99", "cuda!=12.2", "cuda>=11 cuda<12"])
+def test_requirement_against_unknown_cuda_version_fails(cuda, expression):
+    """``cuda<12`` once held against nvidia-smi's ``Not Found`` (read as version 0): every CUDA constraint
+    fails against a CUDA version that is unknown or no version, with a message that says so."""
     with pytest.raises(RequestError, match="CUDA unknown"):
-        check_requirements({"NVIDIA_REQUIRE_CUDA": "cuda>=11"}, None, "535.261.03")
+        check_requirements({"NVIDIA_REQUIRE_CUDA": expression}, cuda, "535.261.03")
+    check_requirements({"NVIDIA_REQUIRE_CUDA": expression, "NVIDIA_DISABLE_REQUIRE": "true"}, cuda, "535.261.03")
+
+
+def test_requirement_against_an_unknown_driver_version_fails():
+    with pytest.raises(RequestError, match="driver unknown"):
+        check_requirements({"NVIDIA_REQUIRE_DRIVER": "driver<600"}, "12.2", "Not Found")
+    check_requirements({"NVIDIA_REQUIRE_CUDA": "cuda<12.3"}, "12.2", "Not Found")  # no driver constraint
 
 
 def test_unparsable_requirement_is_an_error():

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import cdi_spec_version, reads_cdi
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,29 @@ def test_reads_cdi_one_rule_for_module_role_and_validate(engine, version, reads)
             parse_version(version.split(":")[-1])
         )
         assert (warn is None) is reads
+
+
+def _engines(**versions):
+    return {name: {"installed": version is not False, "version": version or None} for name, version in versions.items()}
+
+
+@pytest.mark.parametrize(
+    ("engines", "version", "held"),
+    [
+        # Debian 12: docker 20.10 (reads no CDI), containerd 1.6 (none either), podman 4.3.1 (CDI library v0.5.2)
+        (_engines(docker="20.10.24", containerd="1.6.20", podman="4.3.1"), "0.5.0", ["podman 4.3.1"]),
+        # Debian 13: docker 26, containerd 1.7.24, podman 5.4
+        (_engines(docker="26.1.5", containerd="1.7.24", podman="5.4.2"), "0.6.0", []),
+        (_engines(podman="4.6.2"), "0.5.0", ["podman 4.6.2"]),
+        (_engines(podman="4.7.0"), "0.6.0", []),
+        (_engines(containerd="1.7.11"), "0.5.0", ["containerd 1.7.11"]),
+        (_engines(containerd="1.7.12"), "0.6.0", []),
+        (_engines(crio="1.27.1", docker="25.0.0"), "0.5.0", ["crio 1.27.1"]),
+        (_engines(crio="1.28.0"), "0.6.0", []),
+        (_engines(podman=None), "0.5.0", ["podman (version unknown)"]),  # installed, version not found
+        (_engines(podman=False, containerd=None), "0.6.0", []),  # not installed; containerd reads no CDI unknown
+        ({}, "0.6.0", []),
+    ],
+)
+def test_cdi_spec_version_is_what_every_engine_reads(engines, version, held):
+    assert cdi_spec_version(engines) == (version, held)

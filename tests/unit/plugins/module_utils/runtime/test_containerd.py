@@ -8,7 +8,12 @@ Every case also checks that a second run changes nothing and, where present adde
 that ``absent`` gives back the input byte for byte.
 """
 
+import re
+import shutil
+import subprocess
+
 import pytest
+import tomlkit
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
@@ -28,6 +33,11 @@ CONTAINERD_MAIN = [
     ("v3-systemd", V21, True),
     ("k3s-v2", V17, True),
     ("existing-nvidia", V17, False),
+    ("v1-runc-v1", V16, True),
+    ("v1-custom-default", V16, True),
+    ("v2-custom-default", V16, True),
+    ("v2-kata-default", V17, True),
+    ("v3-custom-default", V21, True),
 ]
 
 
@@ -63,6 +73,72 @@ def test_containerd_existing_nvidia_gets_our_binary_and_keeps_the_rest():
     assert any("SystemdCgroup" in c for c in edit.changes)  # follows runc's
 
 
+def _runtime(text, name, cri="cri"):
+    """The keys of one runtime table and of its options, as text (header line excluded)."""
+    body = text.split(f"containerd.runtimes.{name}]", 1)[1].split("\n[", 1)[0]
+    return body
+
+
+@pytest.mark.parametrize("drop_in", [False, True])
+def test_containerd_v1_runc_v1_keeps_the_v1_shim(drop_in):
+    """NVIDIA's tool copies the default runtime's table, type included (nvidia-container-toolkit v1.20.0,
+    pkg/config/engine/containerd/config.go GetDefaultRuntimeOptions), and on config version 1 also sets
+    options.Runtime (config_v1.go)."""
+    src = _read("containerd", "v1-runc-v1.input.toml")
+    if drop_in:
+        _main, edit = ctd.present_drop_in(src, None, SHIM, empty_version=2)
+    else:
+        edit = ctd.present_main(src, SHIM, empty_version=2)
+    ours = edit.text.split("containerd.runtimes.nvidia]", 1)[1]
+    assert 'runtime_type = "io.containerd.runc.v1"' in ours.split("[", 1)[0]
+    assert "io.containerd.runc.v2" not in edit.text
+    options = ours.split("containerd.runtimes.nvidia.options]", 1)[1]
+    assert f'BinaryName = "{SHIM}"' in options and f'Runtime = "{SHIM}"' in options
+    assert "SystemdCgroup = true" in options and "NoPivotRoot = false" in options
+
+
+@pytest.mark.parametrize(
+    ("case", "version"), [("v1-custom-default", 1), ("v2-custom-default", 2), ("v3-custom-default", 3)]
+)
+def test_containerd_copies_every_key_of_a_custom_default_runtime(case, version):
+    src = _read("containerd", f"{case}.input.toml")
+    edit = ctd.present_main(src, SHIM, empty_version=version)
+    custom = src.split("containerd.runtimes.custom]", 1)[1]
+    ours = edit.text.split("containerd.runtimes.nvidia]", 1)[1]
+    for line in custom.splitlines():
+        key = line.strip()
+        if not key or key.startswith("[") or key.startswith("BinaryName"):
+            continue
+        assert key in ours, f"{key} not copied into runtimes.nvidia"
+    assert f'BinaryName = "{SHIM}"' in ours
+    assert "/usr/local/sbin/runc" not in ours
+    assert ("Runtime = " in ours) == (version == 1)
+
+
+def test_containerd_skips_a_default_runtime_without_a_binary_to_swap():
+    edit = ctd.present_main(_read("containerd", "v2-kata-default.input.toml"), SHIM, empty_version=2)
+    ours = edit.text.split("containerd.runtimes.nvidia]", 1)[1]
+    assert "io.containerd.kata.v2" not in ours
+    assert 'runtime_type = "io.containerd.runc.v2"' in ours and "SystemdCgroup = true" in ours
+
+
+def test_containerd_existing_runtime_follows_the_default_runtimes_type():
+    src = _read("containerd", "v1-runc-v1.input.toml")
+    first = ctd.present_main(src, SHIM, empty_version=2).text
+    # someone (an older version of this collection) wrote runc.v2 and no root: both follow runc again
+    ours = first.split("[plugins.cri.containerd.runtimes.nvidia]", 1)
+    head, options = ours[1].split("[plugins.cri.containerd.runtimes.nvidia.options]", 1)
+    stale_head = '\n          runtime_type = "io.containerd.runc.v2"\n          '
+    stale = ours[0] + "[plugins.cri.containerd.runtimes.nvidia]" + stale_head
+    stale += "[plugins.cri.containerd.runtimes.nvidia.options]" + options
+    assert "runtime_root" in head
+    assert stale != first
+    edit = ctd.present_main(stale, SHIM, empty_version=2)
+    assert any("runtime_type -> io.containerd.runc.v1" in c for c in edit.changes)
+    assert any("runtime_root" in c for c in edit.changes)
+    assert ctd.present_main(edit.text, SHIM, empty_version=2).changes == []
+
+
 @pytest.mark.parametrize(
     ("text", "version"),
     [("", 2), ("  \n", 2), ("root = '/x'\n", 1), ("version = 2\n", 2), ("version = 3\n", 3)],
@@ -86,6 +162,10 @@ CONTAINERD_DROP_IN = [
     ("gpu-operator-imports", V17, ["99-nvidia.gpu-operator.toml"], True),
     ("v3-systemd", V21, [], True),
     ("empty-v3", V21, [], True),
+    ("v1-runc-v1", V16, [], True),
+    ("v2-custom-default", V16, [], True),
+    ("v2-custom-default", V21, [], True),
+    ("v3-custom-default", V21, [], True),
 ]
 
 
@@ -101,8 +181,9 @@ def test_containerd_drop_in(case, version, others, roundtrip):
         "cdi": True,
     }
     main, drop = ctd.present_drop_in(src, None, SHIM, **kw)
+    whole = "-2.1" if case.startswith("v2-") and not kw["whole_table"] else ""
     _golden(main.text, "containerd", f"{case}.dropin-main.expected.toml")
-    _golden(drop.text, "containerd", f"{case}.dropin.expected.toml")
+    _golden(drop.text, "containerd", f"{case}.dropin{whole}.expected.toml")
     assert ctd.is_ours(drop.text)
     again_main, again_drop = ctd.present_drop_in(main.text, drop.text, SHIM, **kw)
     assert not again_main.changed and not again_drop.changed
@@ -200,3 +281,51 @@ def test_containerd_default_back_to_false():
     _main, drop_on = ctd.present_drop_in("", None, SHIM, set_as_default=True, whole_table=False)
     _main, drop_off = ctd.present_drop_in("", drop_on.text, SHIM, set_as_default=False, whole_table=False)
     assert "default_runtime_name" in drop_on.text and "default_runtime_name" not in drop_off.text
+
+
+def _containerd_major():
+    binary = shutil.which("containerd")
+    if not binary:
+        return None
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r" v?(\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# golden outputs containerd 1.x must read (config versions 1 and 2), with the runtime type ours must have
+DUMPED = [
+    ("v1-runc-v1.main.expected.toml", None, "io.containerd.runc.v1"),
+    ("v1-runc-v1.dropin-main.expected.toml", "v1-runc-v1.dropin.expected.toml", "io.containerd.runc.v1"),
+    ("v1-custom-default.main.expected.toml", None, "io.containerd.runc.v1"),
+    ("v1-legacy.main.expected.toml", None, "io.containerd.runc.v2"),
+    ("v2-custom-default.main.expected.toml", None, "io.containerd.runc.v1"),
+    ("v2-custom-default.dropin-main.expected.toml", "v2-custom-default.dropin.expected.toml", "io.containerd.runc.v1"),
+    ("v2-kata-default.main.expected.toml", None, "io.containerd.runc.v2"),
+    ("kubespray-v2.main.expected.toml", None, "io.containerd.runc.v2"),
+]
+
+
+@pytest.mark.skipif(
+    not (_containerd_major() and _containerd_major() < (2, 0)), reason="needs containerd 1.x (config v1 and v2)"
+)
+@pytest.mark.parametrize(("main", "drop_in", "runtime_type"), DUMPED)
+def test_containerd_1x_reads_the_written_config(tmp_path, main, drop_in, runtime_type):
+    """The real containerd (1.6 on Debian 12) reads each written file and sees our runtime with the type and
+    binary we meant (``config dump`` prints the merged result as version 2)."""
+    text = _read("containerd", main)
+    if drop_in:
+        candidate = tmp_path / "99-gpufleet-nvidia.toml"
+        candidate.write_text(_read("containerd", drop_in), encoding="utf-8")
+        text = ctd.retarget_imports(text, ctd.DEFAULT_PATH, ctd.DEFAULT_DROP_IN, str(candidate))
+    config = tmp_path / "config.toml"
+    config.write_text(text, encoding="utf-8")
+    done = subprocess.run(
+        ["containerd", "--config", str(config), "config", "dump"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    dumped = tomlkit.parse(done.stdout)
+    cri = dumped["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    ours = cri["containerd"]["runtimes"]["nvidia"]
+    assert ours["runtime_type"] == runtime_type
+    assert ours["options"]["BinaryName"] == SHIM
