@@ -76,6 +76,18 @@ NVML_H = {
             "busId": (32, 32),
         },
     ),
+    "nvmlFieldValue_t": (
+        40,
+        {
+            "fieldId": (0, 4),
+            "scopeId": (4, 4),
+            "timestamp": (8, 8),
+            "latencyUsec": (16, 8),
+            "valueType": (24, 4),
+            "nvmlReturn": (28, 4),
+            "value": (32, 8),  # nvmlValue_t, a union of 8 bytes
+        },
+    ),
     "nvmlEventData_t": (
         32,
         {
@@ -158,6 +170,7 @@ def test_discover_over_the_real_nvml_reports_the_driver_not_loaded(tmp_path, deb
     driver_root, version = debian_driver_tree
     script = f"""
 import json, sys
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover
 facts = discover({str(tmp_path)!r}, driver_root={driver_root!r}, sources=["nvml"])
 print(json.dumps({{k: facts[k] for k in ("sources", "warnings", "gpu_count", "driver")}}))
 """
