@@ -5,12 +5,13 @@
 """The discovery fixtures that a real tool on this machine can write, written by it.
 
     tests/tools/smi_fixtures.py            rewrite them
-    tests/tools/smi_fixtures.py --check    exit 1 when one is not what the tool says now (timestamp aside)
+    tests/tools/smi_fixtures.py --check    exit 1 when one is not what the tool says now (timestamp, version aside)
 
 ``nvidia-smi-535-stub.xml``: Debian's real ``nvidia-smi`` 535 (bookworm's ``nvidia-smi`` package, from the driver
 tree of tests/tools/debian_driver_tree.py) run as ``nvidia-smi -q -x`` over the project's stub NVML
 (tests/sim/nvml/nvml_stub.c, ``LD_LIBRARY_PATH``) answering for two GPUs: GPU 0 an A100 with MIG on, GPU 1 an
-H100 (``discovery_tree.stub_config(count=2, mig=True)``). The stub serves no GPU-instance API, so the A100's
+H100 (``discovery_tree.stub_config(count=2, mig=True, version=version
+        )``). The stub serves no GPU-instance API, so the A100's
 ``<mig_devices>`` is ``None`` here; the MIG device blocks stay in the hand-written ``nvidia-smi-a100-mig-535.xml``.
 
 ld.so.cache fixtures are not files: every cache the tests read is written at test time by the real ``ldconfig``
@@ -33,7 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "unit" / "plugins" / "module_utils" / "discovery" / "fixtures"
 DRIVER_TREE = REPO / ".cache" / "debian-nvidia" / "root"
 NVIDIA_SMI = "usr/lib/nvidia/current/nvidia-smi"  # where Debian's nvidia-smi package puts it (an alternative)
-TIMESTAMP = re.compile(r"<timestamp>[^<]*</timestamp>")
+# What changes without the tool changing: the time it ran, and Debian's 535 point release (the stub is told to report
+# the tree's version, as a driver matching its userspace would).
+VOLATILE = re.compile(r"<(timestamp|driver_version)>[^<]*</(timestamp|driver_version)>")
 
 
 def _tools():
@@ -52,13 +55,13 @@ def _tools():
 def generate() -> dict[str, str]:
     """``{fixture name: text}`` as the real tools write them now."""
     debian_driver_tree, discovery_tree = _tools()
-    debian_driver_tree.build(str(DRIVER_TREE))
+    version = debian_driver_tree.build(str(DRIVER_TREE))
     if not (shutil.which("gcc") or shutil.which("cc")):
         raise SystemExit("smi_fixtures: a C compiler is needed to build the stub NVML")
     with tempfile.TemporaryDirectory(prefix="smi-fixtures-") as work:
         stub = discovery_tree.compile_nvml_stub(work)
         os.rename(stub, os.path.join(work, "libnvidia-ml.so.1"))
-        config = discovery_tree.write_stub_config(os.path.join(work, "gpus.json"), count=2, mig=True)
+        config = discovery_tree.write_stub_config(os.path.join(work, "gpus.json"), count=2, mig=True, version=version)
         env = dict(os.environ, LD_LIBRARY_PATH=work, GPUFLEET_SIM_GPUS_JSON=config, LC_ALL="C")
         proc = subprocess.run(
             [str(DRIVER_TREE / NVIDIA_SMI), "-q", "-x"], env=env, capture_output=True, text=True, check=False
@@ -69,8 +72,8 @@ def generate() -> dict[str, str]:
 
 
 def same(a: str, b: str) -> bool:
-    """Equal but for nvidia-smi's ``<timestamp>`` (the time it ran)."""
-    return TIMESTAMP.sub("<timestamp/>", a) == TIMESTAMP.sub("<timestamp/>", b)
+    """Equal but for ``<timestamp>`` and ``<driver_version>`` (see VOLATILE)."""
+    return VOLATILE.sub(r"<\1/>", a) == VOLATILE.sub(r"<\1/>", b)
 
 
 def main(argv: list[str] | None = None) -> int:
