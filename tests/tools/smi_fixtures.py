@@ -77,7 +77,7 @@ def same(a: str, b: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a fixture is not what the tool says now")
     args = parser.parse_args(argv)
     stale = []
