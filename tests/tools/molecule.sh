@@ -8,6 +8,7 @@ if [ -d "$root/extensions/molecule" ]; then
   scenarios=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml | cut -d/ -f2 | sort)
 fi
 if [ -z "$scenarios" ]; then
+  if [ "${CI:-}" = "true" ]; then echo "molecule: no scenarios found in extensions/molecule, and CI must run them" >&2; exit 1; fi
   echo "==> molecule: no scenarios in extensions/molecule yet"; exit 0
 fi
 if ! docker info >/dev/null 2>&1; then

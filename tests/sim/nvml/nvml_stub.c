@@ -505,6 +505,28 @@ API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t d, nvmlPciInfoExt_t *pci) 
     return NVML_SUCCESS;
 }
 
+/* Field values: every field is answered NOT_SUPPORTED in its own nvmlReturn, the call itself succeeding (nvml.h:
+ * "NVML_SUCCESS if any values in values were populated"; each value's nvmlReturn "must be checked before looking at
+ * value"). Failing the whole call instead left nvidia-smi 535 printing whatever its stack held as power limits. */
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    unsigned long long value;
+} nvmlFieldValue_t;
+API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
+    CHECK_DEV(d);
+    if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        values[i].timestamp = values[i].latencyUsec = 0;
+        values[i].valueType = 0;
+        values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        values[i].value = 0;
+    }
+    return NVML_SUCCESS;
+}
+
 /* Events: a set can be made and waited on, but no device has any event to register (as on a GPU where
  * nvmlDeviceGetSupportedEventTypes reports none). */
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
@@ -586,7 +608,6 @@ NA(nvmlDeviceGetEncoderUtilization, nvmlDevice_t device, unsigned int *utilizati
 NA(nvmlDeviceGetEnforcedPowerLimit, nvmlDevice_t device, unsigned int *limit)
 NA(nvmlDeviceGetFBCStats, nvmlDevice_t device, void *fbcStats)
 NA(nvmlDeviceGetFanSpeed, nvmlDevice_t device, unsigned int *speed)
-NA(nvmlDeviceGetFieldValues, nvmlDevice_t device, int valuesCount, void *values)
 NA(nvmlDeviceGetGpuFabricInfo, nvmlDevice_t device, void *gpuFabricInfo)
 NA(nvmlDeviceGetGpuFabricInfoV, nvmlDevice_t device, void *gpuFabricInfo)
 NA(nvmlDeviceGetGpuMaxPcieLinkGeneration, nvmlDevice_t device, unsigned int *maxLinkGenDevice)

@@ -4,6 +4,12 @@
 
 """The pure parsers behind gpu_facts: PCI, procfs, nvidia-smi XML, engines, labels, problems."""
 
+import os
+import re
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import engines as _engines
@@ -29,8 +35,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.pci impo
     scan_pci,
 )
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery.discovery_tree import (
+    REPO,
     HostTree,
     fixture_text,
+    stub_config,
 )
 
 
@@ -141,6 +149,109 @@ def test_smi_a100_with_mig():
         {"index": 0, "uuid": None, "gi_id": 1, "ci_id": 0, "memory_mib": 19968, "multiprocessor_count": 42},
         {"index": 1, "uuid": None, "gi_id": 7, "ci_id": 0, "memory_mib": 4864, "multiprocessor_count": 14},
     ]
+
+
+def test_smi_535_real_tool_over_the_stub():
+    """``nvidia-smi-535-stub.xml`` is Debian's real nvidia-smi 535 over the stub NVML (tests/tools/smi_fixtures.py):
+    what it says is what the stub was told."""
+    result = parse_xml(fixture_text("nvidia-smi-535-stub.xml"))
+    config = stub_config(count=2, mig=True)
+    assert (result["driver_version"].split(".")[0], result["cuda_version"], result["attached_gpus"]) == (
+        "535",
+        "12.2",
+        2,
+    )
+    for gpu, want in zip(result["gpus"], config["gpus"]):
+        assert (gpu["name"], gpu["uuid"], gpu["minor"], gpu["memory_mib"]) == (
+            want["name"],
+            want["uuid"],
+            want["minor"],
+            want["memory_total"] // (1024 * 1024),
+        )
+        assert gpu["pci_bus_id"] == normalize_bus_id(want["pci_bus_id"])
+        assert gpu["pci_device_id"] == "0x%08x" % want["pci_device_id"]
+    a100, h100 = result["gpus"]
+    assert (a100["architecture"], a100["mig_mode"], a100["mig_mode_pending"]) == ("Ampere", "enabled", "enabled")
+    assert a100["mig_devices"] == []  # the stub serves no GPU instance: nvidia-smi prints <mig_devices>None</...>
+    assert (h100["architecture"], h100["mig_mode"]) == ("Hopper", "disabled")
+    assert "serial" not in h100 and "vbios_version" not in h100  # the stub answers N/A
+
+
+def _load_smi_fixtures():
+    sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
+    try:
+        import smi_fixtures
+    finally:
+        sys.path.pop(0)
+    return smi_fixtures
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="gcc is needed to build the stub NVML")
+def test_smi_fixtures_are_what_the_real_tool_says_now(debian_driver_tree):
+    smi_fixtures = _load_smi_fixtures()
+    for name, text in smi_fixtures.generate().items():
+        assert smi_fixtures.same(fixture_text(name), text), f"{name}: run tests/tools/smi_fixtures.py"
+
+
+def _element_paths(text, skip=()):
+    paths = set()
+
+    def walk(element, prefix):
+        path = f"{prefix}/{element.tag}"
+        if element.tag in skip:
+            return
+        paths.add(path)
+        for child in element:
+            walk(child, path)
+
+    walk(ET.fromstring(text), "")  # noqa: S314  # a fixture of this tree
+    return paths
+
+
+def test_hand_written_535_fixture_has_only_what_real_535_prints():
+    """The hand-written MIG fixture (``nvidia-smi-a100-mig-535.xml``) claims driver 535: every element it has
+    outside ``<mig_devices>`` (which the stub cannot make nvidia-smi print) is one the real 535 prints."""
+    real = _element_paths(fixture_text("nvidia-smi-535-stub.xml"))
+    hand = _element_paths(fixture_text("nvidia-smi-a100-mig-535.xml"), skip=("mig_devices",))
+    assert hand - real == set()
+    assert len(hand) > 50
+
+
+# The seq_printf formats of NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c (commit 1739a20efc4a, read
+# 2026-11-23): nv_procfs_read_version and nv_procfs_read_gpu_info ("GPU UUID" and "GPU Firmware" only when known).
+PROCFS_FORMATS = {
+    "version": [r"NVRM version: \S.*", r"GCC version:  \S.*"],
+    "information": [
+        r"Model: \t\t \S.*",
+        r"IRQ:   \t\t \d+",
+        r"GPU UUID: \t \S+",
+        r"Video BIOS: \t \S+",
+        r"Bus Type: \t PCIe?",
+        r"DMA Size: \t \d+ bits",
+        r"DMA Mask: \t 0x[0-9a-f]+",
+        r"Bus Location: \t [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+        r"Device Minor: \t \d+",
+        r"GPU Firmware: \t \S+",
+        r"GPU Excluded:\t (Yes|No)",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "proc-version-proprietary.txt",
+        "proc-version-open.txt",
+        "proc-information-a100.txt",
+        "proc-information-uninitialised.txt",
+    ],
+)
+def test_hand_written_procfs_fixtures_follow_the_kernel_modules_formats(name):
+    formats = PROCFS_FORMATS["version" if "version" in name else "information"]
+    lines = fixture_text(name).splitlines()
+    matched = [next((i for i, f in enumerate(formats) if re.fullmatch(f, line)), None) for line in lines]
+    assert None not in matched, [line for line, m in zip(lines, matched) if m is None]
+    assert matched == sorted(matched)  # in the order the module prints them
 
 
 def test_smi_h100_and_consumer_card():
