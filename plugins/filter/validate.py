@@ -68,7 +68,8 @@ CHECK_SCRIPT = (
     'if e=$( { true <> "$d"; } 2>&1 ); then echo "OPEN $d ok"; else echo "OPEN $d $e"; fi; done; '
     "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
     "ldconfig -p 2>/dev/null | while read -r n r; do case $n in " + "|".join(REQUIRED_LIBS) + ") "
-    'p=${r##*=> }; if [ -e "$p" ]; then echo "LIB $n $p = $(readlink -f "$p" 2>/dev/null)"; else echo "LIB $n $p missing"; fi;; '
+    'p=${r##*=> }; if [ -e "$p" ]; then echo "LIB $n $p = $(readlink -f "$p" 2>/dev/null)"; '
+    'else echo "LIB $n $p missing"; fi;; '
     "esac; done; "
     "if command -v python3 >/dev/null 2>&1; then python3 -c '" + _DLOPEN_PY + "' 2>&1; else echo DLOPEN none; fi; "
     "echo " + NVSMI + "; nvidia-smi -L 2>&1; echo " + NVSMI_RC + " $?; echo " + END
@@ -493,6 +494,7 @@ def _judge(
     res: Mapping[str, Any] | None,
     device_nodes: list[str],
     uuids: list[str] | None = None,
+    *,
     nvidia_smi: bool = True,
     driver_version: str | None = None,
 ) -> dict[str, Any]:
@@ -574,7 +576,7 @@ def validate_result(
             check_run = dict(check, message="{} ({}): not run in check mode".format(check["engine"], check["mode"]))
         else:
             check_run = check
-        judged = _judge(check_run, res, device_nodes, uuids, nvidia_smi, driver_version)
+        judged = _judge(check_run, res, device_nodes, uuids, nvidia_smi=nvidia_smi, driver_version=driver_version)
         judged["argv"] = list(check.get("argv") or [])
         entry = engines.setdefault(
             check["engine"],
