@@ -67,6 +67,7 @@ CHECK_SCRIPT = (
     'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] || continue; echo "DEV $d"; [ -c "$d" ] || continue; '
     'if e=$( { true <> "$d"; } 2>&1 ); then echo "OPEN $d ok"; else echo "OPEN $d $e"; fi; done; '
     "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
+    "command -v ldconfig >/dev/null 2>&1 || echo NO-LDCONFIG; "
     "ldconfig -p 2>/dev/null | while read -r n r; do case $n in " + "|".join(REQUIRED_LIBS) + ") "
     'p=${r##*=> }; if [ -e "$p" ]; then echo "LIB $n $p = $(readlink -f "$p" 2>/dev/null)"; '
     'else echo "LIB $n $p missing"; fi;; '
@@ -298,13 +299,14 @@ def nvidia_smi_gpus(output: str | Iterable[str] | None) -> list[str]:
 
 
 def parse_output(stdout: str | None) -> dict[str, Any]:
-    """What the check script printed: ``{complete, device_nodes, opens, files, libs, libcuda, libcuda_path, dlopen,
-    nvidia_smi_rc, nvidia_smi_gpus, nvidia_smi_output}``.
+    """What the check script printed: ``{complete, device_nodes, opens, files, libs, ldconfig, libcuda, libcuda_path,
+    dlopen, nvidia_smi_rc, nvidia_smi_gpus, nvidia_smi_output}``.
 
     ``opens``: device node -> ``ok`` or the shell's error message; ``libs``: soname -> ``[{path, resolved}]``, one per
-    ``ldconfig -p`` entry (``resolved`` None when the entry's file does not exist); ``dlopen``: ``ok``, ``none`` (no
-    python3 in the image), ``failed <dlerror>``, or None (no answer); ``nvidia_smi_rc`` is None when the script never
-    got to nvidia-smi. ``libcuda``/``libcuda_path``: the ld cache entry of ``libcuda.so.1``."""
+    ``ldconfig -p`` entry (``resolved`` None when the entry's file does not exist); ``ldconfig``: False when the image
+    has none; ``dlopen``: ``ok``, ``none`` (no python3 in the image), ``failed <dlerror>``, or None (no answer);
+    ``nvidia_smi_rc`` is None when the script never got to nvidia-smi. ``libcuda``/``libcuda_path``: the ld cache
+    entry of ``libcuda.so.1``."""
     lines = (stdout or "").splitlines()
     complete = BEGIN in lines and END in lines
     devices: list[str] = []
@@ -312,6 +314,7 @@ def parse_output(stdout: str | None) -> dict[str, Any]:
     files: list[str] = []
     libs: dict[str, list[dict[str, Any]]] = {}
     dlopen = None
+    ldconfig = True
     smi_lines: list[str] = []
     smi_rc = None
     in_smi = False
@@ -337,6 +340,8 @@ def parse_output(stdout: str | None) -> dict[str, Any]:
             if len(parts) >= 4 and parts[1] in REQUIRED_LIBS:
                 resolved = (parts[4] if len(parts) > 4 else "") if parts[3] == "=" else None
                 libs.setdefault(parts[1], []).append({"path": parts[2], "resolved": resolved})
+        elif line == "NO-LDCONFIG":
+            ldconfig = False
         elif line.startswith("DLOPEN ") and dlopen is None:
             dlopen = line[7:].strip()
     cuda = libs.get("libcuda.so.1") or []
@@ -346,6 +351,7 @@ def parse_output(stdout: str | None) -> dict[str, Any]:
         "opens": opens,
         "files": files,
         "libs": libs,
+        "ldconfig": ldconfig,
         "libcuda": bool(cuda),
         "libcuda_path": cuda[0]["path"] if cuda else None,
         "dlopen": dlopen,
@@ -415,6 +421,10 @@ def library_problems(parsed: Mapping[str, Any], driver_version: str | None) -> l
     libs = parsed.get("libs") or {}
     files = list(parsed.get("files") or [])
     version = str(driver_version or "").strip()
+    if not parsed.get("ldconfig", True):
+        return [
+            "the image has no ldconfig, so its ld cache cannot be read: use an image with ldconfig (validate_image)"
+        ]
     problems = []
     for soname in REQUIRED_LIBS:
         entries = libs.get(soname) or []

@@ -323,6 +323,7 @@ def test_parse_output_ldcache_file_and_incomplete():
                 {"path": f"{LIBDIR}/libnvidia-ml.so.1", "resolved": f"{LIBDIR}/libnvidia-ml.so.{VERSION}"}
             ],
         },
+        "ldconfig": True,
         "libcuda": True,
         "libcuda_path": f"{LIBDIR}/libcuda.so.1",
         "dlopen": "ok",
@@ -595,6 +596,13 @@ def test_library_problems_cache_entry_and_version():
     assert library_problems(broken, VERSION) == [
         "ldconfig -p names /usr/lib64/libcuda.so.1 for libcuda.so.1, which does not exist",
         "libnvidia-ml.so.1 at /usr/lib64/libnvidia-ml.so.1 could not be resolved (no readlink in the image)",
+    ]
+
+
+def test_library_problems_image_without_ldconfig():
+    out = _out(ALL, libs=["NO-LDCONFIG"], files=[f"{LIBDIR}/libcuda.so.1"])
+    assert library_problems(parse_output(out), VERSION) == [
+        "the image has no ldconfig, so its ld cache cannot be read: use an image with ldconfig (validate_image)"
     ]
 
 
