@@ -9,6 +9,11 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 * ``validate_images(plan, present_results, ...)`` -> which engines lack the image, and what to load or pull;
 * ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact;
 * ``validate_gpu_uuids(nvidia)`` -> the host's GPU UUIDs, which ``nvidia-smi -L`` in each container must list;
+* ``validate_driver_version(nvidia)`` -> the host driver's version, which the container's ``libcuda.so.1`` and
+  ``libnvidia-ml.so.1`` must resolve to;
+* ``parse_output(stdout)``, ``device_problems``, ``library_problems``, ``dlopen_problem`` -> what the check script in
+  the container saw (device nodes and whether each opens, the ld cache entries of the driver libraries, dlopen of
+  libcuda), and what is wrong with it;
 * ``nvidia_smi_gpus(output)`` / ``nvidia_smi_problem(parsed, expected)`` -> what the container's ``nvidia-smi -L``
   listed, and what is wrong with it (the check NVIDIA's install guides give: ``nvidia-smi`` in a container);
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
@@ -33,15 +38,42 @@ LIBCUDA_FILES = (
 )
 NVSMI = "NVSMI"
 NVSMI_RC = "NVSMI-RC"
-# POSIX sh only: the image may have nothing but sh, ls and ldconfig (no grep). nvidia-smi is not the image's: the
-# runtime (utility capability) or the CDI spec puts the host driver's binary in the container, as NVIDIA's guides
-# expect (``docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all IMAGE nvidia-smi``).
+# The driver libraries every check asks for (utility and compute, the capabilities a container gets by default): each
+# must have an entry in the container's ld cache resolving to a file of the host driver's version, as
+# libnvidia-container injects them (design notes section 2: kept only when the resolved file name ends with the driver
+# version).
+REQUIRED_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
+# dlopen(libcuda.so.1) where the image has python3 (ctypes asks for RTLD_NOW): the library and everything it links
+# must load. cuInit is not called: without a driver (the simulated nodes) it fails, with one it is CUDA's business.
+_DLOPEN_PY = (
+    "try:\n"
+    "    import ctypes\n"
+    "except ImportError:\n"
+    '    print("DLOPEN none")\n'
+    "else:\n"
+    "    try:\n"
+    '        ctypes.CDLL("libcuda.so.1")\n'
+    '        print("DLOPEN ok")\n'
+    "    except OSError as e:\n"
+    '        print("DLOPEN failed", str(e).replace(chr(10), " "))\n'
+)
+# POSIX sh only: the image may have nothing but sh, ls, readlink and ldconfig (no grep). nvidia-smi is not the image's:
+# the runtime (utility capability) or the CDI spec puts the host driver's binary in the container, as NVIDIA's guides
+# expect (``docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all IMAGE nvidia-smi``). Each character device
+# is opened read-write (``<>``, as CUDA opens them; ``[ -c ]`` first, since ``<>`` creates a missing file); the
+# shell's error message carries strerror, which ``open_status`` reads. Everything is judged by ``validate_result``.
 CHECK_SCRIPT = (
     "echo " + BEGIN + "; "
-    'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] && echo "DEV $d"; done; '
+    'for d in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$d" ] || continue; echo "DEV $d"; [ -c "$d" ] || continue; '
+    'if e=$( { true <> "$d"; } 2>&1 ); then echo "OPEN $d ok"; else echo "OPEN $d $e"; fi; done; '
     "for f in " + " ".join(LIBCUDA_FILES) + '; do [ -e "$f" ] && echo "FILE $f"; done; '
-    "echo " + NVSMI + "; nvidia-smi -L 2>&1; echo " + NVSMI_RC + " $?; "
-    "echo LDCACHE; ldconfig -p 2>/dev/null; echo " + END
+    "command -v ldconfig >/dev/null 2>&1 || echo NO-LDCONFIG; "
+    "ldconfig -p 2>/dev/null | while read -r n r; do case $n in " + "|".join(REQUIRED_LIBS) + ") "
+    'p=${r##*=> }; if [ -e "$p" ]; then echo "LIB $n $p = $(readlink -f "$p" 2>/dev/null)"; '
+    'else echo "LIB $n $p missing"; fi;; '
+    "esac; done; "
+    "if command -v python3 >/dev/null 2>&1; then python3 -c '" + _DLOPEN_PY + "' 2>&1; else echo DLOPEN none; fi; "
+    "echo " + NVSMI + "; nvidia-smi -L 2>&1; echo " + NVSMI_RC + " $?; echo " + END
 )
 # ``nvidia-smi -L``: ``GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-6fbb13f4-...)``; MIG devices are indented lines with
 # ``MIG-`` UUIDs and are not GPUs of their own.
@@ -57,7 +89,13 @@ ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
 # <root>/<device>, and NVIDIA_VISIBLE_DEVICES=<root>.
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 _SEE_HELP = re.compile(r"^See '.*--help'\.?$")
-_LIBCUDA_LINE = re.compile(r"^\s*libcuda\.so\.1\s+\(.*=>\s*(\S+)")
+_GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+# strerror as glibc and musl word it, in the shell's "cannot open" message: what an open of a device node found.
+_OPEN_ERRORS = (
+    ("No such device or address", "nodriver"),  # ENXIO: the cgroup let it through, no driver behind the major
+    ("Operation not permitted", "denied"),  # EPERM: the device cgroup (or a seccomp/LSM rule) refused it
+    ("Permission denied", "denied"),  # EACCES: mode bits, or a nodev mount
+)
 
 
 def containerd_ref(image: str) -> str:
@@ -261,14 +299,25 @@ def nvidia_smi_gpus(output: str | Iterable[str] | None) -> list[str]:
 
 
 def parse_output(stdout: str | None) -> dict[str, Any]:
-    """``{complete, device_nodes, libcuda, libcuda_path, nvidia_smi_rc, nvidia_smi_gpus, nvidia_smi_output}`` from
-    the check script's output (``nvidia_smi_rc`` is None when the script never got to nvidia-smi)."""
+    """What the check script printed: ``{complete, device_nodes, opens, files, libs, ldconfig, libcuda, libcuda_path,
+    dlopen, nvidia_smi_rc, nvidia_smi_gpus, nvidia_smi_output}``.
+
+    ``opens``: device node -> ``ok`` or the shell's error message; ``libs``: soname -> ``[{path, resolved}]``, one per
+    ``ldconfig -p`` entry (``resolved`` None when the entry's file does not exist); ``ldconfig``: False when the image
+    has none; ``dlopen``: ``ok``, ``none`` (no python3 in the image), ``failed <dlerror>``, or None (no answer);
+    ``nvidia_smi_rc`` is None when the script never got to nvidia-smi. ``libcuda``/``libcuda_path``: the ld cache
+    entry of ``libcuda.so.1``."""
     lines = (stdout or "").splitlines()
     complete = BEGIN in lines and END in lines
-    devices, files, cache = [], [], None
+    devices: list[str] = []
+    opens: dict[str, str] = {}
+    files: list[str] = []
+    libs: dict[str, list[dict[str, Any]]] = {}
+    dlopen = None
+    ldconfig = True
     smi_lines: list[str] = []
     smi_rc = None
-    in_cache = in_smi = False
+    in_smi = False
     for line in lines:
         if in_smi:
             if line.startswith(NVSMI_RC + " "):
@@ -279,28 +328,132 @@ def parse_output(stdout: str | None) -> dict[str, Any]:
                 smi_lines.append(line)
         elif line == NVSMI:
             in_smi = True
-        elif line == END:
-            in_cache = False
-        elif line == "LDCACHE":
-            in_cache = True
-        elif in_cache:
-            m = _LIBCUDA_LINE.match(line)
-            if m and cache is None:
-                cache = m.group(1)
         elif line.startswith("DEV /dev/"):
             devices.append(line[4:])
+        elif line.startswith("OPEN /dev/"):
+            path, _sep, status = line[5:].partition(" ")
+            opens[path] = status.strip()
         elif line.startswith("FILE /"):
             files.append(line[5:])
-    path = cache or (files[0] if files else None)
+        elif line.startswith("LIB "):
+            parts = line.split()
+            if len(parts) >= 4 and parts[1] in REQUIRED_LIBS:
+                resolved = (parts[4] if len(parts) > 4 else "") if parts[3] == "=" else None
+                libs.setdefault(parts[1], []).append({"path": parts[2], "resolved": resolved})
+        elif line == "NO-LDCONFIG":
+            ldconfig = False
+        elif line.startswith("DLOPEN ") and dlopen is None:
+            dlopen = line[7:].strip()
+    cuda = libs.get("libcuda.so.1") or []
     return {
         "complete": complete,
         "device_nodes": sorted(set(devices)),
-        "libcuda": bool(path),
-        "libcuda_path": path,
+        "opens": opens,
+        "files": files,
+        "libs": libs,
+        "ldconfig": ldconfig,
+        "libcuda": bool(cuda),
+        "libcuda_path": cuda[0]["path"] if cuda else None,
+        "dlopen": dlopen,
         "nvidia_smi_rc": smi_rc,
         "nvidia_smi_gpus": nvidia_smi_gpus(smi_lines),
         "nvidia_smi_output": smi_lines,
     }
+
+
+def open_status(message: str | None) -> str:
+    """``ok``, ``nodriver`` (ENXIO: the device cgroup let the open through and no driver serves the major, as on a
+    host whose driver is not loaded), ``denied`` (EPERM/EACCES: the container's device cgroup, or a nodev mount, refuses
+    the node) or ``error`` (anything else), from an ``OPEN`` line's status."""
+    text = (message or "").strip()
+    if text == "ok":
+        return "ok"
+    for words, status in _OPEN_ERRORS:
+        if words in text:
+            return status
+    return "error"
+
+
+def device_problems(parsed: Mapping[str, Any], required: Iterable[str]) -> list[str]:
+    """What is wrong with the container's device nodes: required ones missing, required ones it may not open, and GPU
+    nodes (``/dev/nvidia<N>``) it was not given. A required node that opens, or answers ENXIO (no driver), is fine."""
+    required = list(required or [])
+    seen = list(parsed.get("device_nodes") or [])
+    opens = parsed.get("opens") or {}
+    problems = []
+    missing = [d for d in required if d not in seen]
+    if missing:
+        problems.append("device node(s) not visible: " + ", ".join(missing))
+        if "/dev/nvidia-uvm" in missing:
+            problems.append(UVM_FIX)
+    denied, broken = [], []
+    for node in (d for d in required if d in seen):
+        status = open_status(opens.get(node)) if node in opens else "error"
+        why = opens.get(node) or "not a character device"
+        why = why.rsplit(": ", 1)[-1] if ": " in why else why
+        if status == "denied":
+            denied.append(f"{node} ({why})")
+        elif status == "error":
+            broken.append(f"{node} ({why})")
+    if denied:
+        problems.append(
+            "device node(s) present but denied to the container (no device cgroup rule allows them): "
+            + ", ".join(denied)
+        )
+    if broken:
+        problems.append("device node(s) that cannot be opened: " + ", ".join(broken))
+    wanted = {d for d in required if _GPU_NODE.match(d)}
+    if wanted:
+        gpu_nodes = [d for d in seen if _GPU_NODE.match(d)]
+        extra = sorted((d for d in gpu_nodes if d not in wanted), key=lambda d: int(_GPU_NODE.match(d).group(1)))
+        if extra:
+            problems.append(
+                f"{len(gpu_nodes)} GPU device node(s) in the container, {len(wanted)} requested; not requested: "
+                + ", ".join(extra)
+            )
+    return problems
+
+
+def library_problems(parsed: Mapping[str, Any], driver_version: str | None) -> list[str]:
+    """What is wrong with the driver libraries in the container's ld cache: each of ``REQUIRED_LIBS`` needs an
+    ``ldconfig -p`` entry whose file exists and (with ``driver_version``, the host's) resolves to a file named for
+    that version (``libcuda.so.<version>``); every entry of that soname must, so no other driver's copy shadows it."""
+    libs = parsed.get("libs") or {}
+    files = list(parsed.get("files") or [])
+    version = str(driver_version or "").strip()
+    if not parsed.get("ldconfig", True):
+        return [
+            "the image has no ldconfig, so its ld cache cannot be read: use an image with ldconfig (validate_image)"
+        ]
+    problems = []
+    for soname in REQUIRED_LIBS:
+        entries = libs.get(soname) or []
+        if not entries:
+            msg = f"{soname} not in the container's ld cache (ldconfig -p)"
+            if soname == "libcuda.so.1" and files:
+                msg += " although a file is at " + ", ".join(files) + " (injected without an ld cache update)"
+            problems.append(msg)
+            continue
+        for entry in entries:
+            resolved = entry.get("resolved")
+            if resolved is None:
+                problems.append(f"ldconfig -p names {entry['path']} for {soname}, which does not exist")
+            elif not resolved:
+                problems.append(f"{soname} at {entry['path']} could not be resolved (no readlink in the image)")
+            elif version and not resolved.rsplit("/", 1)[-1].endswith(".so." + version):
+                problems.append(f"{soname} at {entry['path']} is {resolved}, not the host driver's version {version}")
+    return problems
+
+
+def dlopen_problem(parsed: Mapping[str, Any]) -> str:
+    """``dlopen(libcuda.so.1)`` in the container failed (python3's ctypes, RTLD_NOW), or ``""`` (it worked, or the
+    image has no python3 to try it with)."""
+    dlopen = parsed.get("dlopen")
+    if dlopen is None:
+        return "the libcuda dlopen probe gave no answer"
+    if dlopen.startswith("failed"):
+        return "dlopen(libcuda.so.1) failed: " + (dlopen[6:].strip() or "no reason given")
+    return ""
 
 
 def nvidia_smi_problem(parsed: Mapping[str, Any], expected: Iterable[str] | None) -> str:
@@ -351,7 +504,9 @@ def _judge(
     res: Mapping[str, Any] | None,
     device_nodes: list[str],
     uuids: list[str] | None = None,
+    *,
     nvidia_smi: bool = True,
+    driver_version: str | None = None,
 ) -> dict[str, Any]:
     out = {
         "mode": check["mode"],
@@ -373,6 +528,7 @@ def _judge(
     parsed = parse_output(res.get("stdout"))
     out.update(device_nodes=parsed["device_nodes"], libcuda=parsed["libcuda"], libcuda_path=parsed["libcuda_path"])
     out["nvidia_smi_gpus"] = parsed["nvidia_smi_gpus"]
+    out["dlopen"] = parsed["dlopen"]
     rc = res.get("rc")
     if rc in (124, 137):
         out["message"] = f"{label}: timed out (rc {rc})"
@@ -382,14 +538,10 @@ def _judge(
     elif not parsed["complete"]:
         out["message"] = f"{label}: the check script did not finish (image without /bin/sh?)"
     else:
-        missing = [d for d in device_nodes if d not in parsed["device_nodes"]]
-        problems = []
-        if missing:
-            problems.append("device node(s) not visible: " + ", ".join(missing))
-            if "/dev/nvidia-uvm" in missing:
-                problems.append(UVM_FIX)
-        if not parsed["libcuda"]:
-            problems.append("libcuda.so.1 not visible (neither in ldconfig -p nor as a file)")
+        problems = device_problems(parsed, device_nodes) + library_problems(parsed, driver_version)
+        dl = dlopen_problem(parsed)
+        if dl:
+            problems.append(dl)
         smi = nvidia_smi_problem(parsed, uuids) if nvidia_smi else ""
         if smi:
             problems.append(smi)
@@ -397,9 +549,13 @@ def _judge(
             out["message"] = "{}: {}".format(label, "; ".join(problems))
         else:
             out["passed"] = True
+            dlopen = "dlopen ok" if parsed["dlopen"] == "ok" else "dlopen not tried: no python3 in the image"
             out["message"] = (
                 f"{label}: {len(parsed['device_nodes'])} device node(s), libcuda.so.1 at {parsed['libcuda_path']}"
+                f" ({dlopen}), libnvidia-ml.so.1 in the ld cache"
             )
+            if driver_version:
+                out["message"] += f", both of driver {driver_version}"
             if nvidia_smi:
                 out["message"] += f", nvidia-smi -L lists {len(parsed['nvidia_smi_gpus'])} GPU(s)"
     return out
@@ -413,9 +569,12 @@ def validate_result(
     *,
     gpu_uuids: Iterable[str] | None = None,
     nvidia_smi: bool = True,
+    driver_version: str | None = None,
 ) -> dict[str, Any]:
     """The ``gpufleet_validate`` fact; see ``plugins/filter/validate_result.yml``. ``gpu_uuids``: the GPUs each
-    container's ``nvidia-smi -L`` must list (``validate_gpu_uuids``); ``nvidia_smi=False`` leaves that check out."""
+    container's ``nvidia-smi -L`` must list (``validate_gpu_uuids``); ``nvidia_smi=False`` leaves that check out;
+    ``driver_version``: the host driver's version, which the container's ``libcuda.so.1`` and ``libnvidia-ml.so.1``
+    must resolve to (``validate_driver_version``; None leaves the version out of the check)."""
     device_nodes = list(device_nodes or [])
     uuids = list(gpu_uuids or [])
     results = list(results or [])
@@ -427,7 +586,7 @@ def validate_result(
             check_run = dict(check, message="{} ({}): not run in check mode".format(check["engine"], check["mode"]))
         else:
             check_run = check
-        judged = _judge(check_run, res, device_nodes, uuids, nvidia_smi)
+        judged = _judge(check_run, res, device_nodes, uuids, nvidia_smi=nvidia_smi, driver_version=driver_version)
         judged["argv"] = list(check.get("argv") or [])
         entry = engines.setdefault(
             check["engine"],
@@ -469,9 +628,18 @@ def validate_result(
         "failed_engines": failed,
         "required_device_nodes": device_nodes,
         "required_gpus": uuids if nvidia_smi else [],
+        "driver_version": driver_version or None,
         "message": message,
         "engines": engines,
     }
+
+
+def host_driver_version(nvidia: Mapping[str, Any] | None) -> str | None:
+    """The host driver's version the container's libraries must have: the loaded kernel module's
+    (``ansible_facts.nvidia.driver.loaded_version``; a library of another version fails against it), else the
+    installed userspace's; None when discovery knows neither."""
+    driver = (nvidia or {}).get("driver") or {}
+    return driver.get("loaded_version") or driver.get("installed_version") or None
 
 
 def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable[str] | None = None) -> list:
@@ -500,5 +668,6 @@ class FilterModule:
             "validate_result": validate_result,
             "validate_device_nodes": required_device_nodes,
             "validate_gpu_uuids": gpu_uuids,
+            "validate_driver_version": host_driver_version,
             "engine_reads_cdi": reads_cdi,
         }

@@ -15,9 +15,14 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
     END,
     FilterModule,
     containerd_ref,
+    device_problems,
+    dlopen_problem,
     gpu_uuids,
+    host_driver_version,
+    library_problems,
     nvidia_smi_gpus,
     nvidia_smi_problem,
+    open_status,
     parse_output,
     required_device_nodes,
     validate_images,
@@ -50,13 +55,30 @@ def _smi_l(uuids):
     return [f"GPU {i}: NVIDIA A100-SXM4-40GB (UUID: {u})" for i, u in enumerate(uuids)]
 
 
-def _out(devices, libcuda=True, files=(), *, smi=tuple(UUIDS), smi_lines=None, smi_rc=0):
-    lines = [BEGIN] + ["DEV " + d for d in devices] + ["FILE " + f for f in files]
+VERSION = "535.247.01"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+def _lib(soname, version=VERSION, directory=LIBDIR):
+    """A ``LIB`` line of the check script: the ld cache entry and the file it resolves to."""
+    return f"LIB {soname} {directory}/{soname} = {directory}/{soname.split('.so')[0]}.so.{version}"
+
+
+def _out(devices, libcuda=True, files=(), *, smi=tuple(UUIDS), smi_lines=None, smi_rc=0, opens=None, libs=None,
+         dlopen="ok"):  # fmt: skip
+    """What the check script prints in a container: each device node seen (opened: ``ok`` unless ``opens`` says what
+    the shell answered), the driver libraries' ld cache entries (``libs``: lines; by default libcuda unless
+    ``libcuda=False``, and libnvidia-ml, both of VERSION), the dlopen answer and nvidia-smi -L."""
+    lines = [BEGIN]
+    for d in devices:
+        lines += ["DEV " + d, f"OPEN {d} " + (opens or {}).get(d, "ok")]
+    lines += ["FILE " + f for f in files]
+    if libs is None:
+        libs = ([_lib("libcuda.so.1")] if libcuda else []) + [_lib("libnvidia-ml.so.1")]
+    lines += libs
+    if dlopen is not None:
+        lines.append("DLOPEN " + dlopen)
     lines += ["NVSMI", *(_smi_l(smi) if smi_lines is None else smi_lines), f"NVSMI-RC {smi_rc}"]
-    lines += ["LDCACHE", "3 libs found"]
-    if libcuda:
-        lines.append("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1")
-    lines.append("\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6")
     return "\n".join([*lines, END]) + "\n"
 
 
@@ -71,6 +93,7 @@ def test_filters_registered():
         "validate_result",
         "validate_device_nodes",
         "validate_gpu_uuids",
+        "validate_driver_version",
         "engine_reads_cdi",
     }
     # the runtime role's CDI decision is the module_utils rule itself, not a copy
@@ -218,31 +241,22 @@ def test_required_device_nodes_ask_for_uvm_when_the_driver_provides_it():
 
 def test_a_container_without_uvm_fails_with_the_fix():
     plan = [{"engine": "docker", "mode": "cdi", "image": "img", "argv": ["docker", "run"], "skipped": False}]
-    seen = "\n".join(
-        [
-            "GPUFLEET-VALIDATE-BEGIN",
-            "DEV /dev/nvidiactl",
-            "DEV /dev/nvidia0",
-            "FILE /usr/lib/x86_64-linux-gnu/libcuda.so.1",
-            "LDCACHE",
-            "GPUFLEET-VALIDATE-END",
-        ]
-    )
+    seen = _out(["/dev/nvidiactl", "/dev/nvidia0"])
     result = validate_result(
         plan,
         [{"rc": 0, "stdout": seen, "stderr": "", "delta": "0:00:01.0"}],
         device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
-        nvidia_smi=False,  # this output has no nvidia-smi part: the uvm rule alone decides
+        nvidia_smi=False,  # the uvm rule alone decides
     )
     assert result["passed"] is False and result["failed_engines"] == ["docker"]
     message = result["engines"]["docker"]["message"]
     assert "device node(s) not visible: /dev/nvidia-uvm" in message and "gpufleet-nvidia-devices" in message
-    with_uvm = seen.replace("DEV /dev/nvidia0", "DEV /dev/nvidia0\nDEV /dev/nvidia-uvm")
+    with_uvm = _out(["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"])
     passed = validate_result(
         plan,
         [{"rc": 0, "stdout": with_uvm, "stderr": "", "delta": "0:00:01.0"}],
         device_nodes=["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"],
-        nvidia_smi=False,  # this output has no nvidia-smi part: the uvm rule alone decides
+        nvidia_smi=False,
     )
     assert passed["passed"] is True
 
@@ -301,18 +315,47 @@ def test_parse_output_ldcache_file_and_incomplete():
     assert parsed == {
         "complete": True,
         "device_nodes": sorted(ALL),
+        "opens": dict.fromkeys(ALL, "ok"),
+        "files": [],
+        "libs": {
+            "libcuda.so.1": [{"path": f"{LIBDIR}/libcuda.so.1", "resolved": f"{LIBDIR}/libcuda.so.{VERSION}"}],
+            "libnvidia-ml.so.1": [
+                {"path": f"{LIBDIR}/libnvidia-ml.so.1", "resolved": f"{LIBDIR}/libnvidia-ml.so.{VERSION}"}
+            ],
+        },
+        "ldconfig": True,
         "libcuda": True,
-        "libcuda_path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "libcuda_path": f"{LIBDIR}/libcuda.so.1",
+        "dlopen": "ok",
         "nvidia_smi_rc": 0,
         "nvidia_smi_gpus": UUIDS,
         "nvidia_smi_output": _smi_l(UUIDS),
     }
+    # a file alone is not libcuda in the container: the loader finds it through the ld cache
     by_file = parse_output(_out(ALL, libcuda=False, files=["/usr/lib64/libcuda.so.1"]))
-    assert by_file["libcuda"] and by_file["libcuda_path"] == "/usr/lib64/libcuda.so.1"
-    assert not parse_output(_out(ALL, libcuda=False))["libcuda"]
+    assert (
+        not by_file["libcuda"] and by_file["libcuda_path"] is None and by_file["files"] == ["/usr/lib64/libcuda.so.1"]
+    )
     assert not parse_output(BEGIN + "\nDEV /dev/nvidia0\n")["complete"]
-    # A "DEV" line inside the ld cache listing is not a device.
-    assert parse_output(_out([]).replace("3 libs found", "DEV /dev/nvidia9"))["device_nodes"] == []
+    # A "DEV" line inside nvidia-smi's output is not a device.
+    assert parse_output(_out([], smi_lines=["DEV /dev/nvidia9"]))["device_nodes"] == []
+    # an entry whose file is missing, one readlink could not resolve, and a LIB line of another library
+    odd = parse_output(
+        _out(
+            ALL,
+            libs=[
+                "LIB libcuda.so.1 /usr/lib64/libcuda.so.1 missing",
+                "LIB libnvidia-ml.so.1 /usr/lib64/libnvidia-ml.so.1 = ",
+                "LIB libc.so.6 /lib/libc.so.6 = /lib/libc.so.6",
+            ],
+            dlopen=None,
+        )
+    )
+    assert odd["libs"] == {
+        "libcuda.so.1": [{"path": "/usr/lib64/libcuda.so.1", "resolved": None}],
+        "libnvidia-ml.so.1": [{"path": "/usr/lib64/libnvidia-ml.so.1", "resolved": ""}],
+    }
+    assert odd["dlopen"] is None
 
 
 def _plan():
@@ -357,7 +400,7 @@ def test_result_failures_named():
     first = docker["checks"][0]["message"]
     assert "rc 125" in first and "invalid runtime name: nvidia" in first
     assert "not visible: /dev/nvidia3, /dev/nvidia-uvm" in docker["checks"][1]["message"]
-    assert "libcuda.so.1 not visible" in fact["engines"]["containerd"]["message"]
+    assert "libcuda.so.1 not in the container's ld cache" in fact["engines"]["containerd"]["message"]
     assert fact["message"] == "failed on: containerd, docker"
     timeout = validate_result(plan[:1], [_ok("", rc=124)], device_nodes=ALL)
     assert "timed out" in timeout["engines"]["docker"]["message"]
@@ -464,3 +507,150 @@ def test_check_script_runs_nvidia_smi_in_posix_sh(tmp_path, present):
     else:
         assert parsed["nvidia_smi_rc"] == 127 and parsed["nvidia_smi_gpus"] == []
         assert "not found in the container" in nvidia_smi_problem(parsed, UUIDS)
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [
+        ("ok", "ok"),
+        # dash, bash and busybox ash word it differently; strerror is the same (glibc and musl)
+        ("/bin/sh: 1: cannot create /dev/nvidia0: No such device or address", "nodriver"),
+        ("/bin/bash: line 1: /dev/nvidia0: Operation not permitted", "denied"),
+        ("sh: can't create /dev/nvidia0: Permission denied", "denied"),
+        ("/bin/sh: 1: cannot create /dev/nvidia0: No such file or directory", "error"),
+        ("", "error"),
+        (None, "error"),
+    ],
+)
+def test_open_status(answer, status):
+    assert open_status(answer) == status
+
+
+def test_device_problems_open_denied_and_extra_gpus():
+    enxio = "/bin/sh: 1: cannot create /dev/nvidia0: No such device or address"
+    eperm = "/bin/sh: 1: cannot create /dev/nvidia3: Operation not permitted"
+    # no driver behind the nodes (the simulated nodes, a host before the module loads): ENXIO passes
+    assert device_problems(parse_output(_out(ALL, opens=dict.fromkeys(ALL, enxio))), ALL) == []
+    # a node the container's device cgroup denies is named, with the error
+    denied = device_problems(parse_output(_out(ALL, opens={"/dev/nvidia3": eperm})), ALL)
+    assert denied == [
+        "device node(s) present but denied to the container (no device cgroup rule allows them): "
+        "/dev/nvidia3 (Operation not permitted)"
+    ]
+    # a required node that is not a character device (a file bind-mounted on it) cannot be opened as one
+    lines = _out(ALL).replace("OPEN /dev/nvidia-uvm ok\n", "")
+    assert device_problems(parse_output(lines), ALL) == [
+        "device node(s) that cannot be opened: /dev/nvidia-uvm (not a character device)"
+    ]
+    # a node that is not required may be denied (nvidia-modeset): not validate's business
+    modeset = parse_output(_out([*ALL, "/dev/nvidia-modeset"], opens={"/dev/nvidia-modeset": eperm}))
+    assert device_problems(modeset, ALL) == []
+    # a GPU the container was not given is counted and named; caps and uvm nodes are not GPUs
+    extra = parse_output(_out([*ALL, "/dev/nvidia12", "/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap1"]))
+    assert device_problems(extra, ALL) == [
+        "4 GPU device node(s) in the container, 2 requested; not requested: /dev/nvidia1, /dev/nvidia12"
+    ]
+    # required nodes configured without a GPU node (validate_device_nodes: [/dev/nvidiactl]): no GPU count
+    assert device_problems(extra, ["/dev/nvidiactl"]) == []
+
+
+def test_library_problems_cache_entry_and_version():
+    ok = parse_output(_out(ALL))
+    assert library_problems(ok, VERSION) == [] and library_problems(ok, None) == []
+    # a file with no ld cache entry (injected without the hook's ldconfig): not loadable by soname
+    no_cache = parse_output(_out(ALL, libcuda=False, files=[f"{LIBDIR}/libcuda.so.1"]))
+    assert library_problems(no_cache, VERSION) == [
+        "libcuda.so.1 not in the container's ld cache (ldconfig -p) although a file is at "
+        f"{LIBDIR}/libcuda.so.1 (injected without an ld cache update)"
+    ]
+    # libnvidia-ml dropped from the injection
+    no_nvml = parse_output(_out(ALL, libs=[_lib("libcuda.so.1")]))
+    assert library_problems(no_nvml, VERSION) == ["libnvidia-ml.so.1 not in the container's ld cache (ldconfig -p)"]
+    # another driver's libcuda in the cache (an image's own copy), next to the right one: named
+    stale = parse_output(
+        _out(
+            ALL,
+            libs=[
+                _lib("libcuda.so.1", "470.182.03", "/usr/local/lib"),
+                _lib("libcuda.so.1"),
+                _lib("libnvidia-ml.so.1"),
+            ],
+        )
+    )
+    assert library_problems(stale, VERSION) == [
+        "libcuda.so.1 at /usr/local/lib/libcuda.so.1 is /usr/local/lib/libcuda.so.470.182.03, "
+        f"not the host driver's version {VERSION}"
+    ]
+    # a version that only ends or starts the same is another version
+    assert len(library_problems(parse_output(_out(ALL)), "35.247.01")) == 2
+    assert len(library_problems(parse_output(_out(ALL)), "535.247")) == 2
+    broken = parse_output(
+        _out(
+            ALL,
+            libs=[
+                "LIB libcuda.so.1 /usr/lib64/libcuda.so.1 missing",
+                "LIB libnvidia-ml.so.1 /usr/lib64/libnvidia-ml.so.1 = ",
+            ],
+        )
+    )
+    assert library_problems(broken, VERSION) == [
+        "ldconfig -p names /usr/lib64/libcuda.so.1 for libcuda.so.1, which does not exist",
+        "libnvidia-ml.so.1 at /usr/lib64/libnvidia-ml.so.1 could not be resolved (no readlink in the image)",
+    ]
+
+
+def test_library_problems_image_without_ldconfig():
+    out = _out(ALL, libs=["NO-LDCONFIG"], files=[f"{LIBDIR}/libcuda.so.1"])
+    assert library_problems(parse_output(out), VERSION) == [
+        "the image has no ldconfig, so its ld cache cannot be read: use an image with ldconfig (validate_image)"
+    ]
+
+
+def test_dlopen_problem():
+    assert dlopen_problem(parse_output(_out(ALL))) == ""
+    assert dlopen_problem(parse_output(_out(ALL, dlopen="none"))) == ""
+    failed = parse_output(_out(ALL, dlopen="failed libcuda.so.1: cannot open shared object file: No such file"))
+    assert (
+        dlopen_problem(failed)
+        == "dlopen(libcuda.so.1) failed: libcuda.so.1: cannot open shared object file: No such file"
+    )
+    assert dlopen_problem(parse_output(_out(ALL, dlopen=None))) == "the libcuda dlopen probe gave no answer"
+
+
+def test_result_names_each_partial_break():
+    plan = _plan()[:1]
+    eperm = "/bin/sh: 1: cannot create /dev/nvidia3: Operation not permitted"
+    outputs = {
+        "denied": _out(ALL, opens={"/dev/nvidia3": eperm}),
+        "nvml": _out(ALL, libs=[_lib("libcuda.so.1")]),
+        "version": _out(ALL, libs=[_lib("libcuda.so.1", "550.54.15"), _lib("libnvidia-ml.so.1")]),
+        "dlopen": _out(ALL, dlopen="failed libcuda.so.1: undefined symbol: foo"),
+    }
+    expect = {
+        "denied": "denied to the container (no device cgroup rule allows them): /dev/nvidia3 (Operation not permitted)",
+        "nvml": "libnvidia-ml.so.1 not in the container's ld cache",
+        "version": f"is {LIBDIR}/libcuda.so.550.54.15, not the host driver's version {VERSION}",
+        "dlopen": "dlopen(libcuda.so.1) failed: libcuda.so.1: undefined symbol: foo",
+    }
+    for name, out in outputs.items():
+        fact = validate_result(plan, [_ok(out)], device_nodes=ALL, gpu_uuids=UUIDS, driver_version=VERSION)
+        assert fact["failed_engines"] == ["docker"], name
+        assert expect[name] in fact["engines"]["docker"]["message"], (name, fact["engines"]["docker"]["message"])
+    passed = validate_result(plan, [_ok(_out(ALL))], device_nodes=ALL, gpu_uuids=UUIDS, driver_version=VERSION)
+    assert passed["passed"] and passed["driver_version"] == VERSION
+    assert passed["engines"]["docker"]["message"] == (
+        f"docker (runtime): 4 device node(s), libcuda.so.1 at {LIBDIR}/libcuda.so.1 (dlopen ok), libnvidia-ml.so.1 "
+        f"in the ld cache, both of driver {VERSION}, nvidia-smi -L lists 2 GPU(s)"
+    )
+    no_python = validate_result(plan, [_ok(_out(ALL, dlopen="none"))], device_nodes=ALL, gpu_uuids=UUIDS)
+    assert no_python["passed"] and "dlopen not tried: no python3 in the image" in no_python["message"] + str(
+        no_python["engines"]["docker"]["message"]
+    )
+
+
+def test_host_driver_version():
+    assert host_driver_version({"driver": {"loaded_version": "550.54.15", "installed_version": "550.90.07"}}) == (
+        "550.54.15"
+    )
+    assert host_driver_version({"driver": {"loaded_version": None, "installed_version": VERSION}}) == VERSION
+    assert host_driver_version({"driver": {}}) is None and host_driver_version(None) is None
