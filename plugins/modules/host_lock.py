@@ -35,7 +35,7 @@ attributes:
 options:
   owner:
     description:
-      - Who takes the lock: one string per run (C(site.yml) uses one id for every play of a run, so a later play
+      - Who takes the lock, one string per run (C(site.yml) uses one id for every play of a run, so a later play
         of the same run finds the lock its own). Only this owner releases it.
     type: str
     required: true
@@ -112,7 +112,8 @@ def main() -> None:
         else:
             result["released"], result["holder"] = hostlock.release(p["path"], p["owner"])
     except hostlock.LockBusy as exc:
-        module.fail_json(msg=str(exc), path=exc.path, **dict(result, holder=exc.holder))
+        result["holder"] = exc.holder
+        module.fail_json(msg=str(exc), path=exc.path, **result)
     except OSError as exc:
         module.fail_json(msg=f"{p['path']}: cannot use the host's lock file: {exc}", **result)
     module.exit_json(**result)
