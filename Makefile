@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration build-check molecule demo build changelog clean
+.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -27,7 +27,7 @@ lock: ## re-resolve requirements/*.in into the pinned lock files (needs the netw
 	@tests/tools/lock.sh
 
 test: setup ## the whole test suite, in order, stopping at the first failure
-	@$(MAKE) --no-print-directory lint unit unit-py38 controller sanity ansible-lint integration build-check molecule
+	@$(MAKE) --no-print-directory lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule
 	@echo "==> make test: every step passed"
 
 lint: ## ruff over every Python file, and the changelog fragments
@@ -59,6 +59,9 @@ ansible-lint: ## ansible-lint, production profile
 
 integration: ## pytest over tests/integration on the simulated fleet, when a Docker engine answers
 	@tests/tools/integration.sh
+
+faults: ## fault injection on one simulated fleet (full disk, killed module, node restart, refused config, two runs at once): tests/output/faults.md
+	@tests/tools/integration.sh faults
 
 build-check: ## build the collection tarball, install it into an empty folder, list its plugins
 	@$(call run,tests/tools/check_build.sh)

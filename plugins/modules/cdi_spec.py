@@ -282,11 +282,13 @@ def main() -> None:
             "after_header": p["path"],
         }
     if changes and not module.check_mode:
-        try:
-            for path, text in changes:
+        labels = dict(targets)
+        for path, text in changes:
+            try:
                 write_text(path, text)
-        except OSError as exc:
-            module.fail_json(msg="cannot write {}: {}".format(exc.filename or p["path"], exc.strerror or exc), **result)
+            except OSError as exc:
+                # a full disk fails in write(), whose error carries no file name: name the file being written
+                module.fail_json(msg=f"cannot write {labels[path]}: {exc.strerror or exc}", **result)
     module.exit_json(**result)
 
 

@@ -127,6 +127,12 @@ options:
       - If it does not come back within O(restart_timeout) (or systemd reports the unit C(failed) before that), the
         previous files are put back, the engine is restarted again and the module fails with the engine's own error
         (the unit's journal since the restart).
+      - A mark under C(/run/gpufleet-nvidia/restart-pending/) says the files changed and the restart has not finished
+        yet; a run that finds the files as wanted and the mark there (the run before was killed between the write
+        and the restart) restarts the engine and reports a change. A reboot clears the mark (the engine starts
+        with the files on disk).
+      - When a file cannot be written (a full disk), the files written before it get their old text back, the engine
+        is not restarted and the module fails naming the file.
     type: bool
     default: false
   restart_timeout:
@@ -254,7 +260,11 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version impor
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Engine
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE, adapter
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.service import Service, restart_with_rollback
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.service import (
+    PendingRestart,
+    Service,
+    restart_with_rollback,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import (
     MISSING_TOMLKIT_HINT,
     TOMLKIT_IMPORT_ERROR,
@@ -271,6 +281,8 @@ class Runner:
         self.engine = engine
         self.config_path = self.p["config_path"] or engine.config_path
         self.drop_in = self._drop_in()
+        self.unit = self.p["unit"] or engine.unit
+        self.pending = PendingRestart(self.unit)
         self.version = parse_version(self.p["engine_version"]) if self.p["engine_version"] else self._detect_version()
         self.changes = []
         self.planned = {}  # path -> (old_text, existed, new_text or None to delete)
@@ -366,13 +378,34 @@ class Runner:
 
     # ---- writing --------------------------------------------------------------------------------------
     def write_all(self) -> None:
+        """Write every planned file, or none: when one cannot be written (a full disk), the ones written before it
+        get their old text back and the module fails naming the file."""
+        written = []
         for path, (_old, existed, new) in self.planned.items():
-            # A copy inside a drop-in folder (conf.d, crio.conf.d) could be read by the engine as more
-            # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
-            # file is backed up.
-            if self.p["backup"] and existed and not os.path.dirname(path).endswith(".d"):
-                self.result["backup_files"].append(backup(path))
-            self.write(path, new)
+            try:
+                # A copy inside a drop-in folder (conf.d, crio.conf.d) could be read by the engine as more
+                # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
+                # file is backed up.
+                if self.p["backup"] and existed and not os.path.dirname(path).endswith(".d"):
+                    self.result["backup_files"].append(backup(path))
+                self.write(path, new)
+            except OSError as exc:
+                undone = self._undo(written)
+                self.pending.clear()
+                self.fail(
+                    f"cannot write {path}: {exc.strerror or exc}; "
+                    + (f"{', '.join(undone)} got their previous text back, " if undone else "")
+                    + "no file of this engine changed and it was not restarted. Free space (or fix the permissions) "
+                    f"in {os.path.dirname(path)} and rerun.",
+                    path=path,
+                )
+            written.append(path)
+
+    def _undo(self, paths: list[str]) -> list[str]:
+        for path in paths:
+            old, existed, _new = self.planned[path]
+            self.write(path, old if existed else None)
+        return paths
 
     def write(self, path: str, new: str | None) -> None:
         if new is None:
@@ -388,12 +421,11 @@ class Runner:
         atomic_write(path, new, makedirs=True, prepare=keep_context)
 
     def restore(self) -> None:
-        for path, (old, existed, _new) in self.planned.items():
-            self.write(path, old if existed else None)
+        self._undo(list(self.planned))
 
     # ---- restart --------------------------------------------------------------------------------------
     def restart(self) -> None:
-        unit = self.p["unit"] or self.engine.unit
+        unit = self.unit
         systemctl = self.module.get_bin_path("systemctl", required=True)
         service = Service(
             self.module.run_command,
@@ -404,6 +436,7 @@ class Runner:
             journalctl=self.module.get_bin_path("journalctl"),
         )
         outcome = restart_with_rollback(service, self.restore)
+        self.pending.clear()  # it runs the new files, or the old ones again
         if outcome.restarted:
             self.result["restarted"] = True
             return
@@ -421,6 +454,16 @@ class Runner:
         self.result["changes"] = self.changes
         self.result["files"] = sorted(self.planned)
         if not self.planned:
+            if self.p["restart"] and self.pending:
+                # an earlier run wrote these files and was killed before the engine restarted with them
+                self.result["changed"] = True
+                self.result["changes"] = [
+                    *self.changes,
+                    f"restart {self.unit}: an earlier run changed its files and "
+                    f"ended before the restart ({self.pending.path})",
+                ]
+                if not self.module.check_mode:
+                    self.restart()
             self.module.exit_json(**self.result)
         self.result["changed"] = True
         if self.module._diff:
@@ -437,6 +480,8 @@ class Runner:
             self.validate()
         if self.module.check_mode:
             self.module.exit_json(**self.result)
+        if self.p["restart"]:
+            self.pending.set(sorted(self.planned))
         self.write_all()
         if self.p["restart"]:
             self.restart()

@@ -12,6 +12,8 @@ for tool in debootstrap gcc; do
   command -v "$tool" >/dev/null || { echo "integration: $tool is needed to build the simulated nodes" >&2; exit 1; }
 done
 start=$SECONDS
-echo "==> python -m pytest -q -p no:cacheprovider -m integration tests/integration"
-python -m pytest -q -p no:cacheprovider -m integration --durations=10 tests/integration
-echo "==> integration: passed in $((SECONDS - start))s"
+# `integration.sh faults`: the fault-injection suite (make faults); without an argument every other integration test
+if [ "${1:-}" = faults ]; then what=faults; marker="faults"; else what=integration; marker="integration and not faults"; fi
+echo "==> python -m pytest -q -p no:cacheprovider -m \"$marker\" tests/integration"
+python -m pytest -q -p no:cacheprovider -s -m "$marker" --durations=10 tests/integration
+echo "==> $what: passed in $((SECONDS - start))s"

@@ -13,6 +13,8 @@ Standard library only (target Pythons 3.8+).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Callable, List, NamedTuple, Tuple
 
@@ -94,3 +96,32 @@ def restart_with_rollback(
     restore()
     service.restart()
     return Outcome(False, service.wait(), journal)
+
+
+PENDING_DIR = "/run/gpufleet-nvidia/restart-pending"
+
+
+class PendingRestart:
+    """A mark that an engine's files were changed and its restart has not finished yet.
+
+    Written before the files change and removed once the engine answers with them (or with the old ones, after a
+    rollback). A run killed in between (SIGKILL, a lost connection) leaves the mark, and the next run, which finds
+    the files already as it wants them, restarts the engine anyway instead of reporting no change while the engine
+    still runs the previous configuration. The mark lives under ``/run`` (a tmpfs): after a reboot the engine has
+    started with the files on disk, and the mark is gone with it.
+    """
+
+    def __init__(self, unit: str, directory: str | None = None) -> None:
+        self.path = os.path.join(directory or PENDING_DIR, unit.replace("/", "_"))
+
+    def set(self, files: list[str]) -> None:
+        os.makedirs(os.path.dirname(self.path), 0o755, exist_ok=True)
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write("\n".join(files) + "\n")
+
+    def __bool__(self) -> bool:
+        return os.path.exists(self.path)
+
+    def clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

@@ -147,3 +147,27 @@ def test_cdi_version_auto_follows_the_engines_found(module_run):
     code, result = call(cdi_version="0.6.0")
     assert result["changed"] and result["cdi_version_reason"] == "given"
     assert yaml.safe_load((tmp / "etc" / "cdi" / "nvidia.yaml").read_text())["annotations"]
+
+
+def test_a_full_disk_at_the_index_names_the_index_and_leaves_it_whole(module_run, monkeypatch):
+    """ENOSPC raised by write() carries no file name: the message names the file being written (the index here,
+    after the spec went through), and the index keeps its old bytes; the next run writes it."""
+    call, tmp, _version = module_run
+    index_file = tmp / "etc" / "gpufleet" / "cdi-nvidia.json"
+    index_file.parent.mkdir(parents=True)
+    index_file.write_text("{}\n")
+    real = cdi_spec.write_text
+
+    def full_disk(path, text, *args, **kwargs):
+        if path == str(index_file):
+            raise OSError(28, "No space left on device")
+        return real(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(cdi_spec, "write_text", full_disk)
+    code, result = call()
+    assert code == 1 and result["msg"] == "cannot write /etc/gpufleet/cdi-nvidia.json: No space left on device"
+    assert index_file.read_text() == "{}\n"
+    monkeypatch.setattr(cdi_spec, "write_text", real)
+    assert call()[1]["changed"]
+    assert json.loads(index_file.read_text())["spec"] == "/etc/cdi/nvidia.yaml"
+    assert not call()[1]["changed"]

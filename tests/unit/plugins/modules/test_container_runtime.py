@@ -14,10 +14,19 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import service
 from ansible_collections.gpufleet.nvidia.plugins.modules import container_runtime
 
 pytestmark = pytest.mark.controller
 SHIM = "/usr/local/bin/nvidia-shim"
+
+
+@pytest.fixture(autouse=True)
+def pending_dir(tmp_path, monkeypatch):
+    """The restart-pending marks go to a temporary folder, not this machine's /run."""
+    path = tmp_path / "restart-pending"
+    monkeypatch.setattr(service, "PENDING_DIR", str(path))
+    return path
 
 
 def run(**args):
@@ -236,3 +245,90 @@ def test_backup_is_a_timestamped_copy_with_the_files_mode(tmp_path, result):
     (copy,) = r["backup_files"]
     assert Path(copy).read_text() == original and cfg.read_text() != original
     assert os.stat(copy).st_mode & 0o777 == 0o600 and cfg.stat().st_mode & 0o777 == 0o600
+
+
+class HealthySystem(FakeSystem):
+    """systemctl/docker of an engine that comes back with any file."""
+
+    def run_command(self, cmd, *args, **kwargs):
+        self.calls.append(cmd)
+        if os.path.basename(cmd[0]) == "systemctl" and cmd[1] == "is-active":
+            return 0, "active\n", ""
+        return 0, "", ""
+
+
+def restarts(fake):
+    return [c for c in fake.calls if os.path.basename(c[0]) == "systemctl" and c[1] == "restart"]
+
+
+def test_a_run_killed_between_write_and_restart_is_finished_by_the_next(tmp_path, result, monkeypatch, pending_dir):
+    """The files were written, then the run died (the pending mark stays): the rerun finds nothing to change in the
+    files, restarts the engine anyway and reports a change; the run after that changes nothing."""
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text('{\n  "log-driver": "journald"\n}\n')
+    fake = HealthySystem(cfg, "")
+    monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    args = {"engine": "docker", "config_path": str(cfg), "restart": True, "engine_version": "20.10.24"}
+    monkeypatch.setattr(container_runtime.Runner, "restart", lambda self: None)
+    r = result(**args)  # "killed": the restart never ran
+    assert r["changed"] and (pending_dir / "docker").read_text() == f"{cfg}\n"
+    monkeypatch.undo()
+    monkeypatch.setattr(service, "PENDING_DIR", str(pending_dir))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    written = cfg.read_bytes()
+    r = result(**args, _ansible_check_mode=True)
+    assert r["changed"] and not restarts(fake) and (pending_dir / "docker").exists()
+    r = result(**args)
+    assert (
+        r["changed"] and r["restarted"] and len(restarts(fake)) == 1 and "ended before the restart" in r["changes"][-1]
+    )
+    assert cfg.read_bytes() == written and not (pending_dir / "docker").exists()
+    r = result(**args)
+    assert not r["changed"] and len(restarts(fake)) == 1
+
+
+def test_a_rollback_clears_the_pending_mark(tmp_path, result, monkeypatch, pending_dir):
+    cfg = tmp_path / "daemon.json"
+    good = '{\n  "log-driver": "journald"\n}\n'
+    cfg.write_text(good)
+    fake = FakeSystem(cfg, good)
+    monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    r = result(engine="docker", config_path=str(cfg), restart=True, restart_timeout=5, engine_version="20.10.24")
+    assert r["failed"] and r["rolled_back"] and cfg.read_text() == good
+    assert not (pending_dir / "docker").exists()
+
+
+def test_a_file_that_cannot_be_written_puts_back_the_ones_written_before(tmp_path, result, monkeypatch, pending_dir):
+    """containerd's main file (its imports line) is written, then the drop-in hits a full disk: the main file gets
+    its old bytes back, nothing restarts, the message names the drop-in."""
+    main = tmp_path / "config.toml"
+    main.write_text('version = 2\n# the admin\'s note\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n')
+    before = main.read_bytes()
+    drop = tmp_path / "conf.d" / "99-gpufleet-nvidia.toml"
+    real = container_runtime.atomic_write
+
+    def full_disk(path, data, *args, **kwargs):
+        if path == str(drop):
+            raise OSError(28, "No space left on device")
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(container_runtime, "atomic_write", full_disk)
+    fake = HealthySystem(main, "")
+    monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
+    monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    r = result(
+        engine="containerd",
+        config_path=str(main),
+        drop_in=str(drop),
+        restart=True,
+        validate=False,
+        engine_version="1.7.24",
+    )
+    assert r["failed"] and r["path"] == str(drop), r
+    assert f"cannot write {drop}: No space left on device" in r["msg"] and f"{main} got their previous" in r["msg"]
+    assert main.read_bytes() == before and not drop.exists()
+    assert not restarts(fake) and not (pending_dir / "containerd").exists()
+    assert not [f for f in os.listdir(tmp_path) if ".gpufleet-" in f]  # no temporary file left
