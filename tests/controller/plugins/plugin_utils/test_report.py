@@ -197,3 +197,26 @@ def test_the_processes_holding_a_gpu_are_listed_per_host(model, fleet):
     assert hosts["bad"]["gpu_users"] == [] and hosts["down"]["gpu_users"] == []
     broken = report.host_entry("x", {"ansible_facts": {"nvidia": {"gpu_users": "not a dict"}}})
     assert broken["gpu_users"] == []
+
+
+def test_hosts_the_run_lost_are_unreachable_with_their_stage_and_fail_it(fleet):
+    """``active`` (ansible_play_hosts at the report): a host of the run Ansible dropped is ``unreachable`` with the
+    last stage it entered; a host with a recorded stage failure stays ``stage_failed``; one left out of the run stays
+    ``not_in_run``."""
+    hostvars = {h: dict(fleet.HOSTVARS.get(h, {})) for h in fleet.HOSTS}
+    hostvars["good"]["gpufleet_stage_reached"] = "runtime"
+    ran = ["good", "stage", "down", "cpu"]
+    model = report.fleet_report_model(hostvars, fleet.HOSTS, in_run=ran, active=["cpu"])
+    hosts = {h["name"]: (h["status"], h["lost_at"]) for h in model["hosts"]}
+    assert hosts["good"] == ("unreachable", "runtime")
+    assert hosts["down"] == ("unreachable", "discover")  # no facts, no stage: never answered
+    assert hosts["stage"] == ("stage_failed", None) and hosts["cpu"] == ("cpu_only", None)
+    assert hosts["bad"] == ("not_in_run", None)
+    s = model["summary"]
+    assert (s["unreachable"], s["no_facts"], s["ok"]) == (2, 0, False)
+    assert model["summary_line"].endswith("; 2 unreachable: good (at runtime), down (at discover); 3 not in this run")
+    assert report.status_text("unreachable") == "UNREACHABLE"
+    # Without active (a caller that does not know), nothing is unreachable.
+    assert all(h["lost_at"] is None for h in report.fleet_report_model(hostvars, fleet.HOSTS)["hosts"])
+    with pytest.raises(report.ReportError, match="active must be a list"):
+        report.fleet_report_model(hostvars, fleet.HOSTS, active="good")
