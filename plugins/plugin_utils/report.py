@@ -189,6 +189,8 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
             "stage": str(_get(failed, "stage", "?")),
             "task": str(_get(failed, "task", "?")),
             "msg": str(_get(failed, "msg", "")),
+            # site.yml's rescue found the host no longer answering (a connection that reports it as a failure)
+            "unreachable": _get(failed, "unreachable", False) in (True, "True", "true"),
         }
     if nvidia is None:
         entry["status"] = "stage_failed" if failed else "no_facts"
@@ -280,6 +282,8 @@ def fleet_report_model(
         entry = host_entry(str(host), hv)
         if ran is not None and str(host) not in ran:
             entry["status"] = "not_in_run"
+        elif entry["failed"] is not None and entry["failed"]["unreachable"]:
+            entry["status"], entry["lost_at"] = "unreachable", entry["failed"]["stage"]
         elif answered is not None and str(host) not in answered and entry["failed"] is None:
             _lost(entry, hv)
         entries.append(entry)
