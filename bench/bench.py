@@ -319,8 +319,11 @@ def storm_rows(fleet, nodes, per_node, parallel):
 
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write(_storm.REGENERATE_PLAYBOOK)
+
+    def regen():
+        return run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=900)
+
     try:
-        regen = lambda: run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=900)  # noqa: E731
         log("storm baseline: the same mix one at a time, nothing rewritten")
         base = _storm.storm(plan(max(10, per_node // 5), 1, False, "stormbase%d" % os.getpid()), None)
         log("storm: %d starts per node, %d at a time, on %s" % (per_node, parallel, ", ".join(nodes)))
