@@ -15,10 +15,15 @@ the targets are reported as met or missed.
 * discovery: ``ansible -m gpufleet.nvidia.gpu_facts`` vs ``ansible -m ansible.builtin.ping`` on one node;
   the pure ``discover()`` scan for 1, 8 and 16 GPUs (NVML stub) vs the same scan without NVML;
 * CDI generation (``gather`` + ``build_spec`` + ``render``) for Debian's 535 tree vs ``gather`` alone;
-* fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes.
+* fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes;
+* storm (issue 19): ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
+  nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
+  ``ctr run --runc-binary``, podman's CDI; all GPUs, one by index, one by UUID, none) while the spec and index are
+  rewritten on the node and ``cdi_spec`` / ``container_runtime`` run again from the controller: start-time median,
+  p90, p99, max, against the same mix one at a time with nothing rewritten; every start must see exactly its GPUs.
 
 Environment: ``GPUFLEET_BENCH_PREFIX`` (fleet prefix, default ``gfbench<pid>``), ``GPUFLEET_BENCH_ROUNDS``
-(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,fleet),
+(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,fleet,storm),
 ``GPUFLEET_BENCH_KEEP=1`` (keep the fleet for another run), ``GPUFLEET_BENCH_MODULE_UTILS`` (install the
 host programs from another ``module_utils`` folder, e.g. an older commit's, to compare).
 """
@@ -287,6 +292,98 @@ def shim_rows(fleet, node, label, rounds):
 
 
 # --------------------------------------------------------------------------------------------------
+# Storm: many GPU container starts at once while the spec is rewritten and the runtime re-registered
+
+
+def storm_rows(fleet, nodes, per_node, parallel):
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from tests.integration import _storm
+
+    engines = {"b-bookworm": ["docker", "containerd"], "b-trixie": ["docker", "containerd", "podman"]}
+
+    def plan(count, par, refresh, tag):
+        return {
+            n: {
+                "container": f"{fleet.prefix}-{n}",
+                "suite": n.split("-", 1)[1],
+                "engines": engines[n],
+                "count": count,
+                "parallel": par,
+                "docker_cdi": n != "b-bookworm",
+                "refresh": refresh,
+                "tag": tag,
+            }
+            for n in nodes
+        }
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(_storm.REGENERATE_PLAYBOOK)
+
+    def regen():
+        return run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=900)
+
+    try:
+        log("storm baseline: the same mix one at a time, nothing rewritten")
+        base = _storm.storm(plan(max(10, per_node // 5), 1, False, "stormbase%d" % os.getpid()), None)
+        log("storm: %d starts per node, %d at a time, on %s" % (per_node, parallel, ", ".join(nodes)))
+        result = _storm.storm(plan(per_node, parallel, True, "storm%d" % os.getpid()), regen)
+    finally:
+        os.unlink(f.name)
+    starts = _storm.starts(result)
+    failed = _storm.failures(result) + _storm.failures(base)
+    seconds = [s["seconds"] for s in starts]
+    dist = _storm.distribution(seconds) if seconds else {}
+    refreshes = {n: r["refreshes"] for n, r in result["nodes"].items()}
+    regenerations = result["regenerations"]
+    row = pair(
+        "storm: %d GPU container starts, %d at a time on each of %d nodes, spec rewritten meanwhile"
+        % (len(starts), parallel, len(nodes)),
+        "s",
+        seconds,
+        "same mix, one at a time, nothing rewritten",
+        [s["seconds"] for s in _storm.starts(base)],
+        note="",
+    )
+    row["storm"] = {
+        "starts": len(starts),
+        "failed_starts": len(failed),
+        "failures": failed[:50],
+        "distribution": dist,
+        "wall_s": result["wall"],
+        "by_engine": {
+            e: _storm.distribution([s["seconds"] for s in starts if s["engine"] == e])
+            for e in sorted({s["engine"] for s in starts})
+        },
+        "spec_refreshes": refreshes,
+        "playbook_runs": [r["rc"] for r in regenerations],
+        "final_playbook_rc": result["final"].returncode,
+    }
+    rows = [row]
+    if dist:
+        rows.append(
+            {
+                "name": "storm: start time p90 / p99 / max; failed starts",
+                "unit": "s",
+                "value": {"median": dist["p90"], "n": dist["n"]},
+                "note": "p90 %.2f s, p99 %.2f s, max %.2f s; %d failed of %d; %d spec rewrites on the nodes, %d "
+                "cdi_spec + container_runtime playbook runs (rc %s) during the storm"
+                % (
+                    dist["p90"],
+                    dist["p99"],
+                    dist["max"],
+                    len(failed),
+                    len(starts),
+                    sum(r["ok"] for r in refreshes.values()),
+                    len(regenerations),
+                    sorted({r["rc"] for r in regenerations}),
+                ),
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
 # Discovery
 
 
@@ -500,12 +597,13 @@ def markdown(result):
 def main():
     prefix = os.environ.get("GPUFLEET_BENCH_PREFIX", "gfbench%d" % os.getpid())
     rounds = int(os.environ.get("GPUFLEET_BENCH_ROUNDS", "15"))
-    only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", "start,shim,discovery,scan,cdi,fleet").split(",")))
+    sections = "start,shim,discovery,scan,cdi,fleet,storm"
+    only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", sections).split(",")))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": date, "rounds": rounds, "host": "%d CPUs, load %.2f" % (os.cpu_count(), os.getloadavg()[0])}
     result["rows"], result["notes"] = [], []
     rows = result["rows"]
-    if only & {"start", "shim", "discovery"}:
+    if only & {"start", "shim", "discovery", "storm"}:
         fleet = Fleet(prefix, os.path.join(HERE, "fleet.yml"))
         log(f"fleet {prefix} up ({fleet.config})")
         fleet.up()
@@ -530,6 +628,9 @@ def main():
             if "discovery" in only:
                 log("discovery through ansible")
                 rows += discovery_rows(fleet, "b-bookworm", rounds)
+            if "storm" in only:
+                per_node = int(os.environ.get("GPUFLEET_BENCH_STORM", "110"))
+                rows += storm_rows(fleet, ["b-bookworm", "b-trixie"], per_node, 16)
         finally:
             if os.environ.get("GPUFLEET_BENCH_KEEP") != "1":
                 fleet.down()
@@ -544,6 +645,9 @@ def main():
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
     result["notes"].append("bench process CPU %.1f s" % (self_usage.ru_utime + self_usage.ru_stime))
     for row in rows:
+        if (row.get("storm") or {}).get("failed_starts"):
+            storm = row["storm"]
+            result["notes"].append("storm: %d failed starts: %s" % (storm["failed_starts"], storm["failures"][:5]))
         if met(row) is False:
             where = "the runc + mounts/devices rows show where the time goes"
             result["notes"].append(f"target missed: {row['name']} ({where})")

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet report of ``playbooks/report.yml``: the model from hostvars, and its renderings.
 
-``fleet_report_model(hostvars, hosts, generated='', in_run=None)`` is ``plugin_utils/report.py``'s model;
+``fleet_report_model(hostvars, hosts, generated='', in_run=None, active=None)`` is ``plugin_utils/report.py``'s model;
 ``to_report_markdown(model, templates_dir=None)`` and ``to_report_html(model, templates_dir=None)`` render it
 through the Jinja2 templates of ``playbooks/templates/report/`` or those of ``templates_dir``
 (``plugin_utils/report_render.py``); ``to_report_json(model)`` serialises it. Documentation: the ``.yml``
@@ -20,10 +20,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import report, report_render
 
 
-def fleet_report_model(hostvars: Any, hosts: Any, generated: Any = "", in_run: Any = None) -> report.Model:
+def fleet_report_model(
+    hostvars: Any, hosts: Any, generated: Any = "", in_run: Any = None, active: Any = None
+) -> report.Model:
     """The report's data; see ``fleet_report_model.yml``."""
     try:
-        return report.fleet_report_model(hostvars, hosts, generated, in_run)
+        return report.fleet_report_model(hostvars, hosts, generated, in_run, active)
     except report.ReportError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -28,6 +28,7 @@ STATUS_TEXT = {
     "not_validated": "not validated",
     "cpu_only": "CPU-only",
     "no_facts": "unreachable / no facts",
+    "unreachable": "UNREACHABLE",
     "not_in_run": "not in this run",
 }
 # The per-host facts the model reads; nothing else of hostvars reaches the report.
@@ -38,6 +39,7 @@ HOST_VARS = (
     "gpufleet_validate",
     "gpufleet_device_plugin",
     "gpufleet_failed",
+    "gpufleet_stage_reached",
 )
 SUMMARY_LINE = (
     "{hosts} hosts: {gpu_nodes} GPU nodes ({gpus} GPUs), {cpu_only} CPU-only, {no_facts} unreachable/no facts; "
@@ -176,6 +178,7 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
         "problems": [],
         "gpu_users": [],
         "failed": None,
+        "lost_at": None,  # the stage of this run the host went unreachable in (fleet_report_model's active)
         # This run's toolkit and runtime stages, else what gpu_facts read from the host (a stage run alone).
         "toolkit": stage_toolkit(_get(hv, "gpufleet_toolkit"), nvidia),
         "device_plugin": _get(hv, "gpufleet_device_plugin"),
@@ -186,6 +189,8 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
             "stage": str(_get(failed, "stage", "?")),
             "task": str(_get(failed, "task", "?")),
             "msg": str(_get(failed, "msg", "")),
+            # site.yml's rescue found the host no longer answering (a connection that reports it as a failure)
+            "unreachable": _get(failed, "unreachable", False) in (True, "True", "true"),
         }
     if nvidia is None:
         entry["status"] = "stage_failed" if failed else "no_facts"
@@ -236,32 +241,57 @@ def summarize(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
         "stage_failed": count["stage_failed"],
         "not_validated": count["not_validated"],
         "not_in_run": count["not_in_run"],
+        "unreachable": count["unreachable"],
         "problems": sum(len(e["problems"]) for e in entries),
     }
-    summary["ok"] = summary["failed"] == 0 and summary["stage_failed"] == 0 and summary["no_facts"] == 0
+    summary["ok"] = not (summary["failed"] or summary["stage_failed"] or summary["no_facts"] or summary["unreachable"])
     return summary
 
 
+def _lost(entry: dict[str, Any], hv: Mapping[str, Any]) -> None:
+    """``entry`` of a host the run lost (unreachable, or failed outside a stage's rescue): status ``unreachable``,
+    ``lost_at`` the last stage it entered (``gpufleet_stage_reached``; ``discover`` when it never answered)."""
+    entry["status"] = "unreachable"
+    entry["lost_at"] = str(_get(hv, "gpufleet_stage_reached") or "discover")
+
+
 def fleet_report_model(
-    hostvars: Any, hosts: Iterable[Any] | None, generated: Any = "", in_run: Iterable[Any] | None = None
+    hostvars: Any,
+    hosts: Iterable[Any] | None,
+    generated: Any = "",
+    in_run: Iterable[Any] | None = None,
+    active: Iterable[Any] | None = None,
 ) -> Model:
     """The report's data; see the filter's documentation (``plugins/filter/fleet_report_model.yml``).
 
     ``in_run``: the hosts this run's stages targeted (``--limit``, ``gpufleet_hosts``); every other host of ``hosts``
-    is listed as ``not_in_run``, not as unreachable, and does not fail the run. None: every host was in the run."""
+    is listed as ``not_in_run``, not as unreachable, and does not fail the run. None: every host was in the run.
+    ``active``: the hosts of the run still answering at the report (``ansible_play_hosts``: Ansible drops a host that
+    went unreachable, from that task on); a host of the run not among them and with no stage failure recorded is
+    ``unreachable``, with ``lost_at`` the stage it was lost in. None: every host of the run answered."""
     if hosts is None or isinstance(hosts, (str, bytes)):
         raise ReportError("fleet_report_model: hosts must be a list of host names (groups['all'])")
-    if isinstance(in_run, (str, bytes)):
-        raise ReportError("fleet_report_model: in_run must be a list of host names")
+    for name, value in (("in_run", in_run), ("active", active)):
+        if isinstance(value, (str, bytes)):
+            raise ReportError(f"fleet_report_model: {name} must be a list of host names")
     ran = None if in_run is None else {str(h) for h in in_run}
+    answered = None if active is None else {str(h) for h in active}
     entries = []
     for host in hosts:
-        entry = host_entry(str(host), _host_vars(hostvars, host))
+        hv = _host_vars(hostvars, host)
+        entry = host_entry(str(host), hv)
         if ran is not None and str(host) not in ran:
             entry["status"] = "not_in_run"
+        elif entry["failed"] is not None and entry["failed"]["unreachable"]:
+            entry["status"], entry["lost_at"] = "unreachable", entry["failed"]["stage"]
+        elif answered is not None and str(host) not in answered and entry["failed"] is None:
+            _lost(entry, hv)
         entries.append(entry)
     summary = summarize(entries)
     line = SUMMARY_LINE.format(**summary)
+    if summary["unreachable"]:
+        lost = ", ".join(f"{e['name']} (at {e['lost_at']})" for e in entries if e["status"] == "unreachable")
+        line += f"; {summary['unreachable']} unreachable: {lost}"
     if summary["not_in_run"]:
         line += f"; {summary['not_in_run']} not in this run"
     return {

@@ -132,3 +132,100 @@ def test_a_limited_run_reports_every_host_and_the_others_as_not_in_this_run(tmp_
     assert report["summary"]["ok"] is True and report["summary"]["not_in_run"] == 2
     assert report["summary_line"].endswith("; 2 not in this run")
     assert "not in this run" in (out / "fleet-report.md").read_text()
+
+
+LOST_PLAY = """
+- name: Discover, as site.yml's first play does
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Record that the host entered the stage discover
+      ansible.builtin.set_fact:
+        gpufleet_stage_reached: discover
+    - name: Stand-in for gpufleet.nvidia.gpu_facts (a real connection to each host)
+      fake_gpu_facts:
+        nvidia: "{{{{ fake_nvidia }}}}"
+
+- name: A stage through site.yml's own stage.yml, during which the host lost goes away
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The stage (its role skipped here) records that the host entered it
+      ansible.builtin.include_tasks: {stage}
+      vars:
+        gpufleet_stage: runtime
+        gpufleet_stage_when: false
+    - name: The host lost stops answering (its address becomes a closed port)
+      ansible.builtin.set_fact:
+        ansible_connection: ssh
+        ansible_host: 127.0.0.1
+        ansible_port: 9
+      when: inventory_hostname == 'lost'
+    - name: A task that reaches each host
+      ansible.builtin.ping:
+
+- name: A later stage
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The stage records that the host entered it
+      ansible.builtin.include_tasks: {stage}
+      vars:
+        gpufleet_stage: validate
+        gpufleet_stage_when: false
+
+- name: Fleet report
+  ansible.builtin.import_playbook: {report}
+"""
+
+
+def test_unreachable_hosts_are_named_with_their_stage_apart_from_hosts_left_out(tmp_path):
+    """A host unreachable from the first task (a closed port) and one lost in the middle of the runtime stage are
+    reported as unreachable, each with the stage it was lost in, and fail the run's report; a host left out by
+    --limit is "not in this run", as before."""
+    hosts = {
+        "good": {"fake_nvidia": _nvidia("A100"), "gpufleet_validate": _validate(True)},
+        "gone": {
+            "fake_nvidia": _nvidia("A100"),
+            "ansible_connection": "ssh",
+            "ansible_host": "127.0.0.1",
+            "ansible_port": 9,
+        },
+        "lost": {"fake_nvidia": _nvidia("T4")},
+        "out": {"fake_nvidia": _nvidia("T4")},
+    }
+    inventory = {
+        "all": {
+            "hosts": hosts,
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "ansible_ssh_common_args": "-o ConnectTimeout=5 -o StrictHostKeyChecking=no",
+            },
+        }
+    }
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "fake_gpu_facts.py").write_text(FAKE_GPU_FACTS)
+    play = LOST_PLAY.format(report=REPO / "playbooks" / "report.yml", stage=REPO / "playbooks" / "tasks" / "stage.yml")
+    (tmp_path / "play.yml").write_text(play)
+    out = tmp_path / "out"
+    args = ["-i", "inventory.json", "play.yml", "--limit", "good,gone,lost", "-e", f"report_dir={out}"]
+    proc = run_playbook(*args, "-e", "report_fail_on_error=true", cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "UNREACHABLE" in proc.stdout  # Ansible's own word, for the two hosts
+    report = json.loads((out / "fleet-report.json").read_text())
+    hosts_out = {h["name"]: (h["status"], h["lost_at"]) for h in report["hosts"]}
+    assert hosts_out == {
+        "good": ("passed", None),
+        "gone": ("unreachable", "discover"),
+        "lost": ("unreachable", "runtime"),
+        "out": ("not_in_run", None),
+    }
+    summary = report["summary"]
+    assert (summary["unreachable"], summary["not_in_run"], summary["ok"]) == (2, 1, False)
+    assert report["summary_line"].endswith("; 2 unreachable: gone (at discover), lost (at runtime); 1 not in this run")
+    markdown = (out / "fleet-report.md").read_text()
+    assert "## lost - UNREACHABLE" in markdown and "lost during stage runtime" in markdown
+    assert "## out - not in this run" in markdown and "lost during stage discover" in markdown
+    assert 'class="unreachable"' in (out / "fleet-report.html").read_text()

@@ -10,6 +10,7 @@ import pytest
 from markupsafe import Markup
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import report
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.report_render import render
 
 
 @pytest.fixture
@@ -55,7 +56,8 @@ def test_host_details(model, fleet):
     ]
     assert bad["problems"] == [fleet.PROBLEM]
     stage = hosts["stage"]
-    assert stage["failed"] == {"stage": "driver", "task": "Install the driver", "msg": "E: Unable to locate <pkg>"}
+    failed = {"stage": "driver", "task": "Install the driver", "msg": "E: Unable to locate <pkg>", "unreachable": False}
+    assert stage["failed"] == failed
     assert stage["gpus"][0]["name"].startswith("PCI device 0x20b0") and stage["driver"]["reboot_required"]
     assert hosts["cpu"]["gpu_count"] == 0 and hosts["down"]["facts"] is False
 
@@ -197,3 +199,43 @@ def test_the_processes_holding_a_gpu_are_listed_per_host(model, fleet):
     assert hosts["bad"]["gpu_users"] == [] and hosts["down"]["gpu_users"] == []
     broken = report.host_entry("x", {"ansible_facts": {"nvidia": {"gpu_users": "not a dict"}}})
     assert broken["gpu_users"] == []
+
+
+def test_hosts_the_run_lost_are_unreachable_with_their_stage_and_fail_it(fleet):
+    """``active`` (ansible_play_hosts at the report): a host of the run Ansible dropped is ``unreachable`` with the
+    last stage it entered; a host with a recorded stage failure stays ``stage_failed``; one left out of the run stays
+    ``not_in_run``."""
+    hostvars = {h: dict(fleet.HOSTVARS.get(h, {})) for h in fleet.HOSTS}
+    hostvars["good"]["gpufleet_stage_reached"] = "runtime"
+    ran = ["good", "stage", "down", "cpu"]
+    model = report.fleet_report_model(hostvars, fleet.HOSTS, in_run=ran, active=["cpu"])
+    hosts = {h["name"]: (h["status"], h["lost_at"]) for h in model["hosts"]}
+    assert hosts["good"] == ("unreachable", "runtime")
+    assert hosts["down"] == ("unreachable", "discover")  # no facts, no stage: never answered
+    assert hosts["stage"] == ("stage_failed", None) and hosts["cpu"] == ("cpu_only", None)
+    assert hosts["bad"] == ("not_in_run", None)
+    s = model["summary"]
+    assert (s["unreachable"], s["no_facts"], s["ok"]) == (2, 0, False)
+    assert model["summary_line"].endswith("; 2 unreachable: good (at runtime), down (at discover); 3 not in this run")
+    assert report.status_text("unreachable") == "UNREACHABLE"
+    # Without active (a caller that does not know), nothing is unreachable.
+    assert all(h["lost_at"] is None for h in report.fleet_report_model(hostvars, fleet.HOSTS)["hosts"])
+    with pytest.raises(report.ReportError, match="active must be a list"):
+        report.fleet_report_model(hostvars, fleet.HOSTS, active="good")
+
+
+def test_a_stage_failure_on_a_host_that_no_longer_answers_is_unreachable_in_that_stage(fleet):
+    """site.yml's rescue probes the host; a connection that reports a lost host as a failed task (docker's with a
+    stopped container) gives ``gpufleet_failed.unreachable``: the host is unreachable in that stage, not failed."""
+    hostvars = {h: dict(fleet.HOSTVARS.get(h, {})) for h in fleet.HOSTS}
+    lost = {"stage": "toolkit", "task": "Look for the toolkit", "msg": "Module result deserialization failed"}
+    hostvars["good"]["gpufleet_failed"] = dict(lost, unreachable=True)
+    hostvars["stage"]["gpufleet_failed"] = dict(hostvars["stage"]["gpufleet_failed"], unreachable=False)
+    model = report.fleet_report_model(hostvars, fleet.HOSTS)
+    hosts = {h["name"]: h for h in model["hosts"]}
+    assert (hosts["good"]["status"], hosts["good"]["lost_at"]) == ("unreachable", "toolkit")
+    assert hosts["good"]["failed"]["unreachable"] is True and hosts["stage"]["status"] == "stage_failed"
+    assert model["summary"]["unreachable"] == 1 and model["summary"]["stage_failed"] == 1
+    markdown = render(model, "markdown")
+    assert "lost during stage toolkit** (task Look for the toolkit: Module result deserialization failed)" in markdown
+    assert "**Failed at stage toolkit**" not in markdown
