@@ -247,3 +247,28 @@ def nvidia_toolkit(root: str = "/", run_command: RunCommand | None = None) -> di
         "cdi_specs": cdi_specs(root),
         "units": units(root),
     }
+
+
+DISABLED_SUFFIX = ".gpufleet-disabled"
+
+
+def specs_to_disable(specs: list[dict[str, Any]], path: str, kind: str, names: list[str]) -> list[dict[str, Any]]:
+    """The specs among ``specs`` (``cdi_specs``' entries) that a spec about to be written at ``path`` for ``kind``
+    and device ``names`` would collide with: every other spec of that kind claiming one of those names (the CDI cache
+    drops the device or lets the later directory win), and a spec at ``path`` itself that this collection did not
+    write (its content is kept as a backup before it is replaced)."""
+    wanted = set(names)
+    return [
+        spec
+        for spec in specs
+        if spec.get("kind") == kind
+        and wanted & set(spec.get("devices") or ())
+        and (spec["path"] != path or not spec.get("ours"))
+    ]
+
+
+def disabled_path(path: str, taken: Callable[[str], bool], stamp: str) -> str:
+    """Where a spec moved aside goes: ``<path>.gpufleet-disabled`` in its own folder (a name the CDI cache does not
+    load, found next to the file it replaces), ``<path>.<stamp>.gpufleet-disabled`` when that is taken."""
+    first = path + DISABLED_SUFFIX
+    return first if not taken(first) else f"{path}.{stamp}{DISABLED_SUFFIX}"

@@ -274,3 +274,21 @@ def test_discover_publishes_nvidia_toolkit_and_its_problems(tmp_path: Path) -> N
     assert facts["nvidia_toolkit"]["installed"] is True
     assert [s["path"] for s in facts["nvidia_toolkit"]["cdi_specs"]] == ["/etc/cdi/nvidia.json", "/etc/cdi/nvidia.yaml"]
     assert "cdi_spec_conflict" in _codes(facts["problems"])
+
+
+def test_specs_to_disable_and_their_backup_names(tmp_path: Path) -> None:
+    write(tmp_path, "/etc/cdi/nvidia.yaml", ours_yaml())
+    write(tmp_path, "/var/run/cdi/nvidia.yaml", NVIDIA_SPEC)
+    write(tmp_path, "/etc/cdi/other.json", '{"kind": "vendor.com/fpga", "devices": [{"name": "0"}]}')
+    write(tmp_path, "/etc/cdi/mig.json", '{"kind": "nvidia.com/gpu", "devices": [{"name": "0:1"}]}')
+    specs = nt.cdi_specs(str(tmp_path))
+    moved = nt.specs_to_disable(specs, "/etc/cdi/nvidia.yaml", "nvidia.com/gpu", ["0", "all"])
+    assert [s["path"] for s in moved] == ["/var/run/cdi/nvidia.yaml"]
+    # NVIDIA's spec where ours goes (nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml): kept as a backup
+    write(tmp_path, "/etc/cdi/nvidia.yaml", NVIDIA_SPEC)
+    moved = nt.specs_to_disable(nt.cdi_specs(str(tmp_path)), "/etc/cdi/nvidia.yaml", "nvidia.com/gpu", ["0"])
+    assert [s["path"] for s in moved] == ["/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"]
+    assert nt.disabled_path("/etc/cdi/a.yaml", lambda p: False, "1") == "/etc/cdi/a.yaml.gpufleet-disabled"
+    assert (
+        nt.disabled_path("/etc/cdi/a.yaml", lambda p: True, "20261123") == "/etc/cdi/a.yaml.20261123.gpufleet-disabled"
+    )
