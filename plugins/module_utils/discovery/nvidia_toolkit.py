@@ -67,8 +67,6 @@ UNIT_DIRS = (
 SPEC_LIMIT = 4 << 20
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b")
 
-RunCommand = Callable[[list[str]], "tuple[int, str, str]"]
-
 
 def dpkg_packages(status: str | None, names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     """``{package: full version}`` of the installed ones among ``names`` in a dpkg status file."""
@@ -220,7 +218,9 @@ def units(root: str = "/") -> dict[str, dict[str, Any]]:
     return found
 
 
-def nvidia_toolkit(root: str = "/", run_command: RunCommand | None = None) -> dict[str, Any]:
+def nvidia_toolkit(
+    root: str = "/", run_command: Callable[[list[str]], tuple[int, str, str]] | None = None
+) -> dict[str, Any]:
     """The ``nvidia_toolkit`` fact (see the module docstring); ``installed`` when any of NVIDIA's packages or its
     runtime, CLI or ``nvidia-ctk`` is there."""
     on_host = os.path.abspath(root) == "/" and run_command is not None
