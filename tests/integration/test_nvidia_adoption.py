@@ -4,8 +4,8 @@
 
 """A node that runs NVIDIA's container toolkit: adopted as it is, then taken over by ``site.yml`` (issue 20).
 
-One trixie node (docker 26 with CDI, containerd 1.7, podman 5.4: the image of the converged fleet; Debian's driver userspace preinstalled, one GPU) is prepared as a
-host NVIDIA's install guide left: NVIDIA's four packages (the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1,
+One trixie node (docker 26 with CDI, containerd 1.7, podman 5.4, Debian's driver userspace preinstalled: the node
+image of the converged fleet; one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four packages (the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1,
 installed with dpkg from the signed stand-in repository; their postinst writes ``config.toml`` as NVIDIA's does),
 ``/etc/docker/daemon.json`` as ``nvidia-ctk runtime configure --runtime=docker --cdi.enabled`` writes it, NVIDIA's
 CDI spec as ``nvidia-ctk cdi generate`` writes it both where the install guide puts it (``/etc/cdi/nvidia.yaml``) and
