@@ -5,14 +5,14 @@
 """A node that runs NVIDIA's container toolkit: adopted as it is, then taken over by ``site.yml`` (issue 20).
 
 One trixie node (docker 26 with CDI, containerd 1.7, podman 5.4, Debian's driver userspace preinstalled: the node
-image of the converged fleet; one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four packages (the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1,
-installed with dpkg from the signed stand-in repository; their postinst writes ``config.toml`` as NVIDIA's does),
-``/etc/docker/daemon.json`` as ``nvidia-ctk runtime configure --runtime=docker --cdi.enabled`` writes it, NVIDIA's
-CDI spec as ``nvidia-ctk cdi generate`` writes it both where the install guide puts it (``/etc/cdi/nvidia.yaml``) and
-where the refresh unit of toolkit 1.18 does (``/var/run/cdi/nvidia.yaml``), and NVIDIA's ``nvidia-cdi-refresh``
-units, enabled (their text from NVIDIA/nvidia-container-toolkit ``deployments/systemd/``, commits 044b670d and
-347d5efd). The stand-ins cannot generate a spec, so the spec lists the node's device nodes itself, in
-``nvidia-ctk``'s layout.
+image of the converged fleet; one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four packages
+(the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1, installed with dpkg from the signed stand-in repository;
+their postinst writes ``config.toml`` as NVIDIA's does), ``/etc/docker/daemon.json`` as ``nvidia-ctk runtime
+configure --runtime=docker --cdi.enabled`` writes it, NVIDIA's CDI spec as ``nvidia-ctk cdi generate`` writes it
+both where the install guide puts it (``/etc/cdi/nvidia.yaml``) and where the refresh unit of toolkit 1.18 does
+(``/var/run/cdi/nvidia.yaml``), and NVIDIA's ``nvidia-cdi-refresh`` units, enabled (their text from
+NVIDIA/nvidia-container-toolkit ``deployments/systemd/``, commits 044b670d and 347d5efd). The stand-ins cannot
+generate a spec, so the spec lists the node's device nodes itself, in ``nvidia-ctk``'s layout.
 
 Then, in order: ``gpu_facts`` sees NVIDIA's toolkit and the two specs (``cdi_spec_shadowed``), and a CDI device runs
 through docker and podman; the toolkit role with defaults adopts NVIDIA's toolkit (provider ``nvidia``, no package
