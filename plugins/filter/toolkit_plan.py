@@ -15,10 +15,10 @@ description:
     installs and how the runtime trusts device requests on the host.
   - C(provider) - O(_input.provider) unless it is C(auto); then C(nvidia) when a mirror is set
     (O(_input.nvidia_mirror_url)), the host already has NVIDIA's container toolkit repository (O(repo_files) > 0)
-    or NVIDIA's toolkit is installed (O(nvidia_installed), C(gpu_facts)' C(nvidia_toolkit.installed): a host
+    or NVIDIA's toolkit is installed (O(nvidia_installed), C(gpu_facts)' C(nvidia_toolkit.installed) - a host
     that runs NVIDIA's stack keeps it), else C(native) (the collection's own runtime shim and CDI hook).
   - C(adopt) - C(auto) chose C(nvidia) only because NVIDIA's toolkit is installed (no mirror, no repository file,
-    no O(_input.nvidia_version) pin): the role then keeps NVIDIA's packages as they are and configures no
+    no O(_input.nvidia_version) pin) - the role then keeps NVIDIA's packages as they are and configures no
     repository. With O(_input.nvidia_state=absent) (NVIDIA's
     packages and repository to be removed) C(auto) is C(native), and C(nvidia) is an error.
   - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from

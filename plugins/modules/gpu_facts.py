@@ -391,7 +391,7 @@ ansible_facts:
           - docker adds C(unit_flags) - the flags its systemd unit passes to dockerd that conflict with the runtime
             registration in C(daemon.json) (C(--add-runtime), C(--default-runtime), also through C($DOCKER_OPTS)),
             each C({flag, option, file}); each is also a problem C(docker_unit_runtime_flag) with its fix.
-          - docker, containerd and CRI-O add C(runtime_paths) - C({runtime name: program}) for each registered runtime
+          - docker, containerd and CRI-O add C(runtime_paths) - the program of each registered runtime
             that names its program (docker's C(path), containerd's C(options.BinaryName), CRI-O's C(runtime_path)); a
             program that does not exist is a problem C(runtime_program_missing).
           type: dict
@@ -505,13 +505,13 @@ ansible_facts:
               type: bool
               returned: always
             packages:
-              description: C({package: version}) of NVIDIA's four packages that are installed (dpkg; C(rpm -q)).
+              description: The version of each of NVIDIA's four packages that are installed (dpkg; C(rpm -q)).
               type: dict
               returned: always
               sample: {nvidia-container-toolkit: 1.17.8-1, nvidia-container-toolkit-base: 1.17.8-1}
             binaries:
               description:
-              - C({path: {version}}) of C(nvidia-ctk), C(nvidia-container-runtime), C(nvidia-container-runtime-hook),
+              - A dict C(version) by path, for C(nvidia-ctk), C(nvidia-container-runtime), C(nvidia-container-runtime-hook),
                 C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin); the version is what the program's
                 C(--version) prints, read on O(root=/) only (null otherwise).
               type: dict
