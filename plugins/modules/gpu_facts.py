@@ -511,8 +511,8 @@ ansible_facts:
               sample: {nvidia-container-toolkit: 1.17.8-1, nvidia-container-toolkit-base: 1.17.8-1}
             binaries:
               description:
-              - A dict C(version) by path, for C(nvidia-ctk), C(nvidia-container-runtime), C(nvidia-container-runtime-hook),
-                C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin); the version is what the program's
+              - A dict C(version) by path, for C(nvidia-ctk), C(nvidia-container-runtime),
+                C(nvidia-container-runtime-hook), C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin); the version is what the program's
                 C(--version) prints, read on O(root=/) only (null otherwise).
               type: dict
               returned: always
