@@ -512,8 +512,8 @@ ansible_facts:
             binaries:
               description:
               - A dict C(version) by path, for C(nvidia-ctk), C(nvidia-container-runtime),
-                C(nvidia-container-runtime-hook), C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin); the version is what the program's
-                C(--version) prints, read on O(root=/) only (null otherwise).
+                C(nvidia-container-runtime-hook), C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin);
+                the version is what the program's C(--version) prints, read on O(root=/) only (null otherwise).
               type: dict
               returned: always
             config_path:
