@@ -14,8 +14,12 @@ description:
   - Given the C(gpufleet.nvidia.toolkit) role's variables (without their C(toolkit_) prefix), decides what the role
     installs and how the runtime trusts device requests on the host.
   - C(provider) - O(_input.provider) unless it is C(auto); then C(nvidia) when a mirror is set
-    (O(_input.nvidia_mirror_url)) or the host already has NVIDIA's container toolkit repository (O(repo_files) > 0),
-    else C(native) (the collection's own runtime shim and CDI hook). With O(_input.nvidia_state=absent) (NVIDIA's
+    (O(_input.nvidia_mirror_url)), the host already has NVIDIA's container toolkit repository (O(repo_files) > 0)
+    or NVIDIA's toolkit is installed (O(nvidia_installed), C(gpu_facts)' C(nvidia_toolkit.installed) - a host
+    that runs NVIDIA's stack keeps it), else C(native) (the collection's own runtime shim and CDI hook).
+  - C(adopt) - C(auto) chose C(nvidia) only because NVIDIA's toolkit is installed (no mirror, no repository file,
+    no O(_input.nvidia_version) pin) - the role then keeps NVIDIA's packages as they are and configures no
+    repository. With O(_input.nvidia_state=absent) (NVIDIA's
     packages and repository to be removed) C(auto) is C(native), and C(nvidia) is an error.
   - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from
     O(kubernetes_node) (on a Kubernetes node the device plugin hands out GPUs, so an unprivileged container's
@@ -36,6 +40,10 @@ options:
         description: C(toolkit_nvidia_state) (C(present) or C(absent)).
         type: str
         default: present
+      nvidia_version:
+        description: C(toolkit_nvidia_version) (a pin makes the role install from a repository, never adopt).
+        type: str
+        default: ""
       nvidia_mirror_url:
         description: C(toolkit_nvidia_mirror_url).
         type: str
@@ -66,6 +74,11 @@ options:
     description: How many of the host's package source files name NVIDIA's container toolkit repository.
     type: int
     default: 0
+  nvidia_installed:
+    description:
+      - Whether NVIDIA's container toolkit is installed on the host (C(ansible_facts.nvidia.nvidia_toolkit.installed)).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -88,6 +101,9 @@ _value:
     nvidia_state:
       description: C(present) or C(absent) (remove NVIDIA's packages and repository first).
       type: str
+    adopt:
+      description: Keep NVIDIA's installed toolkit as it is (no repository, no package change); see C(adopt) above.
+      type: bool
     kubernetes_node:
       description: O(kubernetes_node), as a bool.
       type: bool
@@ -129,16 +145,22 @@ def _setting(value: Any, derived: bool) -> bool:
     return derived if value is None else boolean(value, strict=False)
 
 
-def toolkit_plan(settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0) -> dict:
+def toolkit_plan(
+    settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0, nvidia_installed: Any = False
+) -> dict:
     """The role's choices; see DOCUMENTATION."""
     settings = settings or {}
     provider = settings.get("provider") or "auto"
     mirror = str(settings.get("nvidia_mirror_url") or "")
     state = settings.get("nvidia_state") or "present"
+    adopt = False
     if state not in ("present", "absent"):
         raise AnsibleFilterError(f"toolkit_nvidia_state: {state!r} is not present or absent")
     if provider == "auto":
-        provider = "nvidia" if state == "present" and (mirror or int(repo_files or 0) > 0) else "native"
+        repository = bool(mirror) or int(repo_files or 0) > 0
+        installed = boolean(nvidia_installed, strict=False)
+        provider = "nvidia" if state == "present" and (repository or installed) else "native"
+        adopt = provider == "nvidia" and not repository and not str(settings.get("nvidia_version") or "")
     elif provider not in PROVIDERS:
         raise AnsibleFilterError(f"toolkit_provider: {provider!r} is not auto, native or nvidia")
     elif provider == "nvidia" and state == "absent":
@@ -152,6 +174,7 @@ def toolkit_plan(settings: Mapping[str, Any], kubernetes_node: Any = False, repo
     return {
         "provider": provider,
         "nvidia_state": state,
+        "adopt": adopt,
         "kubernetes_node": node,
         "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
         "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),

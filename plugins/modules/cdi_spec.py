@@ -22,6 +22,14 @@ description:
   - Also writes a compact JSON index next to it (O(index_path)), which the collection's runtime shim
     C(gpufleet-container-runtime) reads on every GPU container start.
   - The files are written atomically with mode C(0644); a second run on an unchanged host changes nothing.
+  - With O(disable_others=true) (the default) it never leaves two specs for one device - every other spec in the
+    directories the engines read (C(/etc/cdi), C(/var/run/cdi)) that claims one of its devices, NVIDIA's
+    C(nvidia-ctk cdi generate) output among them, is moved aside to C(<path>.gpufleet-disabled) in its own folder
+    (a name the CDI cache does not load), and a spec at O(path) that this module did not write is kept there as a
+    backup before it is replaced. Two specs of one directory for one device make the CDI cache drop the device for
+    every engine; across directories the one in C(/var/run/cdi) silently wins (container-device-interface
+    C(pkg/cdi/cache.go)). NVIDIA's C(nvidia-cdi-refresh) units write C(/var/run/cdi/nvidia.yaml) again; the
+    C(gpufleet.nvidia.runtime) role masks them first.
 author:
   - gpufleet.nvidia contributors (@gpufleet)
 attributes:
@@ -30,7 +38,7 @@ attributes:
     description: Reports what would change and writes nothing.
   diff_mode:
     support: full
-    description: Shows the spec before and after.
+    description: Shows the spec before and after, and each spec moved aside (its path and its backup).
   idempotent:
     support: full
     description: The same host renders the same bytes.
@@ -81,6 +89,12 @@ options:
     type: list
     elements: str
     default: [all]
+  disable_others:
+    description:
+      - Move every other CDI spec that claims one of this spec's devices aside (C(<path>.gpufleet-disabled)), and keep
+        a spec at O(path) this module did not write as that backup before replacing it. RV(disabled) lists them.
+    type: bool
+    default: true
   hook_path:
     description: The createContainer hook the spec calls (installed by the C(toolkit) role).
     type: path
@@ -139,6 +153,12 @@ path:
   returned: always
   type: str
   sample: /etc/cdi/nvidia.yaml
+disabled:
+  description: The specs moved aside (O(disable_others)), each C({path, backup, devices}) - would be, in check mode.
+  returned: when state is present
+  type: list
+  elements: dict
+  sample: [{path: /var/run/cdi/nvidia.yaml, backup: /var/run/cdi/nvidia.yaml.gpufleet-disabled, devices: ["0", all]}]
 index_path:
   description: The index's path (empty when none is written).
   returned: always
@@ -177,6 +197,8 @@ spec:
 """
 
 import os
+import shutil
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -190,6 +212,11 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
 )
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discovered_gpus
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.engines import detect as detect_engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_toolkit import (
+    cdi_specs,
+    disabled_path,
+    specs_to_disable,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import CDI_SPEC_VERSIONS, cdi_spec_version
 
@@ -223,6 +250,7 @@ def main() -> None:
             },
             "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
             "hook_path": {"type": "path", "default": HOOK_PATH},
+            "disable_others": {"type": "bool", "default": True},
             "gpus": {"type": "list", "elements": "dict"},
             "driver_version": {"type": "str"},
             "cuda_version": {"type": "str"},
@@ -265,13 +293,25 @@ def main() -> None:
         if path not in [c[0] for c in changes] and os.path.exists(path) and os.stat(path).st_mode & 0o7777 != 0o644:
             changes.append((path, spec_text if path == spec_file else index_text))
 
+    names = [d["name"] for d in spec["devices"]]
+    others = specs_to_disable(cdi_specs(root), p["path"], spec["kind"], names) if p["disable_others"] else []
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    disabled = [
+        {
+            "path": other["path"],
+            "backup": disabled_path(other["path"], lambda c: os.path.lexists(host_path(root, c)), stamp),
+            "devices": sorted(set(other["devices"]) & set(names)),
+        }
+        for other in others
+    ]
     result.update(
-        changed=bool(changes),
+        changed=bool(changes or disabled),
+        disabled=disabled,
         driver_version=version,
         cuda_version=index["cudaVersion"],
         cdi_version=spec["cdiVersion"],
         cdi_version_reason=reason,
-        devices=[d["name"] for d in spec["devices"]],
+        devices=names,
         spec=spec,
     )
     if module._diff:
@@ -281,6 +321,31 @@ def main() -> None:
             "before_header": p["path"],
             "after_header": p["path"],
         }
+        if disabled:
+            moved = [
+                {
+                    "before": f"{d['path']} (a CDI spec for {spec['kind']}={', '.join(d['devices'])})\n",
+                    "after": f"{d['backup']} (moved aside: one spec per device; the CDI cache loads *.json, *.yaml)\n",
+                    "before_header": d["path"],
+                    "after_header": d["backup"],
+                }
+                for d in disabled
+            ]
+            result["diff"] = [result["diff"], *moved]
+    if disabled and not module.check_mode:
+        for d in disabled:
+            source, backup = host_path(root, d["path"]), host_path(root, d["backup"])
+            try:
+                if d["path"] == p["path"]:
+                    shutil.copy2(source, backup)  # replaced below by ours, atomically
+                else:
+                    os.rename(source, backup)
+            except OSError as exc:
+                module.fail_json(
+                    msg=f"cannot move the CDI spec {d['path']} aside to {d['backup']}: {exc.strerror or exc}; move it "
+                    "out of the *.json/*.yaml names yourself, or set disable_others=false to keep both",
+                    **result,
+                )
     if changes and not module.check_mode:
         labels = dict(targets)
         for path, text in changes:

@@ -393,6 +393,9 @@ ansible_facts:
           - docker adds C(unit_flags) - the flags its systemd unit passes to dockerd that conflict with the runtime
             registration in C(daemon.json) (C(--add-runtime), C(--default-runtime), also through C($DOCKER_OPTS)),
             each C({flag, option, file}); each is also a problem C(docker_unit_runtime_flag) with its fix.
+          - docker, containerd and CRI-O add C(runtime_paths) - the program of each registered runtime
+            that names its program (docker's C(path), containerd's C(options.BinaryName), CRI-O's C(runtime_path)); a
+            program that does not exist is a problem C(runtime_program_missing).
           type: dict
           returned: always
         labels:
@@ -490,6 +493,48 @@ ansible_facts:
               description: The driver version the collection stamped it with, null when it carries no stamp.
               type: str
               returned: when found
+        nvidia_toolkit:
+          description:
+          - NVIDIA's own container toolkit, whoever installed it, and every CDI spec the engines read - what the
+            C(toolkit) role's C(toolkit_provider=auto) adopts and what the problems C(cdi_spec_conflict),
+            C(cdi_spec_shadowed) and C(nvidia_program_shadowed) are found from.
+          type: dict
+          returned: always
+          contains:
+            installed:
+              description: Any of NVIDIA's packages, or its C(/usr/bin/nvidia-container-runtime), C(nvidia-ctk) or
+                C(nvidia-container-cli), is there.
+              type: bool
+              returned: always
+            packages:
+              description: The version of each of NVIDIA's four packages that are installed (dpkg; C(rpm -q)).
+              type: dict
+              returned: always
+              sample: {nvidia-container-toolkit: 1.17.8-1, nvidia-container-toolkit-base: 1.17.8-1}
+            binaries:
+              description:
+              - A dict C(version) by path, for C(nvidia-ctk), C(nvidia-container-runtime),
+                C(nvidia-container-runtime-hook), C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin);
+                the version is what the program's C(--version) prints, read on O(root=/) only (null otherwise).
+              type: dict
+              returned: always
+            config_path:
+              description: C(/etc/nvidia-container-runtime/config.toml) when it exists, else null.
+              type: str
+              returned: always
+            cdi_specs:
+              description:
+              - Every CDI spec the engines load (C(*.json), C(*.yaml) in C(/etc/cdi) then C(/var/run/cdi)), each
+                C({path, priority, kind, devices, ours}) - C(priority) 0 for C(/etc/cdi), 1 for C(/var/run/cdi)
+                (which wins), C(devices) the device names, C(ours) whether the C(cdi_spec) module wrote it.
+              type: list
+              elements: dict
+              returned: always
+            units:
+              description: NVIDIA's C(nvidia-cdi-refresh.service) and C(.path) (toolkit 1.18 and later) when found, each
+                C({path, enabled, masked}).
+              type: dict
+              returned: always
         gpu_users:
           description:
           - The processes holding an NVIDIA device (C(/dev/nvidia*), C(nvidiactl), C(nvidia-uvm), C(nvidia-caps/*))

@@ -41,6 +41,7 @@ from . import gpu_users as _gpu_users
 from . import labels as _labels
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
+from . import nvidia_toolkit as _nvidia_toolkit
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
@@ -358,6 +359,7 @@ def discover(
         "container": detect_container(root),
         "toolkit": _toolkit.toolkit(root, toolkit_bindir),
         "cdi_spec": _toolkit.cdi_spec(root),
+        "nvidia_toolkit": _nvidia_toolkit.nvidia_toolkit(root, run_command),
         # The processes holding /dev/nvidia* open (about 45 ms for 530 processes): this module itself is left out.
         "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
@@ -370,6 +372,7 @@ def discover(
         nouveau_loaded=_nvidia_procfs.module_loaded(nouveau),
         secure_boot=_problems.secure_boot_enabled(sys_dir),
         nvidia_taint=module["taint"],
+        shadowed=_toolkit.shadowed(root, toolkit_bindir),
     )
     return facts
 

@@ -18,6 +18,7 @@ from typing import Any
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
+from .nvidia_toolkit import spec_conflicts
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CDI_SPEC_FILES = (
@@ -77,8 +78,10 @@ def check(
     nouveau_loaded: bool,
     secure_boot: bool | None,
     nvidia_taint: str | None,
+    shadowed: list[tuple[str, str]] | tuple = (),
 ) -> list[dict[str, str]]:
-    """Every problem in ``facts`` (the ``nvidia`` dict being built), in a stable order."""
+    """Every problem in ``facts`` (the ``nvidia`` dict being built), in a stable order; ``shadowed`` is
+    ``toolkit.shadowed``'s pairs."""
     found: list[dict[str, str]] = []
     driver = facts["driver"]
     installed, loaded_version, loaded = driver["installed_version"], driver["loaded_version"], driver["loaded"]
@@ -198,6 +201,7 @@ def check(
                 "'systemctl daemon-reload && systemctl restart docker'",
             )
         )
+    found.extend(toolkit_problems(facts, root, shadowed))
     if installed:
         for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
             if stamp is not None:
@@ -212,6 +216,81 @@ def check(
                         "cdi_spec_stale",
                         f"CDI spec {path} was generated for driver {seen} but {installed} is installed",
                         "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
+                    )
+                )
+    return found
+
+
+REFRESH_UNITS = "nvidia-cdi-refresh.path nvidia-cdi-refresh.service"
+PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def _on_path(root: str, program: str) -> bool:
+    candidates = [program] if program.startswith("/") else [f"{d}/{program}" for d in PATH_DIRS]
+    return any(os.path.exists(host_path(root, c)) for c in candidates)
+
+
+def toolkit_problems(
+    facts: dict[str, Any], root: str, shadowed: list[tuple[str, str]] | tuple = ()
+) -> list[dict[str, str]]:
+    """Conflicts between toolkits: two CDI specs for one device (``facts['nvidia_toolkit']['cdi_specs']``), a
+    launcher of ours shadowing NVIDIA's program on ``PATH`` (``shadowed``), and an engine that
+    registers a runtime whose program is gone (``engines.<engine>.runtime_paths``)."""
+    found = []
+    nvidia = facts.get("nvidia_toolkit") or {}
+    for conflict in spec_conflicts(nvidia.get("cdi_specs") or []):
+        first, second = conflict["paths"]
+        devices = ", ".join(conflict["devices"][:4]) + (" ..." if len(conflict["devices"]) > 4 else "")
+        mask = (
+            f"; NVIDIA's refresh unit writes {second} again unless stopped: 'systemctl mask --now {REFRESH_UNITS}'"
+            if any(p.startswith("/var/run/cdi/") for p in conflict["paths"])
+            else ""
+        )
+        fix = (
+            f"keep one spec per kind: move the one you do not use out of the spec name pattern, e.g. "
+            f"'mv {second} {second}.disabled' (the CDI cache loads only *.json and *.yaml), or run the "
+            f"gpufleet.nvidia.runtime role, which moves another spec for its devices aside with a backup{mask}"
+        )
+        if conflict["dropped"]:
+            found.append(
+                problem(
+                    "cdi_spec_conflict",
+                    f"CDI specs {first} and {second} both define {devices}: the CDI cache drops a device two specs "
+                    "of one directory define, so no CDI-aware engine (podman, docker 25+, containerd, CRI-O) can "
+                    "start a container with it ('unresolvable CDI devices')",
+                    fix,
+                )
+            )
+        else:
+            found.append(
+                problem(
+                    "cdi_spec_shadowed",
+                    f"CDI specs {first} and {second} both define {devices}: the engines use {second} (its "
+                    f"directory comes later in the CDI spec directories) and ignore {first}",
+                    fix,
+                )
+            )
+    for mine, theirs in shadowed:
+        found.append(
+            problem(
+                "nvidia_program_shadowed",
+                f"{mine} (installed by gpufleet.nvidia) shadows NVIDIA's {theirs} on PATH: NVIDIA's runtime and "
+                f"anyone typing {os.path.basename(theirs)} get ours",
+                f"keep one toolkit: remove {mine} (the toolkit role's nvidia provider installs only its helpers) or "
+                "NVIDIA's packages (toolkit_provider: native, toolkit_nvidia_state: absent)",
+            )
+        )
+    for engine, info in sorted((facts.get("engines") or {}).items()):
+        for name, program in sorted((info.get("runtime_paths") or {}).items()):
+            if not _on_path(root, program):
+                default = " (its default runtime: every container fails)" if info.get("default_runtime") == name else ""
+                found.append(
+                    problem(
+                        "runtime_program_missing",
+                        f"{engine}'s configuration ({info.get('config_path')}) registers runtime {name!r} as "
+                        f"{program}, which does not exist{default}",
+                        f"install the toolkit that provides {program} again, or register the one installed now "
+                        "(role gpufleet.nvidia.runtime, or runtime_path); then restart the engine",
                     )
                 )
     return found

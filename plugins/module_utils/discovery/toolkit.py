@@ -121,6 +121,20 @@ def toolkit(root: str = "/", bindir: str = DEFAULT_BINDIR) -> dict[str, Any] | N
     return None
 
 
+def shadowed(root: str = "/", bindir: str = DEFAULT_BINDIR) -> list[tuple[str, str]]:
+    """``(ours, NVIDIA's)`` for each launcher ``host_programs`` wrote into ``bindir`` under the name of a program of
+    NVIDIA's in ``/usr/bin`` (``nvidia-container-runtime-hook``, ``nvidia-container-cli``): a ``PATH`` lookup, as
+    NVIDIA's runtime does for its hook, finds ours first (``/usr/local/bin`` comes before ``/usr/bin``)."""
+    found = []
+    for name in NATIVE_PROGRAMS:
+        mine, theirs = f"{bindir.rstrip('/')}/{name}", f"/usr/bin/{name}"
+        if mine == theirs or not (_executable(root, theirs) and _executable(root, mine)):
+            continue
+        if _ours(root, mine) and not _ours(root, theirs):
+            found.append((mine, theirs))
+    return found
+
+
 def cdi_spec(root: str = "/") -> dict[str, Any] | None:
     """The first NVIDIA CDI spec found (``path``, ``driver_version`` it is stamped with, when it says), else None."""
     for path in CDI_SPECS:

@@ -32,6 +32,18 @@ PODMAN_DROP_IN_DIR = "/etc/containers/containers.conf.d"
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
+def runtime_paths(runtimes: Any, keys: Sequence[str]) -> dict[str, str]:
+    """``{runtime name: the program the engine runs for it}`` from a runtimes table (docker's ``path``,
+    containerd's ``options.BinaryName``, CRI-O's ``runtime_path``); a runtime that names none is left out (the
+    engine finds it on ``PATH`` by name)."""
+    found = {}
+    for name, table in runtimes.items() if isinstance(runtimes, Mapping) else ():
+        path = dig(table, *keys)
+        if isinstance(path, str) and path:
+            found[str(name)] = path
+    return found
+
+
 class DockerFacts(Engine):
     """docker: ``/etc/docker/daemon.json`` (no drop-ins). ``features.cdi`` when set, else CDI is on by default
     from 28.2."""
@@ -59,6 +71,7 @@ class DockerFacts(Engine):
         cdi = features.get("cdi")
         return {
             "runtimes": sorted(set(runtimes) | {"runc"}),
+            "runtime_paths": runtime_paths(runtimes, ("path",)),
             "default_runtime": data.get("default-runtime") or "runc",
             "cdi_enabled": cdi if isinstance(cdi, bool) else (version or ()) >= self.CDI_DEFAULT_FROM,
         }
@@ -286,6 +299,7 @@ class ContainerdFacts(Engine):
         return {
             "config_version": config_version,
             "runtimes": sorted(set(runtimes if isinstance(runtimes, Mapping) else ()) | {"runc"}),
+            "runtime_paths": runtime_paths(runtimes, ("options", "BinaryName")),
             "default_runtime": dig(cri, "containerd", "default_runtime_name") or "runc",
             "cdi_enabled": bool(cdi) if cdi is not None else (version or ())[:1] >= (2,),
         }
@@ -314,13 +328,20 @@ class CrioFacts(Engine):
 
     def read(self, files: Sequence[tuple[str, Mapping[str, Any] | None]], version: Version) -> dict[str, Any]:
         runtimes: set = set()
+        paths: dict[str, str] = {}
         default = None
         for _path, data in files:
             runtime = dig(data, "crio", "runtime") or {}
             runtimes.update(runtime.get("runtimes") or {})
+            paths.update(runtime_paths(runtime.get("runtimes"), ("runtime_path",)))
             default = runtime.get("default_runtime") or default
         default = default or ("crun" if (version or ()) >= self.CRUN_DEFAULT_FROM else "runc")
-        return {"runtimes": sorted(runtimes | {default}), "default_runtime": default, "cdi_enabled": True}
+        return {
+            "runtimes": sorted(runtimes | {default}),
+            "runtime_paths": paths,
+            "default_runtime": default,
+            "cdi_enabled": True,
+        }
 
 
 class Podman(Engine):

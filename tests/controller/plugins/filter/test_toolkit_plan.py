@@ -110,3 +110,21 @@ def test_nvidia_provider_cannot_be_absent() -> None:
         toolkit_plan(dict(DEFAULTS, provider="nvidia", nvidia_state="absent"))
     with pytest.raises(AnsibleFilterError, match="toolkit_nvidia_state"):
         toolkit_plan(dict(DEFAULTS, nvidia_state="removed"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "repo_files", "installed", "expected"),
+    [
+        ({}, 0, True, ("nvidia", True)),  # NVIDIA's packages are there: its stack stays, as it is
+        ({}, 0, "false", ("native", False)),
+        ({}, 1, True, ("nvidia", False)),  # its repository too: managed from there
+        ({"nvidia_mirror_url": "http://m/stable"}, 0, True, ("nvidia", False)),
+        ({"nvidia_version": "1.17.8-1"}, 0, True, ("nvidia", False)),  # a pin: installed from the repository
+        ({"provider": "native"}, 0, True, ("native", False)),  # taking over is asked for
+        ({"provider": "nvidia"}, 0, True, ("nvidia", False)),
+        ({"nvidia_state": "absent"}, 0, True, ("native", False)),
+    ],
+)
+def test_auto_adopts_an_installed_nvidia_toolkit(settings: dict, repo_files: int, installed: object, expected) -> None:
+    plan = toolkit_plan(dict(DEFAULTS, **settings), repo_files=repo_files, nvidia_installed=installed)
+    assert (plan["provider"], plan["adopt"]) == expected

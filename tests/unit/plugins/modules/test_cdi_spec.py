@@ -171,3 +171,67 @@ def test_a_full_disk_at_the_index_names_the_index_and_leaves_it_whole(module_run
     assert call()[1]["changed"]
     assert json.loads(index_file.read_text())["spec"] == "/etc/cdi/nvidia.yaml"
     assert not call()[1]["changed"]
+
+
+NVIDIA_SPEC = """---
+cdiVersion: 0.5.0
+devices:
+- containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+  name: "0"
+- containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+  name: all
+kind: nvidia.com/gpu
+"""
+
+
+def test_another_spec_for_our_devices_is_moved_aside_once(module_run):
+    call, tmp, _version = module_run
+    run_dir, etc_dir = tmp / "var" / "run" / "cdi", tmp / "etc" / "cdi"
+    run_dir.mkdir(parents=True)
+    etc_dir.mkdir(parents=True)
+    (run_dir / "nvidia.yaml").write_text(NVIDIA_SPEC)  # NVIDIA's refresh unit's spec
+    (etc_dir / "nvidia.yaml").write_text(NVIDIA_SPEC)  # nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml
+    (etc_dir / "fpga.json").write_text('{"kind": "vendor.com/fpga", "devices": [{"name": "0"}]}')
+
+    _code, result = call(check=True, diff=True)
+    assert result["changed"] and [d["path"] for d in result["disabled"]] == [
+        "/etc/cdi/nvidia.yaml",
+        "/var/run/cdi/nvidia.yaml",
+    ]
+    assert (run_dir / "nvidia.yaml").read_text() == NVIDIA_SPEC == (etc_dir / "nvidia.yaml").read_text()  # check mode
+    assert [d["after_header"] for d in result["diff"][1:]] == [
+        "/etc/cdi/nvidia.yaml.gpufleet-disabled",
+        "/var/run/cdi/nvidia.yaml.gpufleet-disabled",
+    ]
+
+    _code, result = call(diff=True)
+    assert result["changed"] and result["disabled"][1] == {
+        "path": "/var/run/cdi/nvidia.yaml",
+        "backup": "/var/run/cdi/nvidia.yaml.gpufleet-disabled",
+        "devices": ["0", "all"],
+    }
+    assert sorted(os.listdir(str(run_dir))) == ["nvidia.yaml.gpufleet-disabled"]
+    assert (run_dir / "nvidia.yaml.gpufleet-disabled").read_text() == NVIDIA_SPEC
+    assert (etc_dir / "nvidia.yaml.gpufleet-disabled").read_text() == NVIDIA_SPEC
+    assert "gpufleet.nvidia/driver-version" in (etc_dir / "nvidia.yaml").read_text()
+    assert (etc_dir / "fpga.json").exists()  # another kind stays
+
+    _code, result = call(diff=True)
+    assert not result["changed"] and result["disabled"] == [] and isinstance(result["diff"], dict)
+
+    (run_dir / "nvidia.yaml").write_text(NVIDIA_SPEC)  # written again: the first backup name is taken
+    _code, result = call()
+    assert result["disabled"][0]["backup"].startswith("/var/run/cdi/nvidia.yaml.2")
+    assert len(os.listdir(str(run_dir))) == 2 and not (run_dir / "nvidia.yaml").exists()
+
+
+def test_disable_others_false_keeps_them(module_run):
+    call, tmp, _version = module_run
+    (tmp / "var" / "run" / "cdi").mkdir(parents=True)
+    (tmp / "var" / "run" / "cdi" / "nvidia.yaml").write_text(NVIDIA_SPEC)
+    _code, result = call(disable_others=False)
+    assert result["disabled"] == [] and (tmp / "var" / "run" / "cdi" / "nvidia.yaml").exists()

@@ -89,7 +89,8 @@ def test_host_without_gpus(tmp_path):
     assert commands.calls == []
     assert set(facts) == {
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
-        "engines", "container", "toolkit", "cdi_spec", "gpu_users", "labels", "problems", "sources", "warnings",
+        "engines", "container", "toolkit", "cdi_spec", "nvidia_toolkit", "gpu_users", "labels", "problems", "sources",
+        "warnings",
     }  # fmt: skip
     assert (facts["toolkit"], facts["cdi_spec"]) == (None, None)
     assert facts["gpu_users"] == {"processes": [], "scanned": 0, "unreadable": 0, "truncated": False}

@@ -434,6 +434,7 @@ def test_engines_docker_daemon_json(tmp_path):
         "version": "20.10.24",
         "config_path": "/etc/docker/daemon.json",
         "runtimes": ["nvidia", "runc"],
+        "runtime_paths": {"nvidia": "/usr/bin/nvidia-container-runtime"},
         "default_runtime": "nvidia",
         "cdi_enabled": True,
         "unit_flags": [],  # no docker unit in the tree

@@ -40,7 +40,12 @@ def test_docker_reads_runtimes_default_and_features():
         '{"runtimes": {"nvidia": {}}, "default-runtime": "nvidia", "features": {"cdi": false}}'
     )
     read = facts.DockerFacts().read([("/etc/docker/daemon.json", data)], (28, 5, 0))
-    assert read == {"runtimes": ["nvidia", "runc"], "default_runtime": "nvidia", "cdi_enabled": False}
+    assert read == {
+        "runtimes": ["nvidia", "runc"],
+        "runtime_paths": {},
+        "default_runtime": "nvidia",
+        "cdi_enabled": False,
+    }
     with pytest.raises(ValueError, match="not a JSON object"):
         facts.DockerFacts().parse("[1]")
 
@@ -54,6 +59,7 @@ def test_containerd_before_2_1_a_later_cri_table_replaces_the_earlier_one():
     assert old == {
         "config_version": 2,
         "runtimes": ["nvidia", "runc"],
+        "runtime_paths": {},
         "default_runtime": "runc",
         "cdi_enabled": False,
     }
@@ -111,7 +117,12 @@ def test_crio_default_runtime_by_version_and_merge(version, default):
         ("/etc/crio/crio.conf", loads('[crio.runtime]\ndefault_runtime = "runc"\n')),
         ("/etc/crio/crio.conf.d/99.conf", loads('[crio.runtime.runtimes.nvidia]\nruntime_path = "/x"\n')),
     ]
-    assert crio.read(files, version) == {"runtimes": ["nvidia", "runc"], "default_runtime": "runc", "cdi_enabled": True}
+    assert crio.read(files, version) == {
+        "runtimes": ["nvidia", "runc"],
+        "runtime_paths": {"nvidia": "/x"},
+        "default_runtime": "runc",
+        "cdi_enabled": True,
+    }
 
 
 def test_crio_reads_conf_files_of_its_drop_in_folder():
@@ -188,3 +199,16 @@ def test_dockerd_flags_from_the_unit_its_drop_ins_and_their_environment(tmp_path
     assert dockerd_flags(root) == [
         {"flag": "--add-runtime x=/bin/x", "option": "runtimes", "file": "/etc/default/docker"}
     ]
+
+
+def test_runtime_paths_are_the_programs_each_engine_runs():
+    docker = facts.DockerFacts().parse(
+        '{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}, "x": {}}}'
+    )
+    assert facts.DockerFacts().read([("/etc/docker/daemon.json", docker)], (26, 1, 5))["runtime_paths"] == {
+        "nvidia": "/usr/bin/nvidia-container-runtime"
+    }
+    assert facts.runtime_paths({"a": {"options": {"BinaryName": "/b"}}, "c": 3}, ("options", "BinaryName")) == {
+        "a": "/b"
+    }
+    assert facts.runtime_paths(None, ("path",)) == {}
