@@ -5,7 +5,7 @@
 mode="$1"
 shift
 for dir in "$@"; do
-  [ -d "$dir" ] && [ ! -L "$dir" ] || continue
+  if [ ! -d "$dir" ] || [ -L "$dir" ]; then continue; fi
   [ -z "$(ls -A "$dir")" ] || continue
   if command -v dpkg-query >/dev/null 2>&1 && dpkg-query -S "$dir" >/dev/null 2>&1; then continue; fi
   if command -v rpm >/dev/null 2>&1 && rpm -qf "$dir" >/dev/null 2>&1; then continue; fi
