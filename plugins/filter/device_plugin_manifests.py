@@ -44,7 +44,8 @@ _value:
     - C(files), a list of C(group) (C(cluster), C(nodes), C(validation)), C(path) (relative file name under the
       render folder) and C(content) (YAML, one or more documents); C(documents), every document in apply order;
       C(config), the plugin config as a dict; C(config_text); C(helm_values); C(settings) (the checked settings with
-      defaults); C(images); C(node_labels), the labels the role writes on each node, by node name.
+      defaults); C(images); C(node_labels), the labels the role writes on each node, by node name;
+      C(node_unlabels), one merge patch per node that takes those labels off again (C(device_plugin_state=absent)).
   type: dict
 """
 
@@ -106,6 +107,16 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         "documents": documents,
         # What the role puts on each node (never GFD's labels while GFD is on), by node name.
         "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents if d["kind"] == "Node"},
+        # The merge patches that take those labels off again (a null value deletes a key, RFC 7386).
+        "node_unlabels": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": d["metadata"]["name"], "labels": dict.fromkeys(d["metadata"]["labels"])},
+            }
+            for d in documents
+            if d["kind"] == "Node"
+        ],
         "config": config,
         "config_text": config_yaml(config),
         "helm_values": dp.helm_values(settings, dump=config_yaml),

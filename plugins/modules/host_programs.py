@@ -46,6 +46,9 @@ options:
     description:
       - C(present) installs the programs; C(absent) removes the launchers of O(programs) and the package, and
         O(config_path) when the runtime shim is among O(programs).
+      - With C(absent), a file in O(bindir) that is not a launcher this module wrote (no C(installed by gpufleet.nvidia)
+        line) is left in place with a warning, and O(libdir) and the folder of O(config_path) are removed when
+        nothing else is left in them.
     type: str
     choices: [present, absent]
     default: present
@@ -253,6 +256,31 @@ def _current_owned(path: str) -> tuple[str | None, int | None, int | None]:
         return None, None, None
 
 
+# The second line of every launcher this module writes (install._PYTHON_LAUNCHER, install._SHIM_LAUNCHER).
+_MARKER = b": installed by gpufleet.nvidia;"
+
+
+def _ours(path: str) -> bool:
+    """Whether the launcher at ``path`` is one this module wrote (a link or another program's file is not)."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return _MARKER in f.read(512)
+    except OSError:
+        return False
+
+
+def _empty_after(folder: str, gone: list[str]) -> bool:
+    """Whether ``folder`` is a real folder that holds nothing but what ``gone`` removes."""
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return False
+    try:
+        return all(os.path.join(folder, name) in gone for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
 def config_dir_problem(path: str) -> str | None:
     """Why the shim would refuse a configuration written in ``path``'s directory; ``None`` when it would not.
 
@@ -312,12 +340,22 @@ def main() -> None:
 
     if p["state"] == "absent":
         package_dir = os.path.join(p["libdir"], _host_programs.PACKAGE)
-        gone = [path for path in result["programs"].values() if os.path.lexists(path)]
+        gone, kept = [], []
+        for path in result["programs"].values():
+            if os.path.lexists(path):
+                (gone if _ours(path) else kept).append(path)
+        if kept:
+            module.warn(f"left in place, not installed by gpufleet.nvidia (no marker line): {', '.join(kept)}")
         if os.path.isdir(package_dir):
             gone.append(package_dir)
         config = p["config_path"]
         if with_config and os.path.lexists(config) and (os.path.islink(config) or not os.path.isdir(config)):
             gone.append(config)
+        # The folders the install created go too once nothing else is left in them (the libdir, the
+        # configuration's folder); a folder that holds anything else stays.
+        for folder in [p["libdir"]] + ([os.path.dirname(config)] if with_config else []):
+            if _empty_after(folder, gone):
+                gone.append(folder)
         result.update(changed=bool(gone), changed_files=gone)
         if module._diff:
             diffs = [{"before_header": path, "before": "present\n", "after": "absent\n"} for path in gone]
@@ -325,7 +363,12 @@ def main() -> None:
         if not module.check_mode:
             try:
                 for path in gone:
-                    shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                    if path in (p["libdir"], os.path.dirname(config)):
+                        os.rmdir(path)  # empty by now; rmdir refuses anything else
+                    elif os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
             except OSError as exc:
                 module.fail_json(msg=f"cannot remove {exc.filename}: {exc.strerror or exc}", **result)
         module.exit_json(**result)

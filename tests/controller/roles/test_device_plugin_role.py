@@ -239,7 +239,7 @@ def stub_kubernetes_core(tmp_path):
     return tmp_path / "stub"
 
 
-def run_apply(tmp_path, mode, phase):
+def run_apply(tmp_path, mode, phase, *extra):
     log = tmp_path / "api.jsonl"
     inv = inventory(tmp_path, GOOD)
     play = tmp_path / "apply.yml"
@@ -254,6 +254,7 @@ def run_apply(tmp_path, mode, phase):
         play,
         "-e",
         "device_plugin_validate_timeout=5",
+        *extra,
         collections=f"{stub_kubernetes_core(tmp_path)}:{COLLECTIONS}",
         STUB_LOG=str(log),
         STUB_PHASE=phase,
@@ -303,3 +304,50 @@ def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(t
     assert proc.returncode != 0
     assert "ended Failed" in proc.stdout and "Test PASSED" in proc.stdout
     assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+
+
+def test_absent_deletes_what_apply_sent_in_reverse_and_takes_the_labels_off(tmp_path):
+    proc, calls = run_apply(tmp_path, "apply", "Succeeded", "-e", "device_plugin_state=absent")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
+    assert not [c for c in calls if c["params"]["state"] == "present"]  # nothing deployed, no validation run
+    deleted = [
+        d for c in calls if c["module"] == "k8s" and c["params"]["state"] == "absent" for d in c["params"]["definition"]
+    ]
+    cluster_docs = [d for f in expected["files"] if f["group"] == "cluster" for d in yaml.safe_load_all(f["content"])]
+    pods = [d for d in expected["documents"] if d["kind"] == "Pod"]
+    assert deleted == pods + list(reversed(cluster_docs))  # the namespace, applied first, goes last
+    patched = [c["params"] for c in calls if c["module"] == "k8s" and c["params"]["state"] == "patched"]
+    assert [p["definition"] for p in patched] == expected["node_unlabels"]
+    assert all(p["merge_type"] == ["merge"] or p["merge_type"] == "merge" for p in patched)
+    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls)
+
+
+def test_absent_with_helm_uninstalls_the_release(tmp_path):
+    proc, calls = run_apply(tmp_path, "helm", "Succeeded", "-e", "device_plugin_state=absent")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    helm = [c["params"] for c in calls if c["module"] == "helm"]
+    assert len(helm) == 1 and helm[0]["state"] == "absent" and helm[0]["release_name"] == "nvidia-device-plugin"
+    deleted_kinds = [
+        d["kind"]
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] == "absent"
+        for d in c["params"]["definition"]
+    ]
+    assert "RuntimeClass" in deleted_kinds and "ConfigMap" not in deleted_kinds  # the chart's own go with the release
+
+
+def test_absent_with_render_only_removes_the_rendered_files_and_runs_no_runtime_check(tmp_path):
+    proc, render_dir, _facts = run_play(tmp_path, GOOD)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (render_dir / "README.md").write_text("the GitOps repository's own file\n")
+    check, _dir, _facts = run_play(tmp_path, {"engines": {}}, "-e", "device_plugin_state=absent", "--check")
+    # run_once: the change is counted on the first host of the play
+    assert check.returncode == 0 and any("changed=0" not in line for line in recap(check.stdout).values()), check.stdout
+    assert list(render_dir.rglob("*.yaml"))
+    gone, _dir, facts = run_play(tmp_path, {"engines": {}}, "-e", "device_plugin_state=absent")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not list(render_dir.rglob("*.yaml")) and (render_dir / "README.md").exists()
+    assert facts["node-a"]["state"] == "absent"
+    again, _dir, _facts = run_play(tmp_path, {"engines": {}}, "-e", "device_plugin_state=absent")
+    assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout

@@ -211,3 +211,12 @@ def test_node_labels_are_what_the_node_documents_carry():
     }
     assert manifests({"gfd_enabled": False}, NODES)["node_labels"]["gpu-a"]["nvidia.com/gpu.count"] == "8"
     assert manifests({"node_labels": False}, NODES)["node_labels"] == {}
+
+
+def test_node_unlabels_take_off_exactly_the_labels_the_role_puts_on():
+    """device_plugin_state=absent sends these as merge patches: a null value deletes the key, nothing else changes."""
+    rendered = manifests({"gfd_enabled": False}, NODES)
+    unlabels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in rendered["node_unlabels"]}
+    assert unlabels == {name: dict.fromkeys(labels) for name, labels in rendered["node_labels"].items()}
+    assert all(d["kind"] == "Node" and d["apiVersion"] == "v1" for d in rendered["node_unlabels"])
+    assert manifests({"node_labels": False}, NODES)["node_unlabels"] == []

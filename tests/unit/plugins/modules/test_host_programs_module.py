@@ -202,3 +202,23 @@ def test_a_directory_others_can_write_fails_naming_it_and_the_fix(call):
     assert code == 1 and not tmp.joinpath(*CONFIG).exists()
     assert f"{shared} is writable by group or others (mode 777)" in result["msg"]
     assert f"chmod go-w {shared}" in result["msg"]
+
+
+def test_absent_leaves_a_program_that_is_not_ours_and_removes_the_emptied_folders(call):
+    run, tmp = call
+    run()
+    (tmp / "lib" / "other").write_text("an admin's file\n")
+    theirs = tmp / "bin" / "nvidia-container-cli"
+    theirs.write_text("#!/bin/sh\n# NVIDIA's own\n")
+    _code, check = run(state="absent", check=True, diff=True)
+    assert str(theirs) not in check["changed_files"] and str(tmp / "lib") not in check["changed_files"]
+    assert str(tmp / "etc" / "gpufleet") in check["changed_files"] and (tmp / "etc" / "gpufleet").is_dir()
+    _code, gone = run(state="absent")
+    assert gone["changed"] and "nvidia-container-cli" in str(gone.get("warnings")), gone.get("warnings")
+    assert sorted(os.listdir(str(tmp / "bin"))) == ["nvidia-container-cli"] and theirs.read_text().endswith("own\n")
+    assert os.listdir(str(tmp / "lib")) == ["other"] and not (tmp / "etc" / "gpufleet").exists()
+    (tmp / "lib" / "other").unlink()
+    _code, last = run(state="absent")
+    assert last["changed_files"] == [str(tmp / "lib")] and not (tmp / "lib").exists()
+    _code, again = run(state="absent")
+    assert not again["changed"]
