@@ -55,6 +55,22 @@ def _why(proc: subprocess.CompletedProcess) -> str:
     return f"rc={proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
 
 
+def _changed_tasks(proc: subprocess.CompletedProcess) -> list[str]:
+    """The tasks the recap counts as changed, with their hosts (and the diff lines that follow), for a failure message
+    that says what changed rather than only how many."""
+    found, task, keep = [], "", 0
+    for line in proc.stdout.splitlines():
+        if line.startswith("TASK ["):
+            task, keep = line, 0
+        elif line.startswith("changed: ["):
+            found.append(f"{task} {line}")
+            keep = 20
+        elif keep:
+            found.append("    " + line)
+            keep -= 1
+    return found
+
+
 @pytest.fixture(scope="module")
 def fleet_runs(sim_fleet_factory, tmp_path_factory):
     fleet = sim_fleet_factory(FLEET, name="i21")
@@ -125,7 +141,7 @@ def test_each_stage_alone_passes_with_zero_changes(fleet_runs, stage):
     assert proc.returncode == 0, _why(proc)
     recap = _recap(proc)
     assert {GPU, CPU} <= set(recap), _why(proc)
-    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), recap
+    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, _changed_tasks(proc))
     if stage != "report":
         # the stage's role ran on the GPU node (not skipped for want of an earlier stage's fact)
         assert f"Apply the role of the stage {stage}" in proc.stdout, _why(proc)
@@ -137,7 +153,7 @@ def test_the_readmes_examples(fleet_runs, run):
     proc = fleet_runs.get(run) or fleet_runs["site"]
     assert proc.returncode == 0, _why(proc)
     recap = _recap(proc)
-    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), recap
+    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, _changed_tasks(proc))
     assert "no runtime to register" not in proc.stdout
     if run == "readme":
         assert GPU in recap and CPU not in recap, recap
