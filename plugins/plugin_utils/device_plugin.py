@@ -49,6 +49,7 @@ ROLE_ONLY = frozenset(
         "node_group",
         "node_name",
         "render_dir",
+        "state",
         "validate_keep_pods",
         "validate_timeout",
     }
