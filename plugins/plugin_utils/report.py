@@ -267,8 +267,9 @@ def fleet_report_model(
     ``in_run``: the hosts this run's stages targeted (``--limit``, ``gpufleet_hosts``); every other host of ``hosts``
     is listed as ``not_in_run``, not as unreachable, and does not fail the run. None: every host was in the run.
     ``active``: the hosts of the run still answering at the report (``ansible_play_hosts``: Ansible drops a host that
-    went unreachable, from that task on); a host of the run not among them and with no stage failure recorded is
-    ``unreachable``, with ``lost_at`` the stage it was lost in. None: every host of the run answered."""
+    went unreachable, from that task on); a host of the run not among them, with no stage failure recorded and no
+    failed validation (which also drops it), is ``unreachable``, with ``lost_at`` the stage it was lost in. None:
+    every host of the run answered."""
     if hosts is None or isinstance(hosts, (str, bytes)):
         raise ReportError("fleet_report_model: hosts must be a list of host names (groups['all'])")
     for name, value in (("in_run", in_run), ("active", active)):
@@ -284,7 +285,13 @@ def fleet_report_model(
             entry["status"] = "not_in_run"
         elif entry["failed"] is not None and entry["failed"]["unreachable"]:
             entry["status"], entry["lost_at"] = "unreachable", entry["failed"]["stage"]
-        elif answered is not None and str(host) not in answered and entry["failed"] is None:
+        elif (
+            answered is not None
+            and str(host) not in answered
+            and entry["failed"] is None
+            and entry["status"] != "failed"
+        ):
+            # Ansible also drops a host whose validation failed the play (validate_fail_on_error): that one answered
             _lost(entry, hv)
         entries.append(entry)
     summary = summarize(entries)

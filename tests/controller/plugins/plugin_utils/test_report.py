@@ -224,6 +224,16 @@ def test_hosts_the_run_lost_are_unreachable_with_their_stage_and_fail_it(fleet):
         report.fleet_report_model(hostvars, fleet.HOSTS, active="good")
 
 
+def test_a_host_dropped_for_its_failed_validation_is_failed_not_unreachable(fleet):
+    """validate_fail_on_error=true fails the host's play, so Ansible leaves it out of ansible_play_hosts too: its
+    failed validation says why, and it answered (found by test_validate_report.py once the report read active)."""
+    hostvars = {h: dict(fleet.HOSTVARS.get(h, {})) for h in fleet.HOSTS}
+    model = report.fleet_report_model(hostvars, fleet.HOSTS, in_run=["good", "bad"], active=["good"])
+    hosts = {h["name"]: (h["status"], h["lost_at"]) for h in model["hosts"]}
+    assert hosts["bad"] == ("failed", None) and hosts["good"][0] == "passed"
+    assert model["summary"]["unreachable"] == 0
+
+
 def test_a_stage_failure_on_a_host_that_no_longer_answers_is_unreachable_in_that_stage(fleet):
     """site.yml's rescue probes the host; a connection that reports a lost host as a failed task (docker's with a
     stopped container) gives ``gpufleet_failed.unreachable``: the host is unreachable in that stage, not failed."""
