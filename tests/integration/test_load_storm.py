@@ -74,7 +74,8 @@ def test_start_storm_while_the_spec_is_rewritten(e2e_fleet, tmp_path):
     dist = _storm.distribution([s["seconds"] for s in starts]) if starts else {}
     print(
         f"[storm] {len(starts)} starts in {result['wall']:.0f}s, {len(result['regenerations'])} playbook runs, "
-        f"refreshes {[n['refreshes']['ok'] for n in result['nodes'].values()]}; start time (s): "
+        f"refreshes {[n['refreshes']['ok'] for n in result['nodes'].values()]}, "
+        f"{sum(1 for s in starts if s.get('output_lost'))} outputs lost by the client and run again; start time (s): "
         + ", ".join(f"{k} {v:.2f}" for k, v in dist.items() if k != "n"),
         file=sys.stderr,
     )
