@@ -71,6 +71,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
+# Wall time per test file (setup, call and teardown of its tests; a shared session fleet counts where it is first
+# used), printed at the end: CI's time budget is spent per file, and this says where.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.section("seconds per test file")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):8.1f}  in all")
+
+
 _PREFIX = os.environ.get("GPUFLEET_SIM_PREFIX") or f"gf{os.getpid()}-{secrets.token_hex(2)}"
 _KEEP = os.environ.get("GPUFLEET_SIM_KEEP") == "1"
 
