@@ -10,6 +10,12 @@
  * For unit tests of callers: "init_error" (a code nvmlInit returns instead), per GPU "lost": true
  * (its handle lookup fails with GPU_IS_LOST) and "mig_devices": [{name, uuid, gi_id, ci_id,
  * memory_total, slot}] (MIG instances, at their slot of nvmlDeviceGetMigDeviceHandleByIndex).
+ * Health, per GPU under "health" (a fault a test injects into a node's gpus.json; every key absent answers
+ * NVML_ERROR_NOT_SUPPORTED, as a board without the counter): "ecc_uncorrected_volatile",
+ * "ecc_uncorrected_aggregate" (nvmlDeviceGetTotalEccErrors, uncorrected; corrected counts answer 0),
+ * "remapped_rows": {correctable, uncorrectable, pending, failure} (nvmlDeviceGetRemappedRows),
+ * "retired_pages_pending" (nvmlDeviceGetRetiredPagesPendingStatus), "clocks_event_reasons" (a bit mask, nvml.h
+ * nvmlClocksEventReason*; nvmlDeviceGetCurrentClocksEventReasons and ...ThrottleReasons), "persistence_mode".
  * Struct layouts are NVML's (nvml.h): nvmlPciInfo_t, nvmlMemory_t, nvmlMemory_v2_t.
  */
 #define _GNU_SOURCE
@@ -44,6 +50,9 @@ struct nvmlDevice_st {
     unsigned int gi_id, ci_id, slot, mig_first, mig_count; /* a MIG device: ids, slot; a GPU: its MIGs */
     unsigned long long memory_total;
     char name[96], uuid[96];
+    /* health: each value -1 when the JSON does not set it (NOT_SUPPORTED) */
+    long long ecc_volatile, ecc_aggregate, clocks_reasons;
+    int rows_corr, rows_unc, rows_pending, rows_failure, retired_pending, persistence;
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -239,6 +248,17 @@ static nvmlReturn_t load_config(void) {
         d->mig_mode = (int)jnum(g, "mig_mode", -1);
         d->max_mig = (unsigned)jnum(g, "max_mig_devices", 0);
         d->lost = (int)jnum(g, "lost", 0);
+        jv *h = jget(g, "health");
+        jv *rows = jget(h, "remapped_rows");
+        d->ecc_volatile = (long long)jnum(h, "ecc_uncorrected_volatile", -1);
+        d->ecc_aggregate = (long long)jnum(h, "ecc_uncorrected_aggregate", -1);
+        d->clocks_reasons = (long long)jnum(h, "clocks_event_reasons", -1);
+        d->rows_corr = rows ? (int)jnum(rows, "correctable", 0) : -1;
+        d->rows_unc = (int)jnum(rows, "uncorrectable", 0);
+        d->rows_pending = (int)jnum(rows, "pending", 0);
+        d->rows_failure = (int)jnum(rows, "failure", 0);
+        d->retired_pending = (int)jnum(h, "retired_pages_pending", -1);
+        d->persistence = (int)jnum(h, "persistence_mode", -1);
         d->mig_first = mig_total;
         jv *ms = jget(g, "mig_devices");
         for (int k = 0; ms && ms->t == 'a' && k < ms->n && mig_total < MAX_MIGS; k++) {
@@ -582,6 +602,42 @@ API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) { return pu
 API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
 API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) { return put_uint(d, is_mig, IS_MIG(d) ? 1 : 0); }
 
+/* Health counters (see the header comment): NOT_SUPPORTED unless the node's gpus.json sets them. */
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int errorType, int counterType, unsigned long long *count) {
+    CHECK_DEV(d);
+    if (!count || counterType < 0 || counterType > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    long long value = counterType == 0 ? d->ecc_volatile : d->ecc_aggregate;
+    if (value < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = errorType == 1 ? (unsigned long long)value : 0; /* NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 */
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr, unsigned int *unc, unsigned int *pending, unsigned int *failure) {
+    CHECK_DEV(d);
+    if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->rows_corr < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *corr = (unsigned)d->rows_corr; *unc = (unsigned)d->rows_unc;
+    *pending = (unsigned)d->rows_pending; *failure = (unsigned)d->rows_failure;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *pending) {
+    CHECK_DEV(d);
+    if (d->retired_pending < 0) return NVML_ERROR_NOT_SUPPORTED;
+    return put_uint(d, pending, (unsigned)d->retired_pending);
+}
+API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *reasons) {
+    CHECK_DEV(d);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->clocks_reasons < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = (unsigned long long)d->clocks_reasons;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *reasons) { return nvmlDeviceGetCurrentClocksEventReasons(d, reasons); }
+API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) {
+    CHECK_DEV(d);
+    if (d->persistence < 0) return NVML_ERROR_NOT_SUPPORTED;
+    return put_uint(d, mode, (unsigned)d->persistence);
+}
+
 #define NA(name, ...) API nvmlReturn_t name(__VA_ARGS__) { CHECK_INIT(); return NVML_ERROR_NOT_SUPPORTED; }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -628,12 +684,9 @@ NA(nvmlDeviceGetOfaUtilization, nvmlDevice_t device, unsigned int *utilization, 
 NA(nvmlDeviceGetPcieReplayCounter, nvmlDevice_t device, unsigned int *value)
 NA(nvmlDeviceGetPcieThroughput, nvmlDevice_t device, int counter, unsigned int *value)
 NA(nvmlDeviceGetPerformanceState, nvmlDevice_t device, void *pState)
-NA(nvmlDeviceGetPersistenceMode, nvmlDevice_t device, void *mode)
 NA(nvmlDeviceGetPowerState, nvmlDevice_t device, void *pState)
 NA(nvmlDeviceGetPowerUsage, nvmlDevice_t device, unsigned int *power)
-NA(nvmlDeviceGetRemappedRows, nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
 NA(nvmlDeviceGetRetiredPages, nvmlDevice_t device, int cause, unsigned int *pageCount, unsigned long long *addresses)
-NA(nvmlDeviceGetRetiredPagesPendingStatus, nvmlDevice_t device, void *isPending)
 NA(nvmlDeviceGetSerial, nvmlDevice_t device, char *serial, unsigned int length)
 NA(nvmlDeviceGetSramEccErrorStatus, nvmlDevice_t device, void *status)
 NA(nvmlDeviceGetSupportedClocksThrottleReasons, nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
