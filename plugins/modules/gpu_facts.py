@@ -665,9 +665,14 @@ ansible_facts:
           elements: dict
           returned: always
           sample:
-            - {pci_bus_id: '0000:17:00.0', xid: 79, count: 1, bucket: RESTART_BM, last_message: GPU has fallen off the bus.}
+            - pci_bus_id: '0000:17:00.0'
+              xid: 79
+              count: 1
+              bucket: RESTART_BM
+              last_message: GPU has fallen off the bus.
         xid_source:
-          description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log could be.
+          description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
+            could be read.
           type: str
           returned: always
         warnings:
