@@ -237,3 +237,22 @@ def plan(gpus: list[dict[str, Any]], layout: Any) -> list[dict[str, Any]]:
             }
         )
     return steps
+
+
+def holders(gpu_users: dict[str, Any] | None, minor: int | None) -> list[str]:
+    """The processes of discovery's ``gpu_users`` holding the GPU of device minor ``minor`` (``/dev/nvidia<minor>``;
+    a MIG device's holder holds it too), each as ``pid N (command)[ in <engine> container <id>]``. A process holding
+    only ``/dev/nvidiactl`` or ``/dev/nvidia-uvm`` holds no GPU."""
+    if minor is None:
+        return []
+    node = f"/dev/nvidia{int(minor)}"
+    found = []
+    for proc in (gpu_users or {}).get("processes") or ():
+        if node not in (proc.get("devices") or ()):
+            continue
+        text = f"pid {proc.get('pid')} ({proc.get('command')})"
+        container = proc.get("container") or {}
+        if container.get("engine"):
+            text += f" in {container['engine']} container {str(container.get('id') or '?')[:12]}"
+        found.append(text)
+    return found

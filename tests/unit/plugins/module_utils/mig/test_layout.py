@@ -114,3 +114,17 @@ def test_refusals_name_the_entry_and_the_fix(layout, gpus, message):
 def test_enabled_with_no_instances_on_a_model_without_a_table_is_fine():
     (step,) = _layout.plan([gpu(0, name="NVIDIA H100 80GB HBM3")], [{"devices": "all", "mig-enabled": True}])
     assert step["set_mig_mode"] is True and step["create"] == [] and step["after"] == "MIG enabled: no instances"
+
+
+def test_holders_of_one_gpu():
+    users = {
+        "processes": [
+            {"pid": 10, "command": "python3", "devices": ["/dev/nvidia0", "/dev/nvidiactl"],
+             "container": {"engine": "docker", "id": "4f3c2b1a0e9d" + "0" * 52}},
+            {"pid": 11, "command": "nvidia-persistenced", "devices": ["/dev/nvidiactl"], "container": None},
+            {"pid": 12, "command": "train", "devices": ["/dev/nvidia1"], "container": None},
+        ]
+    }  # fmt: skip
+    assert _layout.holders(users, 0) == ["pid 10 (python3) in docker container 4f3c2b1a0e9d"]
+    assert _layout.holders(users, 1) == ["pid 12 (train)"]
+    assert _layout.holders(users, 2) == [] and _layout.holders(None, 0) == []
