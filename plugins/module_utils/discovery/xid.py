@@ -11,7 +11,9 @@ in the kernel ring buffer. ``parse`` reads them out of ``/dev/kmsg`` records (``
 
 What each XID asks of an operator (``ACTIONS``) follows NVIDIA's Xid catalog for Ampere and later
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, its "Resolution Bucket (Immediate
-Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE; read 2026-11-23) and, for the memory
+Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE; read 2026-11-23: the rows for XIDs 8, 11
+and 13 were checked against the page's text, the others were not in the excerpt read and should be checked against the
+downloadable catalog when a row is changed) and, for the memory
 XIDs, NVIDIA's "GPU Memory Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, row
 remapping needs a GPU reset to take effect) and "Dynamic Page Retirement"
 (https://docs.nvidia.com/deploy/dynamic-page-retirement/, XIDs 48, 63, 64). XIDs whose bucket is RESTART_APP or
