@@ -30,7 +30,7 @@ options:
       - One layout, the list of entries of one named item of mig-parted's C(mig-configs). Each entry has
         C(devices) (V(all), the default, or a list of GPU indices), optionally C(device-filter) (a PCI device id
         such as V(0x20B010DE), or a product name such as V(A100-SXM4-40GB), or a list of them), C(mig-enabled)
-        (required) and C(mig-devices) (a dict of profile to count, such as V({"1g.5gb": 7})).
+        (required) and C(mig-devices) (a dict of profile to count, for instance 7 of V(1g.5gb)).
       - A GPU no entry names is left as it is; a GPU two entries name is an error.
     type: list
     elements: dict
