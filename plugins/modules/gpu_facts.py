@@ -670,6 +670,15 @@ ansible_facts:
               count: 1
               bucket: RESTART_BM
               last_message: GPU has fallen off the bus.
+        fabric_manager:
+          description:
+            - NVSwitches on the PCI bus (C(nvswitch_count), NVIDIA functions of class C(0x0680)) and, where there are
+              some, the state C(systemctl is-active nvidia-fabricmanager) gives (C(state); null when not asked, for
+              instance under another O(root)). Not C(active) with NVSwitches present is the problem
+              C(fabric_manager_down).
+          type: dict
+          returned: always
+          sample: {nvswitch_count: 4, state: active}
         xid_source:
           description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
             could be read.

@@ -294,6 +294,9 @@ def discover(
             gpu["field_sources"]["index"] = "pci-order"
     gpus.sort(key=lambda g: (g["minor"] is None, g["minor"] if g["minor"] is not None else 0, g["index"]))
 
+    # NVSwitch systems need NVIDIA's Fabric Manager running before CUDA initialises on their GPUs.
+    fabric_manager = _fabric_manager(root, pci, run_command)
+
     # XID events since boot (what the kernel ring buffer or the journal still holds), per GPU by PCI address.
     xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, warnings)
     for gpu in gpus:
@@ -376,6 +379,7 @@ def discover(
         "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
         "xid_events": xid_events,
         "xid_source": xid_source,
+        "fabric_manager": fabric_manager,
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }
@@ -389,6 +393,27 @@ def discover(
         shadowed=_toolkit.shadowed(root, toolkit_bindir),
     )
     return facts
+
+
+# NVSwitch PCI functions: NVIDIA's vendor id, class "bridge, other" (0x0680xx), as lspci lists them on HGX/DGX boards.
+NVSWITCH_CLASS_PREFIX = "0x0680"
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+
+
+def _fabric_manager(
+    root: str, pci: list[dict[str, Any]], run_command: Callable[[list[str]], tuple[int, str, str]] | None
+) -> dict[str, Any]:
+    """``{nvswitch_count, state}``: the NVSwitches on the PCI bus and, when there are some and ``root`` is ``/``, what
+    ``systemctl is-active nvidia-fabricmanager`` says (``active``, ``inactive``, ``failed``, ...); ``state`` None when
+    not asked or not known."""
+    count = sum(1 for f in pci if (f.get("class") or "").lower().startswith(NVSWITCH_CLASS_PREFIX))
+    state = None
+    if count and run_command is not None and os.path.abspath(root) == "/":
+        systemctl = _find_binary(root, "systemctl")
+        if systemctl is not None:
+            _rc, out, _err = run_command([systemctl, "is-active", FABRIC_MANAGER_UNIT])
+            state = out.strip().splitlines()[0] if out.strip() else None
+    return {"nvswitch_count": count, "state": state}
 
 
 def _kernel_xids(

@@ -240,6 +240,21 @@ def health_problems(facts: dict[str, Any]) -> list[dict[str, str]]:
     (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/: a remap takes effect at the next GPU reset; a
     remapping failure is an RMA case)."""
     found = []
+    fabric = facts.get("fabric_manager") or {}
+    if fabric.get("nvswitch_count") and fabric.get("state") not in (None, "active"):
+        # NVIDIA Fabric Manager user guide (https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): on
+        # NVSwitch systems CUDA initialisation fails (cudaErrorSystemNotReady) until Fabric Manager has configured the
+        # switches; its package version must match the driver's.
+        found.append(
+            problem(
+                "fabric_manager_down",
+                f"{fabric['nvswitch_count']} NVSwitch(es) on the PCI bus but nvidia-fabricmanager is "
+                f"{fabric['state']}; CUDA fails on every GPU ('system not yet initialized', cudaErrorSystemNotReady)",
+                "install the nvidia-fabricmanager package of the driver's exact version and start it "
+                "('systemctl enable --now nvidia-fabricmanager'); 'journalctl -u nvidia-fabricmanager' says why it "
+                "stopped",
+            )
+        )
     by_bus = {g.get("pci_bus_id"): g for g in facts.get("gpus") or ()}
     for event in facts.get("xid_events") or ():
         bucket, meaning, todo = xid_action(event["xid"])

@@ -90,7 +90,7 @@ def test_host_without_gpus(tmp_path):
     assert set(facts) == {
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
         "engines", "container", "toolkit", "cdi_spec", "nvidia_toolkit", "gpu_users", "labels", "problems", "sources",
-        "warnings", "xid_events", "xid_source",
+        "warnings", "xid_events", "xid_source", "fabric_manager",
     }  # fmt: skip
     assert (facts["toolkit"], facts["cdi_spec"]) == (None, None)
     assert facts["gpu_users"] == {"processes": [], "scanned": 0, "unreadable": 0, "truncated": False}
@@ -505,3 +505,35 @@ def test_gpu_without_health_counters_has_no_health_problem(tmp_path, nvml_stub, 
     facts = discover(tree.root, run_command=Commands())
     assert [g["health"] for g in facts["gpus"]] == [{"xid_events": []}, {"xid_events": []}]
     assert facts["xid_source"] is None and facts["problems"] == []
+
+
+def test_fabric_manager_down_on_an_nvswitch_system(tmp_path, nvml_stub, stub_gpus, monkeypatch):
+    tree = gpu_host(tmp_path, 2, stub=nvml_stub)
+    for bus in ("0000:c0:00.0", "0000:c1:00.0"):
+        tree.pci(bus, device="0x22a3", pci_class="0x068000", driver=None)  # NVSwitch (HGX H100), class "bridge, other"
+    facts = discover(tree.root, run_command=Commands())
+    assert facts["fabric_manager"] == {"nvswitch_count": 2, "state": None}  # not / : systemctl is not asked
+    assert "fabric_manager_down" not in codes(facts)
+    facts["fabric_manager"]["state"] = "failed"
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import health_problems
+
+    (down,) = health_problems(facts)
+    assert down["code"] == "fabric_manager_down" and "2 NVSwitch(es)" in down["message"]
+    assert "systemctl enable --now nvidia-fabricmanager" in down["fix"]
+    facts["fabric_manager"]["state"] = "active"
+    assert health_problems(facts) == []
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/usr/bin/systemctl") and not os.path.exists("/bin/systemctl"), reason="no systemctl"
+)
+def test_fabric_manager_state_is_asked_of_systemctl_on_slash_only_with_nvswitches():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import _fabric_manager
+
+    switch = {"class": "0x068000", "vendor_id": "0x10de"}
+    commands = Commands({"systemctl": (3, "inactive\n", "")})
+    assert _fabric_manager("/", [switch], commands) == {"nvswitch_count": 1, "state": "inactive"}
+    assert [c[1:] for c in commands.calls] == [["is-active", "nvidia-fabricmanager.service"]]
+    gpu_only = Commands()
+    assert _fabric_manager("/", [{"class": "0x030200"}], gpu_only) == {"nvswitch_count": 0, "state": None}
+    assert gpu_only.calls == []
