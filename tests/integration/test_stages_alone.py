@@ -5,8 +5,8 @@
 """Every stage of site.yml runs alone on a fleet an earlier run converged (issue 21).
 
 The fleet is the bookworm half of the molecule scenario's (``extensions/molecule/default/fleet.yml``: a GPU node with
-docker 20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put in
-``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
+docker 20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put
+in ``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
 ``tests/sim/playbooks/prepare.yml`` and one full ``site.yml``:
 
 * each stage tag alone (``driver``, ``toolkit``, ``runtime``, ``device_plugin``, ``validate``, ``report``) passes
