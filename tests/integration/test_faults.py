@@ -341,7 +341,7 @@ def _start_paused(fleet, node, engine, verb):
 POINTS = {"reset-failed": "after the write, before the restart", "restart": "during the restart"}
 
 
-@pytest.mark.parametrize("verb", ["reset-failed"], ids=["after-write"])
+@pytest.mark.parametrize("verb", ["reset-failed", "restart"], ids=["after-write", "during-restart"])
 def test_sigkill_of_the_module(fleet, verb):
     def case(target):
         host, engine, label = target
@@ -367,6 +367,69 @@ def test_sigkill_of_the_module(fleet, verb):
                 outcome,
                 converged,
             )
+        ]
+        reset(node, engine, label)
+        return bad
+
+    _by_node(case)
+
+
+def test_node_restarted_in_the_middle_of_the_runtime_stage(fleet):
+    """One engine per node (a restart of f-bookworm restarts its containerd 1.6 too)."""
+
+    def case(target):
+        host, engine, label = target
+        if label == "containerd 1.6":
+            return []
+        node = fleet.node(host)
+        reset(node, engine, label)
+        proc, _pid = _start_paused(fleet, node, engine, "reset-failed")
+        subprocess.run(["docker", "restart", "-t", "5", node.container], check=True, capture_output=True)
+        proc.communicate(timeout=600)
+        node.wait_booted()
+        node.run(f"rm -f {SYSTEMCTL_WRAPPER}")
+        outcome = check(node, engine, label)  # booted on the files on disk (the new ones)
+        rerun = run_module(fleet, host, engine)
+        converged = not rerun.get("failed") and not rerun["changed"]
+        bad = [
+            f"{label} node restart: {b}: {rerun}" for b in record("node restarted mid-stage", label, outcome, converged)
+        ]
+        reset(node, engine, label)
+        return bad
+
+    _by_node(case)
+
+
+def test_engine_refuses_the_new_configuration_rolled_back(fleet):
+    def case(target):
+        host, engine, label = target
+        node = fleet.node(host)
+        reset(node, engine, label)
+        before = node.run(f"cat {CONFIG[engine]}").stdout
+        exec_start = node.run(f"systemctl show -p ExecStart --value {engine}").stdout
+        argv = exec_start.split("argv[]=", 1)[1].split(" ;", 1)[0].strip()
+        folder = CONFIG[engine].rsplit("/", 1)[0]
+        node.put(
+            REFUSE,
+            f"#!/bin/sh\nif grep -rqs {SHIM} {folder}; then\n"
+            f'  echo "gpufleet fault: refusing {folder}" >&2; exit 1\nfi\nexec "$@"\n',
+            0o755,
+        )
+        node.put(
+            f"/run/systemd/system/{engine}.service.d/fault.conf", f"[Service]\nExecStart=\nExecStart={REFUSE} {argv}\n"
+        )
+        node.run("systemctl daemon-reload", check=True)
+        r = run_module(fleet, host, engine, restart_timeout=15)
+        rolled_back = (
+            bool(r.get("failed")) and r.get("rolled_back") and r.get("engine_back") and "refusing" in r.get("msg", "")
+        )
+        outcome = check(node, engine, label, unchanged=before)
+        outcome["config valid"] = outcome["config valid"] and node.run(f"cat {CONFIG[engine]}").stdout == before
+        node.run(f"rm -rf /run/systemd/system/{engine}.service.d && systemctl daemon-reload", check=True)
+        converged, last = converge(fleet, node, engine, label)
+        bad = [
+            f"{label} refused: {b}: {r.get('msg')} / {last}"
+            for b in record("engine refuses the new config (rollback)", label, outcome, bool(converged and rolled_back))
         ]
         reset(node, engine, label)
         return bad
@@ -448,3 +511,51 @@ def test_two_site_runs_at_once_are_serialised_by_the_host_lock(fleet):
         free.rc == 0,
     )
     assert free.rc == 0, free
+
+
+PREINST_SLEEP = """#!/bin/sh
+# a package whose install takes long enough to be killed in the middle (dpkg runs this before unpacking)
+sleep 60
+"""
+
+
+def test_sigkill_of_dpkg_then_the_driver_role_recovers(fleet):
+    """dpkg killed (SIGKILL) while it installs a package leaves its journal: apt refuses every install until
+    ``dpkg --configure -a``. The driver role's apt path finishes it first (``dpkg_recover.yml``), then changes nothing.
+    A small local package stands in for the driver's (no package repository is reachable from the fleet)."""
+    node = fleet.node("f-bookworm")
+    node.put(
+        "/tmp/fault-deb/DEBIAN/control",
+        "Package: gpufleet-fault\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: tests <tests@example.invalid>\nDescription: fault injection\n",
+    )
+    node.put("/tmp/fault-deb/DEBIAN/preinst", PREINST_SLEEP, 0o755)
+    node.run("dpkg-deb -b /tmp/fault-deb /tmp/gpufleet-fault.deb >/dev/null", check=True)
+    node.run("(setsid dpkg -i /tmp/gpufleet-fault.deb >/dev/null 2>&1 &)", check=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and node.run("pgrep -x sleep").rc != 0:
+        time.sleep(0.5)
+    node.run("pkill -KILL -x dpkg; pkill -KILL -x sleep; true")
+    interrupted = node.run("apt-get check")
+    was_interrupted = interrupted.rc != 0 and "dpkg --configure -a" in interrupted.stdout + interrupted.stderr
+    cmd = _playbook_cmd(fleet, PLAYBOOKS / "dpkg_recover.yml", "f-bookworm", {})
+    first = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=_env())
+    second = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=_env())
+    stats = [json.loads(p.stdout)["stats"]["f-bookworm"] if p.returncode == 0 else {} for p in (first, second)]
+    # apt no longer refuses (a package killed in its preinst stays half-installed: apt reinstalls it when asked to)
+    healthy = node.run("apt-get check").rc == 0
+    node.run("dpkg --purge gpufleet-fault >/dev/null 2>&1; rm -rf /tmp/fault-deb /tmp/gpufleet-fault.deb")
+    converged = bool(stats[0].get("changed")) and stats[1].get("changed") == 0 and healthy
+    kept = node.run("dpkg-query -W -f '${Status}\\n' docker.io containerd | grep -vc 'install ok installed'").stdout
+    bad = record(
+        "SIGKILL of dpkg mid-install, then the driver role",
+        "apt/dpkg (bookworm)",
+        {
+            "engine up": node.run("systemctl is-active docker containerd").rc == 0,
+            "config valid": healthy,  # apt-get check passes, dpkg --audit finds nothing
+            "nothing lost": kept.strip() == "0",  # the packages installed before are still installed
+        },
+        converged,
+    )
+    assert was_interrupted, f"the kill did not leave dpkg interrupted: {interrupted}"
+    assert not bad, (bad, first.stdout[-2000:], second.stdout[-2000:])
