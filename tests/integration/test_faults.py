@@ -601,12 +601,12 @@ def test_sigkill_of_dpkg_then_the_driver_role_recovers(fleet):
     stats = [json.loads(p.stdout)["stats"]["f-bookworm"] if p.returncode == 0 else {} for p in (first, second)]
     # apt no longer refuses, and the package dpkg was configuring when killed is configured now
     status = node.run("dpkg-query -W -f '${Status}' gpufleet-fault").stdout.strip()
-    healthy = node.run("apt-get check && test -z \"$(dpkg --audit)\"").rc == 0 and status == "install ok installed"
+    healthy = node.run('apt-get check && test -z "$(dpkg --audit)"').rc == 0 and status == "install ok installed"
     node.run("dpkg --purge gpufleet-fault >/dev/null 2>&1; rm -rf /tmp/fault-deb /tmp/gpufleet-fault.deb")
     converged = bool(stats[0].get("changed")) and stats[1].get("changed") == 0 and healthy
     kept = node.run("dpkg-query -W -f '${Status}\\n' docker.io containerd | grep -vc 'install ok installed'").stdout
     bad = record(
-        "SIGKILL of dpkg mid-install, then the driver role",
+        "SIGKILL of dpkg mid-configure, then the driver role",
         "apt/dpkg (bookworm)",
         {
             "engine up": node.run("systemctl is-active docker containerd").rc == 0,
