@@ -201,6 +201,15 @@ spec:
   description: The spec written, as data.
   returned: when state is present
   type: dict
+removed_temporary_files:
+  description:
+    - The temporary files (C(.<name>.gpufleet-<PID>-<hex>)) an earlier run killed between writing and renaming
+      left next to the spec or the index, removed by this run (listed, not removed, in check mode). Only files of
+      that exact name whose writer process is gone or that are over an hour old; an admin's file never.
+  returned: when there were any
+  type: list
+  elements: str
+  sample: [/etc/cdi/.nvidia.yaml.gpufleet-4242-0badc0de]
 """
 
 import os
@@ -209,7 +218,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
+    atomic_write,
+    read_text,
+    remove_stale_temporaries,
+    stale_temporaries,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import NoGpuError, generate
@@ -313,8 +327,15 @@ def main() -> None:
         }
         for other in others
     ]
+    # the temporary files a run killed inside its atomic write left next to the spec or the index (only our own
+    # names, only when their writer is gone: base.fileio.stale_temporaries)
+    stale = [tmp for path, _label in targets for tmp in stale_temporaries(path)]
+    if stale and not module.check_mode:
+        stale = [tmp for path, _label in targets for tmp in remove_stale_temporaries(path)]
+    if stale:
+        result["removed_temporary_files"] = stale
     result.update(
-        changed=bool(changes or disabled),
+        changed=bool(changes or disabled or stale),
         disabled=disabled,
         driver_version=version,
         cuda_version=index["cudaVersion"],

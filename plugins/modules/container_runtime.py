@@ -222,6 +222,15 @@ files:
   type: list
   elements: str
   sample: [/etc/containerd/config.toml, /etc/containerd/conf.d/99-gpufleet-nvidia.toml]
+removed_temporary_files:
+  description:
+    - The temporary files (C(.<name>.gpufleet-<PID>-<hex>)) an earlier run killed between writing and renaming
+      left next to the engine's files, removed by this run (listed, not removed, in check mode). Only files of
+      that exact name whose writer process is gone or that are over an hour old; an admin's file never.
+  returned: when there were any
+  type: list
+  elements: str
+  sample: [/etc/docker/.daemon.json.gpufleet-4242-0badc0de]
 backup_files:
   description: The timestamped copies left by O(backup=true).
   returned: always
@@ -263,7 +272,13 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, backup, read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
+    atomic_write,
+    backup,
+    read_text,
+    remove_stale_temporaries,
+    stale_temporaries,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import text_of
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
@@ -504,8 +519,22 @@ class Runner:
             engine_back=outcome.engine_back,
         )
 
+    def sweep(self) -> None:
+        """Remove the temporary files an earlier run killed inside its atomic write left next to this engine's
+        files (``base.fileio.stale_temporaries``: only our own names, only when their writer is gone)."""
+        paths = sorted({self.config_path, *([self.drop_in] if self.drop_in else []), *self.planned})
+        stale = [tmp for path in paths for tmp in stale_temporaries(path)]
+        if not stale:
+            return
+        if not self.module.check_mode:
+            stale = [tmp for path in paths for tmp in remove_stale_temporaries(path)]
+        self.result["changed"] = True
+        self.result["removed_temporary_files"] = stale
+        self.changes += [f"remove {tmp}: left by an earlier run killed while it wrote" for tmp in stale]
+
     def run(self) -> NoReturn:
         self.compute()
+        self.sweep()
         self.result["changes"] = self.changes
         self.result["files"] = sorted(self.planned)
         if not self.planned:

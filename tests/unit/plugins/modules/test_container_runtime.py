@@ -383,3 +383,34 @@ def test_a_file_that_cannot_be_written_puts_back_the_ones_written_before(tmp_pat
     assert main.read_bytes() == before and not drop.exists()
     assert not restarts(fake) and not (pending_dir / "containerd").exists()
     assert not [f for f in os.listdir(tmp_path) if ".gpufleet-" in f]  # no temporary file left
+
+
+def test_a_temporary_left_by_a_write_killed_before_its_rename_is_removed_by_the_next_run(tmp_path, result):
+    """A SIGKILL inside the atomic write leaves ``.<name>.gpufleet-<pid>-<hex>`` next to the file: the next run
+    removes it (its writer is gone), counts that as a change, and then changes nothing; an admin's look-alike
+    and a temporary whose writer still runs stay."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text('{\n  "log-level": "warn"\n}\n')
+    args = {"engine": "docker", "config_path": str(cfg), "engine_version": "20.10.24"}
+    assert result(**args)["changed"]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    leftover = tmp_path / f".daemon.json.gpufleet-{gone.pid}-0badc0de"
+    leftover.write_text('{"half')
+    live = tmp_path / f".daemon.json.gpufleet-{os.getpid()}-0badc0de"  # a writer that runs (this process)
+    live.write_text("{}")
+    admin = tmp_path / ".daemon.json.gpufleet-notes"
+    admin.write_text("mine\n")
+    written = cfg.read_bytes()
+    r = result(**args, _ansible_check_mode=True)
+    assert r["changed"] and r["removed_temporary_files"] == [str(leftover)] and leftover.exists()
+    r = result(**args)
+    assert r["changed"] and r["removed_temporary_files"] == [str(leftover)] and r["files"] == []
+    assert any(str(leftover) in c for c in r["changes"])
+    assert not leftover.exists() and live.exists() and admin.read_text() == "mine\n"
+    assert cfg.read_bytes() == written
+    r = result(**args)
+    assert not r["changed"] and "removed_temporary_files" not in r
