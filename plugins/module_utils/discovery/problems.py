@@ -254,7 +254,7 @@ def fabricmanager_problems(facts: dict[str, Any], root: str) -> list[dict[str, s
     switches = nvswitch_count(facts)
     if not switches or not facts["driver"]["loaded"] or fabricmanager_running(root):
         return []
-    branch = str(facts["driver"].get("loaded_version") or "").split(".")[0] or "<branch>"
+    branch = str(facts["driver"].get("loaded_version") or "").split(".", maxsplit=1)[0] or "<branch>"
     return [
         problem(
             "fabricmanager_not_running",
