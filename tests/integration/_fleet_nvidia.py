@@ -19,13 +19,11 @@ takes the fleet down after the last test that uses it.
 
 from __future__ import annotations
 
-import io
-import os
 import shutil
-import tarfile
 from pathlib import Path
 from typing import Any
 
+from tests.integration import _tomlkit
 from tests.sim import apt_repo
 
 BOOKWORM = "nv-bookworm"
@@ -53,23 +51,5 @@ def debs(repo: apt_repo.Repo, version: str) -> list[Path]:
 
 
 def install_tomlkit(node: Any) -> None:
-    """tomlkit for the target's Python (the runtime role needs it for containerd), as python3-tomlkit would be: the
-    controller's pure-Python copy (no Debian mirror is reachable from the nodes; ``test_uninstall_roundtrip.py`` does
-    the same). Put there before a snapshot, so that no package comes and stays with ``site.yml``."""
-    import tomlkit  # the controller's copy
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(
-            os.path.dirname(tomlkit.__file__),
-            arcname="tomlkit",
-            filter=lambda t: None if "__pycache__" in t.name else t,
-        )
-    node.put("/tmp/gpufleet-tomlkit.tar", buf.getvalue())
-    node.run(
-        "mkdir -p /usr/local/lib/gpufleet-test && tar -C /usr/local/lib/gpufleet-test -xf /tmp/gpufleet-tomlkit.tar && "
-        "rm /tmp/gpufleet-tomlkit.tar && echo /usr/local/lib/gpufleet-test > "
-        '"$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")/gpufleet-test.pth" && '
-        'python3 -c "import tomlkit"',
-        check=True,
-    )
+    """tomlkit for the target's Python (``_tomlkit.py``), put there before a snapshot."""
+    _tomlkit.install_tomlkit(node)
