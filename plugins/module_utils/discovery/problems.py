@@ -204,10 +204,6 @@ def check(
             )
         )
     found.extend(health_problems(facts))
-    if not (facts.get("fabric_manager") or {}).get("nvswitch_count"):
-        # the process check, where discovery's systemd reading of Fabric Manager (fabric_manager_down) found no
-        # NVSwitch: one problem per host for one missing Fabric Manager
-        found.extend(fabricmanager_problems(facts, root))
     found.extend(toolkit_problems(facts, root, shadowed))
     if installed:
         for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
@@ -327,50 +323,6 @@ def health_problems(facts: dict[str, Any]) -> list[dict[str, str]]:
                 )
             )
     return found
-
-
-NVSWITCH_CLASS = "0x0680"  # PCI bridge (other): how an NVSwitch of HGX/DGX shows on the bus
-FABRICMANAGER_COMM = "nv-fabricmanager"
-
-
-def nvswitch_count(facts: dict[str, Any]) -> int:
-    """NVIDIA PCI functions of class 0x0680xx (NVSwitches) in the facts' ``pci_devices``."""
-    return sum(
-        1 for dev in facts.get("pci_devices") or [] if str(dev.get("class") or "").lower().startswith(NVSWITCH_CLASS)
-    )
-
-
-def fabricmanager_running(root: str) -> bool:
-    """True when a process named nv-fabricmanager (the nvidia-fabricmanager service's daemon) runs under ``root``."""
-    proc = host_path(root, "/proc")
-    try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
-    except OSError:
-        return False
-    for pid in pids:
-        comm = read_text(os.path.join(proc, pid, "comm"), tolerant=True)
-        if comm is not None and comm.strip() == FABRICMANAGER_COMM:
-            return True
-    return False
-
-
-def fabricmanager_problems(facts: dict[str, Any], root: str) -> list[dict[str, str]]:
-    """NVSwitch systems need Fabric Manager running before CUDA initialises (NVIDIA Fabric Manager User Guide,
-    docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): a problem when the switches are there, the
-    driver is loaded and nv-fabricmanager is not running."""
-    switches = nvswitch_count(facts)
-    if not switches or not facts["driver"]["loaded"] or fabricmanager_running(root):
-        return []
-    branch = str(facts["driver"].get("loaded_version") or "").split(".", maxsplit=1)[0] or "<branch>"
-    return [
-        problem(
-            "fabricmanager_not_running",
-            f"{switches} NVSwitch(es) on the PCI bus but Fabric Manager (nv-fabricmanager) is not running;"
-            " CUDA cannot initialise the GPUs until it has set up the switches",
-            f"install nvidia-fabricmanager of the driver's version (nvidia-fabricmanager-{branch} on Ubuntu) and"
-            " 'systemctl enable --now nvidia-fabricmanager' (role gpufleet.nvidia.driver does both)",
-        )
-    ]
 
 
 REFRESH_UNITS = "nvidia-cdi-refresh.path nvidia-cdi-refresh.service"
