@@ -18,6 +18,7 @@ import re
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..base.names import SHIM
 from .base import Planned
 from .common import (
     FIX_BY_HAND,
@@ -158,6 +159,16 @@ def prior(text: str, *, name: str = "nvidia", path: str = DEFAULT_PATH) -> dict[
     return {"runtime": runtimes.get(name), "default-runtime": data.get("default-runtime"), "cdi": features.get("cdi")}
 
 
+def ours(entry: Any, runtime_path: str | None) -> bool:
+    """Whether ``runtimes.<name>`` (``entry``) is the one ``present`` writes: its path is ``runtime_path`` or
+    names the collection's shim. Values found beside our own entry were left by an earlier ``present`` (or set
+    since, over it), not by NVIDIA's toolkit: they are never recorded as the state to give back, or ``absent``
+    would put our own runtime back."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        return False
+    return entry["path"] == runtime_path or entry["path"].rsplit("/", 1)[-1] == SHIM
+
+
 def _put_back(data: OrderedDict[str, Any], name: str, was: dict[str, Any], changes: list[str]) -> None:
     """``absent`` with a record of what was there: each key back to its recorded value (or away when it was not
     there), where it differs now."""
@@ -285,7 +296,7 @@ class Docker(DockerFacts):
             )
             remember = getattr(job, "remember", None)
             was = prior(text, name=p["name"], path=job.config_path) if edit.changed and remember else None
-            if was and any(v is not None for v in was.values()):
+            if was and not ours(was["runtime"], p["path"]) and any(v is not None for v in was.values()):
                 remember(job.config_path, was)
         else:
             recorded = getattr(job, "recorded", None)

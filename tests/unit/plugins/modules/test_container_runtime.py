@@ -113,6 +113,25 @@ def test_docker_gives_back_nvidias_daemon_json_byte_for_byte(tmp_path, result):
     assert json.loads(record.read_text())["engines"][str(cfg)] == recorded
 
 
+def test_docker_never_records_its_own_runtime_as_the_state_to_give_back(tmp_path, result):
+    """A second present that changes our own entry (set_as_default, cdi, another shim path, as the integration
+    test's rollback steps do) records nothing: absent still takes our runtime out and gives the original bytes."""
+    cfg, record = tmp_path / "daemon.json", tmp_path / "lib" / "takeover.json"
+    original = '{\n  "log-level": "warn"\n}\n'
+    cfg.write_text(original)
+    common = {"engine": "docker", "config_path": str(cfg), "engine_version": "20.10.24"}
+    ours = "/usr/local/bin/gpufleet-container-runtime"
+    r = result(**common, path=ours)
+    assert r.get("changed"), r
+    assert result(**common, path=ours, set_as_default=True, cdi=True)["changed"]
+    # the shim moved: the entry found still names our shim
+    moved = "/opt/gpufleet/bin/gpufleet-container-runtime"
+    assert result(**common, path=moved, cdi=True)["changed"]
+    assert not record.exists()
+    r = result(**common, path=moved, state="absent", cdi=True)
+    assert r["changed"] and cfg.read_text() == original
+
+
 def test_docker_records_nothing_for_a_file_without_those_keys(tmp_path, result):
     cfg = tmp_path / "daemon.json"
     cfg.write_text('{\n  "log-level": "warn"\n}\n')
