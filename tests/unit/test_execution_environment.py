@@ -27,7 +27,8 @@ def _meta() -> dict:
 
 def _requirements() -> set[str]:
     lines = (ROOT / _meta()["dependencies"]["python"]).read_text().splitlines()
-    return {re.split(r"[<>=!~ ;\[]", line.strip(), maxsplit=1)[0].lower() for line in lines if line.strip()[:1].isalnum()}
+    names = [re.split(r"[<>=!~ ;\[]", line.strip(), maxsplit=1)[0] for line in lines if line.strip()[:1].isalnum()]
+    return {name.lower() for name in names}
 
 
 def _controller_imports() -> set[str]:
