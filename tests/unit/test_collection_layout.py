@@ -35,6 +35,11 @@ def test_galaxy_identity_and_license():
     assert re.fullmatch(r"\d+\.\d+\.\d+", galaxy["version"])
     assert galaxy["license"] == ["GPL-3.0-or-later"]
     assert {"infrastructure", "linux"} <= set(galaxy["tags"])
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as f:
+        assert "GNU GENERAL PUBLIC LICENSE" in f.readline() + f.readline()
+    for key in ("repository", "documentation", "issues"):
+        assert galaxy[key].startswith("https://github.com/gpufleet/nvidia"), f"galaxy.yml {key}: {galaxy[key]}"
+    assert ".ansible-lint" not in galaxy["build_ignore"]  # galaxy-importer warns when the tarball lacks it
 
 
 def test_galaxy_build_ignore_keeps_dev_files_out():
