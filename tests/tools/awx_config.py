@@ -51,10 +51,17 @@ def options(repo: Path = REPO) -> dict[str, dict[str, Any]]:
     return found
 
 
+class _Dumper(yaml.SafeDumper):
+    """Sequences indented under their key, as yamllint (ansible-lint) wants them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def generate(repo: Path = REPO) -> str:
     config = yaml.safe_load((repo / "extensions" / "awx" / "job_templates.yml").read_text())
     objects = awx_module().controller_objects(config, options(repo))
-    return HEADER + yaml.safe_dump(objects, sort_keys=False, width=120, allow_unicode=True)
+    return HEADER + yaml.dump(objects, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
 def main(argv: list[str] | None = None) -> int:
