@@ -69,7 +69,7 @@ def _collections_used(dirs):
     """The other collections whose content the files under dirs name (module, filter, callback, connection FQCNs)."""
     used = set()
     for top in dirs:
-        for base, _, files in os.walk(os.path.join(ROOT, top)):
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
             for name in files:
                 if name.endswith((".yml", ".yaml", ".j2", ".py")):
                     with open(os.path.join(base, name), encoding="utf-8") as f:

@@ -99,7 +99,7 @@ def test_the_templates_the_issue_asks_for_exist_with_surveys():
     assert playbooks["gpufleet site"] == ("playbooks/site.yml", "")
     assert playbooks["gpufleet validate"] == ("playbooks/site.yml", "validate")
     assert {"gpufleet uninstall", "gpufleet discover", "gpufleet report", "gpufleet driver upgrade"} <= set(playbooks)
-    for path, _ in playbooks.values():
+    for path, _tags in playbooks.values():
         assert (REPO / path).is_file(), path
     assert {"gpufleet site", "gpufleet validate", "gpufleet uninstall", "gpufleet driver upgrade"} <= set(SURVEYS)
     steps = [n["identifier"] for n in OBJECTS["controller_workflows"][0]["workflow_nodes"]]
