@@ -36,19 +36,19 @@ lint: ## ruff over every Python file, and the changelog fragments
 	@$(call run,antsibull-changelog lint)
 
 unit: ## pytest over tests/unit: modules, module_utils, the simulated fleet (no controller code in the process)
-	@$(call run,python -m pytest -q -p no:cacheprovider tests/unit)
+	@$(call run,python -m pytest -q -p no:cacheprovider -n auto tests/unit)
 
 unit-py38: ## the stdlib-only module_utils tests under the oldest target Python (3.8)
 	@if ! ls tests/unit/plugins/module_utils/*/test_*.py >/dev/null 2>&1; then \
 	  echo "==> unit-py38: no module_utils tests in the tree yet"; \
 	elif [ -x .venv-py38/bin/python ]; then \
-	  $(call run,.venv-py38/bin/python -m pytest -q -p no:cacheprovider -m "not controller" tests/unit/plugins/module_utils); \
+	  $(call run,.venv-py38/bin/python -m pytest -q -p no:cacheprovider -n auto -m "not controller" tests/unit/plugins/module_utils); \
 	elif [ "$${CI:-}" = "true" ]; then \
 	  echo "unit-py38: no Python 3.8 (.venv-py38), and CI must run the target-side tests under the oldest target Python (make setup makes it where a python3.8 is found)" >&2; exit 1; \
 	else echo "==> unit-py38: skipped, no Python 3.8 on this machine (CI=true makes this a failure)"; fi
 
 controller: ## pytest over tests/controller: filters, plugin_utils, roles and playbooks run by ansible-playbook on localhost
-	@$(call run,python -m pytest -q -p no:cacheprovider tests/controller)
+	@$(call run,python -m pytest -q -p no:cacheprovider -n auto tests/controller)
 
 sanity: ## ansible-test sanity on the working tree, no ignore file
 	@cd $(COLLECTION_DIR) && export ANSIBLE_TEST_CONTENT_ROOT=$(COLLECTION_DIR) && \

@@ -23,7 +23,8 @@ options:
     required: true
   settings:
     description: C(branch), C(version), C(module_flavor), C(source), C(mirror_url), C(repo_key_url), C(package_set),
-      C(ubuntu_precompiled), C(kernel_module) (false where the module cannot be built, in a container).
+      C(ubuntu_precompiled), C(kernel_module) (false where the module cannot be built, in a container),
+      C(el_extra_repos) (set up EPEL and CRB/PowerTools for DKMS on EL).
     type: dict
     required: true
   nvidia:
@@ -42,8 +43,10 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: C(distribution), C(major), C(task_file), C(source), C(flavor), C(package_set), C(branch), C(version),
-    C(packages), C(module_packages), C(headers), C(hold), C(remove), C(repository) (C(name), C(kind), C(url),
-    C(key_url)) and C(dnf_module_stream).
+    C(pinning), C(packages), C(module_packages), C(headers), C(hold), C(remove), C(repository) (C(name), C(kind),
+    C(url), C(key_url)), C(dnf_module_stream) (None on RHEL 10), C(el_repos) (C(epel), C(crb), C(crb_tool); None
+    when nothing is built), C(apt_components) (package to archive component), C(dkms_signing) (C(conf.d),
+    C(shim-mok) or None), C(nvswitch) and C(fabricmanager) (its packages on NVSwitch hosts).
   type: dict
 """
 
@@ -51,7 +54,12 @@ from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import (
+    PlanError,
+    missing_components,
+    parse_policy,
+    plan,
+)
 
 
 def driver_plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any] | None) -> dict[str, Any]:
@@ -61,6 +69,10 @@ def driver_plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[st
         raise AnsibleFilterError(f"gpufleet.nvidia.driver role: {exc}") from exc
 
 
+def driver_missing_components(policy_stdout: str, needed: dict[str, str] | None) -> list[str]:
+    return missing_components(parse_policy(str(policy_stdout or "")), dict(needed or {}))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"driver_plan": driver_plan}
+        return {"driver_plan": driver_plan, "driver_missing_components": driver_missing_components}

@@ -95,6 +95,13 @@ options:
         a spec at O(path) this module did not write as that backup before replacing it. RV(disabled) lists them.
     type: bool
     default: true
+  record_path:
+    description:
+      - The takeover record (in the terms of O(root)) where each spec moved aside (O(disable_others)) is recorded, so
+        that M(gpufleet.nvidia.takeover) O(state=absent) (C(uninstall.yml)) moves it back. An empty string keeps no
+        record.
+    type: path
+    default: /var/lib/gpufleet-nvidia/takeover.json
   hook_path:
     description: The createContainer hook the spec calls (installed by the C(toolkit) role).
     type: path
@@ -194,6 +201,15 @@ spec:
   description: The spec written, as data.
   returned: when state is present
   type: dict
+removed_temporary_files:
+  description:
+    - The temporary files (C(.<name>.gpufleet-<PID>-<hex>)) an earlier run killed between writing and renaming
+      left next to the spec or the index, removed by this run (listed, not removed, in check mode). Only files of
+      that exact name whose writer process is gone or that are over an hour old; an admin's file never.
+  returned: when there were any
+  type: list
+  elements: str
+  sample: [/etc/cdi/.nvidia.yaml.gpufleet-4242-0badc0de]
 """
 
 import os
@@ -202,7 +218,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
+    atomic_write,
+    read_text,
+    remove_stale_temporaries,
+    stale_temporaries,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import NoGpuError, generate
@@ -210,6 +231,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     DEFAULT_INDEX_PATH,
     HOOK_PATH,
 )
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discovered_gpus
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.engines import detect as detect_engines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_toolkit import (
@@ -251,6 +273,7 @@ def main() -> None:
             "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
             "hook_path": {"type": "path", "default": HOOK_PATH},
             "disable_others": {"type": "bool", "default": True},
+            "record_path": {"type": "path", "default": takeover.RECORD_PATH},
             "gpus": {"type": "list", "elements": "dict"},
             "driver_version": {"type": "str"},
             "cuda_version": {"type": "str"},
@@ -304,8 +327,15 @@ def main() -> None:
         }
         for other in others
     ]
+    # the temporary files a run killed inside its atomic write left next to the spec or the index (only our own
+    # names, only when their writer is gone: base.fileio.stale_temporaries)
+    stale = [tmp for path, _label in targets for tmp in stale_temporaries(path)]
+    if stale and not module.check_mode:
+        stale = [tmp for path, _label in targets for tmp in remove_stale_temporaries(path)]
+    if stale:
+        result["removed_temporary_files"] = stale
     result.update(
-        changed=bool(changes or disabled),
+        changed=bool(changes or disabled or stale),
         disabled=disabled,
         driver_version=version,
         cuda_version=index["cudaVersion"],
@@ -332,6 +362,18 @@ def main() -> None:
                 for d in disabled
             ]
             result["diff"] = [result["diff"], *moved]
+    if disabled and not module.check_mode and p["record_path"]:
+        # recorded first: a run killed between the move and the record would leave a spec nobody gives back
+        record_file = host_path(root, p["record_path"])
+        try:
+            record = takeover.load(read_text(record_file, tolerant=True), p["record_path"])
+            atomic_write(record_file, takeover.dump(takeover.with_specs(record, disabled)), 0o644, makedirs=True)
+        except (OSError, ValueError) as exc:
+            module.fail_json(
+                msg=f"cannot record the specs to move aside in {p['record_path']}: {exc}; nothing was moved: fix or "
+                "move that file aside, or set record_path to an empty string to keep no record",
+                **result,
+            )
     if disabled and not module.check_mode:
         for d in disabled:
             source, backup = host_path(root, d["path"]), host_path(root, d["backup"])

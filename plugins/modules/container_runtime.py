@@ -148,11 +148,20 @@ options:
         C(crio --version) when not given. containerd's version decides the config version of an empty file
         (3 on 2.x) and whether the drop-in carries the whole CRI table (before 2.1).
     type: str
+  record_path:
+    description:
+      - docker only. Where O(state=present) keeps the values it replaces in a C(daemon.json) that already named
+        the runtime, turned CDI on or set a default (NVIDIA's C(nvidia-ctk runtime configure) wrote them; JSON keeps
+        no comment), and where O(state=absent) reads them back to restore them exactly (then drops them). The first
+        values recorded stay. An empty string keeps no record.
+    type: path
+    default: /var/lib/gpufleet-nvidia/takeover.json
 notes:
   - Unchanged files are never rewritten. Changed JSON is re-serialised with the file's indentation and key order,
     so inline arrays of an admin's C(daemon.json) come out one item per line.
   - O(state=absent) after O(state=present) gives back the original bytes when present added the runtime. When the
-    runtime already existed and present updated it, absent removes it.
+    runtime already existed and present updated it, absent puts back what O(record_path) recorded (docker; containerd
+    and CRI-O keep it in their own files), else removes it.
   - Writes are atomic (a temporary file in the same directory, renamed over the original, keeping its mode and owner).
 """
 
@@ -213,6 +222,15 @@ files:
   type: list
   elements: str
   sample: [/etc/containerd/config.toml, /etc/containerd/conf.d/99-gpufleet-nvidia.toml]
+removed_temporary_files:
+  description:
+    - The temporary files (C(.<name>.gpufleet-<PID>-<hex>)) an earlier run killed between writing and renaming
+      left next to the engine's files, removed by this run (listed, not removed, in check mode). Only files of
+      that exact name whose writer process is gone or that are over an hour old; an admin's file never.
+  returned: when there were any
+  type: list
+  elements: str
+  sample: [/etc/docker/.daemon.json.gpufleet-4242-0badc0de]
 backup_files:
   description: The timestamped copies left by O(backup=true).
   returned: always
@@ -254,9 +272,16 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, backup, read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
+    atomic_write,
+    backup,
+    read_text,
+    remove_stale_temporaries,
+    stale_temporaries,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import text_of
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Engine
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE, adapter
@@ -286,6 +311,8 @@ class Runner:
         self.version = parse_version(self.p["engine_version"]) if self.p["engine_version"] else self._detect_version()
         self.changes = []
         self.planned = {}  # path -> (old_text, existed, new_text or None to delete)
+        self._loaded = None  # the takeover record, once read
+        self._remembered = None  # (path, values present replaced)
         self.result = {
             "changed": False,
             "config_file": engine.target(self.config_path, self.drop_in),
@@ -318,6 +345,49 @@ class Runner:
         return parse_version(out or err) if rc == 0 else None
 
     # ---- what the adapters call -----------------------------------------------------------------------
+    def recorded(self, path: str) -> dict | None:
+        """The values of ``path`` before ``present`` first replaced them (the takeover record), if recorded."""
+        return self._record().get("engines", {}).get(path)
+
+    def remember(self, path: str, was: dict) -> None:
+        """Keep ``was`` (the values ``present`` replaces in ``path``) in the takeover record once written."""
+        self._remembered = (path, was)
+
+    def _record(self) -> dict:
+        if not self.p["record_path"]:
+            return takeover.empty()
+        if self._loaded is None:
+            try:
+                self._loaded = takeover.load(read_text(self.p["record_path"]), self.p["record_path"])
+            except (OSError, ValueError) as exc:
+                self.fail(
+                    f"cannot read the takeover record {self.p['record_path']}: {exc}; fix or move it aside",
+                    path=self.p["record_path"],
+                )
+        return self._loaded
+
+    def _update_record(self) -> None:
+        """After the files were written: the values ``present`` replaced go into the record (the first ones stay),
+        ``absent`` drops the entry it gave back."""
+        if not self.p["record_path"]:
+            return
+        record = self._record()
+        if self.p["state"] == "present" and self._remembered:
+            new = takeover.with_engine(record, *self._remembered)
+        elif self.p["state"] == "absent":
+            new = takeover.given_back(record, self.config_path)
+        else:
+            return
+        if new == record:
+            return
+        path = self.p["record_path"]
+        if takeover.is_empty(new):
+            if os.path.exists(path):
+                os.unlink(path)
+        else:
+            atomic_write(path, takeover.dump(new), 0o644, makedirs=True)
+        self._loaded = new
+
     def read(self, path: str) -> tuple[str, bool]:
         """(text, existed)."""
         text = read_text(path)
@@ -449,8 +519,22 @@ class Runner:
             engine_back=outcome.engine_back,
         )
 
+    def sweep(self) -> None:
+        """Remove the temporary files an earlier run killed inside its atomic write left next to this engine's
+        files (``base.fileio.stale_temporaries``: only our own names, only when their writer is gone)."""
+        paths = sorted({self.config_path, *([self.drop_in] if self.drop_in else []), *self.planned})
+        stale = [tmp for path in paths for tmp in stale_temporaries(path)]
+        if not stale:
+            return
+        if not self.module.check_mode:
+            stale = [tmp for path in paths for tmp in remove_stale_temporaries(path)]
+        self.result["changed"] = True
+        self.result["removed_temporary_files"] = stale
+        self.changes += [f"remove {tmp}: left by an earlier run killed while it wrote" for tmp in stale]
+
     def run(self) -> NoReturn:
         self.compute()
+        self.sweep()
         self.result["changes"] = self.changes
         self.result["files"] = sorted(self.planned)
         if not self.planned:
@@ -464,6 +548,8 @@ class Runner:
                 ]
                 if not self.module.check_mode:
                     self.restart()
+            if not self.module.check_mode:
+                self._update_record()
             self.module.exit_json(**self.result)
         self.result["changed"] = True
         if self.module._diff:
@@ -483,6 +569,7 @@ class Runner:
         if self.p["restart"]:
             self.pending.set(sorted(self.planned))
         self.write_all()
+        self._update_record()
         if self.p["restart"]:
             self.restart()
         self.module.exit_json(**self.result)
@@ -503,6 +590,7 @@ ARGUMENT_SPEC = {
     "restart_timeout": {"type": "int", "default": 60},
     "unit": {"type": "str"},
     "engine_version": {"type": "str"},
+    "record_path": {"type": "path", "default": takeover.RECORD_PATH},
 }
 
 

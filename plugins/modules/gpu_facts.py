@@ -47,6 +47,14 @@ options:
         RV(ansible_facts.nvidia.toolkit).
     type: path
     default: /usr/local/bin
+  kernel_log:
+    description:
+      - Where the XID events of RV(ansible_facts.nvidia.xid_events) are read, under O(root), the kernel's
+        C(/dev/kmsg) (read without blocking, what the ring buffer still holds since boot), or a file of its
+        records or of C(dmesg) lines.
+      - When it cannot be read and O(root) is C(/), C(journalctl -k -b) is asked instead.
+    type: path
+    default: /dev/kmsg
 attributes:
   check_mode:
     description: Can run in check mode and returns the same facts.
@@ -212,6 +220,46 @@ ansible_facts:
                   type: str
                   returned: when NVML answered
                   sample: 1g.5gb
+            health:
+              description:
+                - The GPU's health as NVML reports it; a counter the GPU does not support is left out, so C({}) plus
+                  C(xid_events) without NVML.
+                - Each bad state is also a RV(ansible_facts.nvidia.problems) entry with NVIDIA's recommended action.
+              type: dict
+              returned: always
+              contains:
+                ecc_uncorrected_volatile:
+                  description: Uncorrected ECC errors since the last GPU reset or driver load.
+                  type: int
+                  returned: when the GPU reports it
+                ecc_uncorrected_aggregate:
+                  description: Uncorrected ECC errors over the GPU's life.
+                  type: int
+                  returned: when the GPU reports it
+                remapped_rows:
+                  description: Row remapping (Ampere and later), C({correctable, uncorrectable, pending, failure});
+                    C(pending) needs a GPU reset, C(failure) is an RMA case.
+                  type: dict
+                  returned: when the GPU reports it
+                retired_pages_pending:
+                  description: Retired pages waiting for a driver reload or GPU reset (GPUs before Ampere).
+                  type: bool
+                  returned: when the GPU reports it
+                clocks_event_reasons:
+                  description: Why the clocks are lowered now (NVML clocks event / throttle reasons), for instance
+                    C(gpu_idle), C(sw_power_cap), C(hw_slowdown), C(hw_thermal_slowdown), C(hw_power_brake_slowdown).
+                  type: list
+                  elements: str
+                  returned: when the GPU reports it
+                persistence_mode:
+                  description: C(enabled) or C(disabled).
+                  type: str
+                  returned: when the GPU reports it
+                xid_events:
+                  description: This GPU's entries of RV(ansible_facts.nvidia.xid_events).
+                  type: list
+                  elements: dict
+                  returned: always
             mig_mode_pending:
               description: MIG mode after the next GPU reset.
               type: str
@@ -607,6 +655,35 @@ ansible_facts:
           description: C(requested) (the sources tried, best first) and C(answered) (those that answered).
           type: dict
           returned: always
+        xid_events:
+          description:
+            - The XID events in the kernel log since boot, one entry per GPU and XID,
+              C({pci_bus_id, xid, count, bucket, last_message}); C(bucket) is the immediate action of NVIDIA's Xid
+              catalog (C(RESTART_APP), C(RESET_GPU), C(RESTART_BM), C(IGNORE), ...; C(UNKNOWN) for an XID the
+              collection has no entry for).
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - pci_bus_id: '0000:17:00.0'
+              xid: 79
+              count: 1
+              bucket: RESTART_BM
+              last_message: GPU has fallen off the bus.
+        fabric_manager:
+          description:
+            - NVSwitches on the PCI bus (C(nvswitch_count), NVIDIA functions of class C(0x0680)) and, where there are
+              some, the state C(systemctl is-active nvidia-fabricmanager) gives (C(state); null when not asked, for
+              instance under another O(root)). Not C(active) with NVSwitches present is the problem
+              C(fabric_manager_down).
+          type: dict
+          returned: always
+          sample: {nvswitch_count: 4, state: active}
+        xid_source:
+          description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
+            could be read.
+          type: str
+          returned: always
         warnings:
           description: Sources that failed, and why.
           type: list
@@ -627,6 +704,7 @@ def main() -> None:
             "driver_root": {"type": "path"},
             "sources": {"type": "list", "elements": "str", "choices": ["auto", *SOURCES], "default": ["auto"]},
             "toolkit_bindir": {"type": "path", "default": DEFAULT_BINDIR},
+            "kernel_log": {"type": "path", "default": "/dev/kmsg"},
         },
         supports_check_mode=True,
     )
@@ -641,6 +719,7 @@ def main() -> None:
             sources=module.params["sources"],
             run_command=run_command,
             toolkit_bindir=module.params["toolkit_bindir"],
+            kernel_log=module.params["kernel_log"],
         )
     except ValueError as exc:
         module.fail_json(msg=f"gpu_facts: {exc}")

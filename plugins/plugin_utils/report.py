@@ -248,6 +248,21 @@ def summarize(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def problem_groups(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The fleet's problems by code: ``{code, hosts, count, fix}`` (``hosts``: the names, each once, in report order;
+    ``count``: how many entries of that code over the fleet, a host with two bad GPUs counting two; ``fix``: the first
+    host's), most hosts first, then by code. A code names one kind of problem, so an operator acts on a group at once
+    (reset every GPU with a pending row remap, reboot every host that logged Xid 79)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        for item in entry["problems"]:
+            group = groups.setdefault(item["code"], {"code": item["code"], "hosts": [], "count": 0, "fix": item["fix"]})
+            group["count"] += 1
+            if entry["name"] not in group["hosts"]:
+                group["hosts"].append(entry["name"])
+    return sorted(groups.values(), key=lambda g: (-len(g["hosts"]), g["code"]))
+
+
 def _lost(entry: dict[str, Any], hv: Mapping[str, Any]) -> None:
     """``entry`` of a host the run lost (unreachable, or failed outside a stage's rescue): status ``unreachable``,
     ``lost_at`` the last stage it entered (``gpufleet_stage_reached``; ``discover`` when it never answered)."""
@@ -306,6 +321,7 @@ def fleet_report_model(
         "summary": summary,
         "summary_line": line,
         "hosts": entries,
+        "problem_groups": problem_groups(entries),
     }
 
 

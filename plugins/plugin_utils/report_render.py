@@ -84,8 +84,8 @@ def environment(fmt: str, templates_dir: str | Path | None = None) -> jinja2.Env
 def render(model: Any, fmt: str, templates_dir: str | Path | None = None) -> str:
     """The model rendered by the format's template; the document ends with exactly one newline.
 
-    The template sees the model's keys (``generated``, ``summary``, ``summary_line``, ``hosts``) and the whole
-    model as ``report``.
+    The template sees the model's keys (``generated``, ``summary``, ``summary_line``, ``hosts``, ``problem_groups``)
+    and the whole model as ``report``.
     """
     data = plain(check_model(model))
     env = environment(fmt, templates_dir)

@@ -58,3 +58,17 @@ def assert_unchanged(before: dict[str, str], after: dict[str, str], what: str) -
     assert before, f"{what}: the snapshot before is empty (no dpkg -l, no configuration trees?)"
     found = changes(before, after)
     assert not found, f"{what} changed the host ({digest(before)[:12]} -> {digest(after)[:12]}):\n" + "\n".join(found)
+
+
+def contents(node: Any, places: tuple[str, ...]) -> list[str]:
+    """What a round trip must give back, without times (a file rewritten with its old bytes is the same file): one
+    line per entry under ``places`` (type, mode, path, link target or a file's SHA-256; ``absent <place>``), Python's
+    bytecode caches left out, then dpkg's view of every package."""
+    script = (
+        "for place in " + " ".join(places) + '; do [ -e "$place" ] || { echo "absent $place"; continue; }; '
+        "find \"$place\" -name __pycache__ -prune -o -printf '%y %m %p -> %l\\n' | "
+        "while read -r kind mode path rest; do "
+        'if [ "$kind" = f ]; then rest=$(sha256sum < "$path" | cut -c1-64); fi; echo "$kind $mode $path $rest"; '
+        "done; done | LC_ALL=C sort; dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' | LC_ALL=C sort"
+    )
+    return node.run(script, check=True, timeout=300).stdout.splitlines()

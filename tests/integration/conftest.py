@@ -22,6 +22,10 @@ Fixtures:
 * `converged_fleet` (session): the fleet one full ``site.yml`` with defaults converged (``_fleet_converged.py``:
   bookworm, trixie and sid GPU nodes and a trixie Kubernetes node), shared by `test_cri_pods.py` and
   `test_guide_commands.py`.
+* `nvidia_fleet` (session): NVIDIA's toolkit's fleet (`_fleet_nvidia.py`: a bookworm node without engines for the
+  `nvidia` provider through apt, a trixie node for taking a host over from NVIDIA's toolkit and giving it back) with
+  the signed stand-in repository (`.repo`), shared by `test_toolkit_nvidia_provider.py` and
+  `test_nvidia_adoption.py`, down after the last of them.
 * `e2e_fleet` (session): the end-to-end GPU fleet (`_fleet_e2e.py`: bookworm, trixie and sid nodes with
   Debian's NVIDIA userspace, the host programs installed from this tree, the CDI spec written and the
   shim registered with docker, `gpufleet-sim/mini:latest` in every engine), shared by
@@ -45,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.integration import _fleet_converged, _fleet_e2e  # noqa: E402
+from tests.integration import _fleet_converged, _fleet_e2e, _fleet_nvidia  # noqa: E402
 from tests.sim.fleet import Fleet, Node, down  # noqa: E402
 
 DEFAULT_FLEET = ROOT / "tests" / "sim" / "fleets" / "default.yml"
@@ -60,7 +64,20 @@ def _engine_answers() -> bool:
         return False
 
 
+def _nvidia_fleet_users_together(items: list[pytest.Item]) -> None:
+    """The files of the shared ``nvidia_fleet`` run one after the other (where the first of them would), so that the
+    fleet goes down after the last of them, not at the end of the session."""
+    users = [i for i in items if i.path.name in _fleet_nvidia.USERS]
+    if not users:
+        return
+    first = items.index(users[0])
+    rest = [i for i in items if i.path.name not in _fleet_nvidia.USERS]
+    users.sort(key=lambda i: _fleet_nvidia.USERS.index(i.path.name))  # stable: each file's own order stays
+    items[:] = rest[:first] + users + rest[first:]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _nvidia_fleet_users_together(items)
     wanted = [i for i in items if i.get_closest_marker("integration")]
     if not wanted or _engine_answers():
         return
@@ -69,6 +86,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="no Docker engine answers (start dockerd to run the simulated fleet)")
     for item in wanted:
         item.add_marker(skip)
+
+
+# Wall time per test file (setup, call and teardown of its tests; a shared session fleet counts where it is first
+# used), printed at the end: CI's time budget is spent per file, and this says where.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.section("seconds per test file")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):8.1f}  in all")
 
 
 _PREFIX = os.environ.get("GPUFLEET_SIM_PREFIX") or f"gf{os.getpid()}-{secrets.token_hex(2)}"
@@ -117,7 +153,7 @@ def ansible_playbook(sim_fleet: Fleet) -> Callable[..., subprocess.CompletedProc
 
 
 # Fleets the session fixtures share across test files; every other fleet goes down with the file that made it.
-SHARED_FLEETS = ("e2e", "converged")
+SHARED_FLEETS = ("e2e", "converged", "nvidia")
 _MADE: list[Fleet] = []
 
 
@@ -187,3 +223,34 @@ def converged_fleet(sim_fleet_factory, tmp_path_factory):
     fleet = sim_fleet_factory(_fleet_converged.FLEET, name="converged")
     _fleet_converged.converge(fleet, tmp_path_factory.mktemp("converged"))
     return fleet
+
+
+_NVIDIA_FLEET: list[Fleet] = []
+
+
+@pytest.fixture(scope="session")
+def nvidia_fleet(sim_fleet_factory, tmp_path_factory):
+    """The two nodes and the signed stand-in repository of ``_fleet_nvidia.py`` (``.repo``), shared by
+    ``test_toolkit_nvidia_provider.py`` and ``test_nvidia_adoption.py``."""
+    if not shutil.which("gpg") or not shutil.which("dpkg-deb"):
+        pytest.skip("needs gpg and dpkg-deb here to build the signed stand-in repository")
+    start = time.monotonic()
+    repo = _fleet_nvidia.build_repository(tmp_path_factory.mktemp("nvidia-fleet"))
+    fleet = sim_fleet_factory(_fleet_nvidia.FLEET, name="nvidia")
+    fleet.repo = repo
+    _NVIDIA_FLEET.append(fleet)
+    print(f"[nvidia] fleet {fleet.prefix} and repository ready in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return fleet
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the ``nvidia_fleet`` files (they run together), its fleet goes down."""
+    if not _NVIDIA_FLEET or _KEEP or item.path.name not in _fleet_nvidia.USERS:
+        return
+    if nextitem is not None and nextitem.path.name in _fleet_nvidia.USERS:
+        return
+    fleet = _NVIDIA_FLEET.pop()
+    down(fleet.prefix)
+    if fleet in _MADE:
+        _MADE.remove(fleet)

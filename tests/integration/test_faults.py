@@ -73,6 +73,36 @@ CONFIG = {"docker": "/etc/docker/daemon.json", "containerd": "/etc/containerd/co
 DROP_IN = "/etc/containerd/conf.d/99-gpufleet-nvidia.toml"
 PROBE = {"docker": "docker info >/dev/null", "containerd": "ctr version >/dev/null"}
 ROWS: list[tuple[str, str, dict[str, bool]]] = []
+# Waits are bounds, never the expected time: every wait polls and ends as soon as its condition holds. They are
+# generous because one ansible-playbook on a loaded 2-core machine (CI, several fleets at once) takes minutes.
+RESTART_TIMEOUT = 90  # the module's wait for the engine to answer after a restart (a failing one ends sooner)
+WAIT = 600  # the test's wait for a module to reach a point, an engine to come back, a node to boot
+
+
+def wait_for(what: str, condition, timeout: float = WAIT, every: float = 0.5):
+    """Poll ``condition()`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(every)
+
+
+def wait_engine(node, engine, timeout: float = WAIT) -> bool:
+    """Whether the engine answers within ``timeout`` (polled; a restart asked for before a kill goes on)."""
+    try:
+        wait_for(
+            f"{node.name}: {engine} answering",
+            lambda: node.run(f"systemctl is-active -q {engine} && {PROBE[engine]}").rc == 0,
+            timeout,
+            1,
+        )
+    except AssertionError:
+        return False
+    return True
 
 
 def admin_containerd(version: str) -> str:
@@ -104,7 +134,7 @@ def _playbook_cmd(fleet, playbook, host, extra):
 
 def run_module(fleet, host, engine, **args):
     """container_runtime on one host: its result (a failed result is data)."""
-    args = {"engine": engine, "path": SHIM, "restart": True, "restart_timeout": 20, **args}
+    args = {"engine": engine, "path": SHIM, "restart": True, "restart_timeout": RESTART_TIMEOUT, **args}
     cmd = _playbook_cmd(fleet, PLAYBOOKS / "container_runtime.yml", host, {"runtime_args": args})
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -325,23 +355,29 @@ def _start_paused(fleet, node, engine, verb):
     """Start the module with a pause at ``verb``; -> (the ansible-playbook process, the module's PID)."""
     node.put(SYSTEMCTL_WRAPPER, WRAPPER_SCRIPT, 0o755)
     node.put(PAUSE, verb)
-    args = {"engine": engine, "path": SHIM, "restart": True, "restart_timeout": 20}
+    args = {"engine": engine, "path": SHIM, "restart": True, "restart_timeout": RESTART_TIMEOUT}
     cmd = _playbook_cmd(fleet, PLAYBOOKS / "container_runtime.yml", node.name, {"runtime_args": args})
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600  # a loaded 2-core CI machine takes minutes for one ansible-playbook
-    while time.monotonic() < deadline:
-        pid = node.run(f"cat {PAUSED} 2>/dev/null").stdout.strip()
-        if pid:
-            return proc, pid
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError(f"{node.name}: the module never reached systemctl {verb}")
+
+    def paused():
+        if proc.poll() is not None:  # the run ended without reaching the point: say why at once
+            out, err = proc.communicate()
+            raise AssertionError(f"{node.name}: the run ended before systemctl {verb}: {out[-3000:]}{err[-2000:]}")
+        return node.run(f"cat {PAUSED} 2>/dev/null").stdout.strip()
+
+    try:
+        return proc, wait_for(f"{node.name}: the module reaching systemctl {verb}", paused)
+    except AssertionError:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        raise
 
 
 POINTS = {"reset-failed": "after the write, before the restart", "restart": "during the restart"}
 
 
-@pytest.mark.parametrize("verb", ["reset-failed"], ids=["after-write"])
+@pytest.mark.parametrize("verb", ["reset-failed", "restart"], ids=["after-write", "during-restart"])
 def test_sigkill_of_the_module(fleet, verb):
     def case(target):
         host, engine, label = target
@@ -350,8 +386,17 @@ def test_sigkill_of_the_module(fleet, verb):
         proc, pid = _start_paused(fleet, node, engine, verb)
         # the wrapper's pause ends too (pkill -x: not this shell, whose command line names it)
         node.run(f"rm -f {SYSTEMCTL_WRAPPER}; kill -KILL {pid}; pkill -KILL -x sleep; true")
-        proc.communicate(timeout=600)
-        node.run(f"systemctl is-active -q {engine} || sleep 10")  # a restart asked for before the kill goes on
+        proc.communicate(timeout=WAIT)
+        if verb == "restart":
+            wait_engine(node, engine)  # the restart asked for before the kill goes on: polled, bounded
+        # what a SIGKILL inside the atomic write (between the temporary file and the rename) leaves next to each
+        # file, named after the killed module's PID, and an admin's file of a like name that must stay
+        leftovers = [_temporary_of(path, pid) for path in files_of(engine)]
+        lookalike = f"{CONFIG[engine]}.gpufleet-admin-notes"
+        node.run(
+            f"for f in {' '.join(leftovers)}; do mkdir -p $(dirname $f); echo half > $f; done; echo mine > {lookalike}",
+            check=True,
+        )
         outcome = check(node, engine, label)
         if verb == "reset-failed":
             # the files are the new ones and the engine still runs the old: the rerun must restart it
@@ -359,14 +404,89 @@ def test_sigkill_of_the_module(fleet, verb):
                 node.run(f"containerd config dump >/dev/null || true; test -e {PENDING}/{engine}").rc == 0
             )
         converged, last = converge(fleet, node, engine, label)
+        swept = node.run(f"ls -d {' '.join(leftovers)} 2>/dev/null").stdout.strip() == ""
+        outcome["nothing lost"] = outcome["nothing lost"] and node.run(f"cat {lookalike}").stdout == "mine\n"
+        node.run(f"rm -f {lookalike}")
+        converged = converged and swept
         bad = [
-            f"{label} SIGKILL at {verb}: {b}: {last}"
+            f"{label} SIGKILL at {verb}: {b}: swept {swept}: {last}"
             for b in record(
                 f"SIGKILL of the module {POINTS[verb]}",
                 label,
                 outcome,
                 converged,
             )
+        ]
+        reset(node, engine, label)
+        return bad
+
+    _by_node(case)
+
+
+def _temporary_of(path: str, pid: str) -> str:
+    folder, name = path.rsplit("/", 1)
+    return f"{folder}/.{name}.gpufleet-{pid}-0badc0de"
+
+
+def test_node_restarted_in_the_middle_of_the_runtime_stage(fleet):
+    """The module paused after its write (before the restart) when the node restarts: the engine boots on the files
+    on disk, the restart-pending mark (under /run, a tmpfs) is gone, and the rerun changes nothing. f-bookworm's two
+    engines one after the other (each restart of the node restarts both)."""
+
+    def case(target):
+        host, engine, label = target
+        node = fleet.node(host)
+        reset(node, engine, label)
+        proc, _pid = _start_paused(fleet, node, engine, "reset-failed")
+        subprocess.run(["docker", "restart", "-t", "5", node.container], check=True, capture_output=True, timeout=WAIT)
+        proc.communicate(timeout=WAIT)
+        node.wait_booted(timeout=WAIT)
+        node.run(f"rm -f {SYSTEMCTL_WRAPPER}")
+        wait_engine(node, engine)
+        outcome = check(node, engine, label)  # booted on the files on disk (the new ones)
+        outcome["config valid"] = outcome["config valid"] and node.run(f"test -e {PENDING}/{engine}").rc != 0
+        rerun = run_module(fleet, host, engine)
+        registered = SHIM in node.run(f"cat {' '.join(files_of(engine))} 2>/dev/null").stdout
+        converged = not rerun.get("failed") and not rerun["changed"] and registered
+        bad = [
+            f"{label} node restart: {b}: {rerun}" for b in record("node restarted mid-stage", label, outcome, converged)
+        ]
+        reset(node, engine, label)
+        return bad
+
+    _by_node(case)
+
+
+def test_engine_refuses_the_new_configuration_rolled_back(fleet):
+    def case(target):
+        host, engine, label = target
+        node = fleet.node(host)
+        reset(node, engine, label)
+        before = node.run(f"cat {CONFIG[engine]}").stdout
+        exec_start = node.run(f"systemctl show -p ExecStart --value {engine}").stdout
+        argv = exec_start.split("argv[]=", 1)[1].split(" ;", 1)[0].strip()
+        folder = CONFIG[engine].rsplit("/", 1)[0]
+        node.put(
+            REFUSE,
+            f"#!/bin/sh\nif grep -rqs {SHIM} {folder}; then\n"
+            f'  echo "gpufleet fault: refusing {folder}" >&2; exit 1\nfi\nexec "$@"\n',
+            0o755,
+        )
+        node.put(
+            f"/run/systemd/system/{engine}.service.d/fault.conf", f"[Service]\nExecStart=\nExecStart={REFUSE} {argv}\n"
+        )
+        node.run("systemctl daemon-reload", check=True)
+        r = run_module(fleet, host, engine, restart_timeout=30)
+        rolled_back = (
+            bool(r.get("failed")) and r.get("rolled_back") and r.get("engine_back") and "refusing" in r.get("msg", "")
+        )
+        outcome = check(node, engine, label, unchanged=before)
+        outcome["config valid"] = outcome["config valid"] and node.run(f"cat {CONFIG[engine]}").stdout == before
+        node.run(f"rm -rf /run/systemd/system/{engine}.service.d && systemctl daemon-reload", check=True)
+        converged, last = converge(fleet, node, engine, label)
+        bad = [
+            f"{label} refused: {b}: {r.get('msg')} / {last}"
+            for b in record("engine refuses the new config (rollback)", label, outcome, bool(converged and rolled_back))
         ]
         reset(node, engine, label)
         return bad
@@ -448,3 +568,53 @@ def test_two_site_runs_at_once_are_serialised_by_the_host_lock(fleet):
         free.rc == 0,
     )
     assert free.rc == 0, free
+
+
+SLOW = "/tmp/gpufleet-fault-slow"
+POSTINST_SLOW = f"""#!/bin/sh
+# a package whose configuration takes long enough to be killed in the middle (while {SLOW} exists)
+if [ -e {SLOW} ]; then sleep 600; fi
+"""
+
+
+def test_sigkill_of_dpkg_then_the_driver_role_recovers(fleet):
+    """dpkg killed (SIGKILL) while it configures a package (its postinst) leaves its journal: apt refuses every
+    install until ``dpkg --configure -a``. The driver role's apt path finishes it first (``dpkg_recover.yml``), then
+    changes nothing. A small local package stands in for the driver's (no package repository is reachable from the
+    fleet)."""
+    node = fleet.node("f-bookworm")
+    node.put(
+        "/tmp/fault-deb/DEBIAN/control",
+        "Package: gpufleet-fault\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: tests <tests@example.invalid>\nDescription: fault injection\n",
+    )
+    node.put("/tmp/fault-deb/DEBIAN/postinst", POSTINST_SLOW, 0o755)
+    node.put(SLOW, "")
+    node.run("dpkg-deb -b /tmp/fault-deb /tmp/gpufleet-fault.deb >/dev/null", check=True)
+    node.run("(setsid dpkg -i /tmp/gpufleet-fault.deb >/dev/null 2>&1 &)", check=True)
+    wait_for("dpkg running the package's postinst", lambda: node.run("pgrep -x sleep").rc == 0)
+    node.run(f"pkill -KILL -x dpkg; pkill -KILL -x sleep; rm -f {SLOW}; true")
+    interrupted = node.run("apt-get check")
+    was_interrupted = interrupted.rc != 0 and "dpkg --configure -a" in interrupted.stdout + interrupted.stderr
+    cmd = _playbook_cmd(fleet, PLAYBOOKS / "dpkg_recover.yml", "f-bookworm", {})
+    first = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=_env())
+    second = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=_env())
+    stats = [json.loads(p.stdout)["stats"]["f-bookworm"] if p.returncode == 0 else {} for p in (first, second)]
+    # apt no longer refuses, and the package dpkg was configuring when killed is configured now
+    status = node.run("dpkg-query -W -f '${Status}' gpufleet-fault").stdout.strip()
+    healthy = node.run('apt-get check && test -z "$(dpkg --audit)"').rc == 0 and status == "install ok installed"
+    node.run("dpkg --purge gpufleet-fault >/dev/null 2>&1; rm -rf /tmp/fault-deb /tmp/gpufleet-fault.deb")
+    converged = bool(stats[0].get("changed")) and stats[1].get("changed") == 0 and healthy
+    kept = node.run("dpkg-query -W -f '${Status}\\n' docker.io containerd | grep -vc 'install ok installed'").stdout
+    bad = record(
+        "SIGKILL of dpkg mid-configure, then the driver role",
+        "apt/dpkg (bookworm)",
+        {
+            "engine up": node.run("systemctl is-active docker containerd").rc == 0,
+            "config valid": healthy,  # apt-get check passes, dpkg --audit finds nothing
+            "nothing lost": kept.strip() == "0",  # the packages installed before are still installed
+        },
+        converged,
+    )
+    assert was_interrupted, f"the kill did not leave dpkg interrupted: {interrupted}"
+    assert not bad, (bad, first.stdout[-2000:], second.stdout[-2000:])

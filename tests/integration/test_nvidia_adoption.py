@@ -2,24 +2,30 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A node that runs NVIDIA's container toolkit: adopted as it is, then taken over by ``site.yml`` (issue 20).
+"""A node that runs NVIDIA's container toolkit: taken over by ``site.yml``, given back by ``uninstall.yml`` as NVIDIA
+left it, then taken over for good (issue 20).
 
-One trixie node (docker 26 with CDI, containerd 1.7, podman 5.4, Debian's driver userspace preinstalled: the node
-image of the converged fleet; one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four packages
-(the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1, installed with dpkg from the signed stand-in repository;
-their postinst writes ``config.toml`` as NVIDIA's does), ``/etc/docker/daemon.json`` as ``nvidia-ctk runtime
-configure --runtime=docker --cdi.enabled`` writes it, NVIDIA's CDI spec as ``nvidia-ctk cdi generate`` writes it
-both where the install guide puts it (``/etc/cdi/nvidia.yaml``) and where the refresh unit of toolkit 1.18 does
+The trixie node of the shared ``nvidia_fleet`` (``_fleet_nvidia.py``: docker 26 with CDI, containerd 1.7, podman 5.4,
+Debian's driver userspace preinstalled, one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four
+packages (the stand-ins of ``tests/sim/apt_repo.py``, 1.17.8-1, installed with dpkg from the shared signed stand-in
+repository; their postinst writes ``config.toml`` as NVIDIA's does), ``/etc/docker/daemon.json`` as ``nvidia-ctk
+runtime configure --runtime=docker --cdi.enabled`` writes it, NVIDIA's CDI spec as ``nvidia-ctk cdi generate`` writes
+it both where the install guide puts it (``/etc/cdi/nvidia.yaml``) and where the refresh unit of toolkit 1.18 does
 (``/var/run/cdi/nvidia.yaml``), and NVIDIA's ``nvidia-cdi-refresh`` units, enabled (their text from
 NVIDIA/nvidia-container-toolkit ``deployments/systemd/``, commits 044b670d and 347d5efd). The stand-ins cannot
 generate a spec, so the spec lists the node's device nodes itself, in ``nvidia-ctk``'s layout.
 
 Then, in order: ``gpu_facts`` sees NVIDIA's toolkit and the two specs (``cdi_spec_shadowed``), and a CDI device runs
-through docker and podman; the toolkit role with defaults adopts NVIDIA's toolkit (provider ``nvidia``, no package
-or repository change); ``site.yml --diff`` with ``toolkit_nvidia_state=absent`` takes the node over (NVIDIA's
-packages purged, its refresh units masked, both of its specs moved aside, as the diff says); after it one spec per
-kind is left, ``gpu_facts`` reports no toolkit problem, and ``docker --gpus all``, ``docker --device
-nvidia.com/gpu=0`` and ``podman --device nvidia.com/gpu=all`` run.
+through docker and podman; a snapshot of what NVIDIA left (the engines' and CDI folders, systemd's units folders with
+their mask links and ``*.wants``, the units' ``systemctl is-enabled``, the programs, ``config.toml``, ``dpkg``);
+the toolkit role with defaults adopts NVIDIA's toolkit (provider ``nvidia``, no package or repository change);
+``site.yml --diff`` with ``toolkit_provider=native`` (the stand-ins run no container, so the native toolkit does;
+NVIDIA's packages stay) takes the node over (its refresh units masked, both of its specs moved aside, as the diff
+says, docker's ``nvidia`` runtime replaced), and GPU containers run; ``uninstall.yml --check --diff`` changes nothing;
+``uninstall.yml`` gives the snapshot back exactly (docker's ``daemon.json`` to NVIDIA's bytes, the specs to their
+names, the units unmasked) and a CDI device runs through docker and podman again with NVIDIA's spec. (Taking a node
+over for good, ``toolkit_nvidia_state=absent``, purges NVIDIA's packages: ``test_toolkit_nvidia_provider.py`` runs
+that removal.)
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import time
@@ -36,26 +41,40 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import _fleet_nvidia, _host_state
 from tests.sim import apt_repo
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"
-PREPARE = ROOT / "tests" / "sim" / "playbooks" / "prepare.yml"
+UNINSTALL = ROOT / "playbooks" / "uninstall.yml"
 TOOLKIT = ROOT / "tests" / "integration" / "playbooks" / "toolkit_nvidia.yml"
-NODE = "adopt-trixie"
-FLEET = {
-    "nodes": [
-        {
-            "name": NODE,
-            "suite": "trixie",
-            "driver_state": "loaded",
-            "driver_packages": True,
-            "gpus": 1,
-        }
-    ]
-}
+PREPARE = ROOT / "tests" / "sim" / "playbooks" / "prepare.yml"
+NODE = _fleet_nvidia.TRIXIE
+# Where NVIDIA's toolkit and this collection put things (the programs, units, configs, specs): the round trip gives
+# each back as it was. /var/lib/gpufleet-nvidia keeps the one marker of docker's values given back (takeover.py).
+PLACES = (
+    "/etc/docker",
+    "/etc/containerd",
+    "/etc/cdi",
+    "/var/run/cdi",
+    "/etc/systemd/system",
+    "/usr/lib/systemd/system/nvidia-cdi-refresh.service",
+    "/usr/lib/systemd/system/nvidia-cdi-refresh.path",
+    "/usr/bin/nvidia-ctk",
+    "/usr/bin/nvidia-container-runtime",
+    "/usr/bin/nvidia-container-runtime-hook",
+    "/usr/bin/nvidia-cdi-hook",
+    "/usr/bin/nvidia-container-cli",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/etc/gpufleet",
+    "/etc/nvidia-container-runtime",
+    "/etc/apt/sources.list.d",
+)
+# AnsibleModule.backup_local: <file>.<pid>.<YYYY-MM-DD@HH:MM:SS>~ (as test_uninstall_roundtrip.py)
+BACKUP = re.compile(r"^f \d+ /etc/(docker|containerd|crio)/\S+\.\d+\.\d{4}-\d\d-\d\d@\d\d:\d\d:\d\d~ ")
 IMAGE = "gpufleet-sim/mini:latest"
 OLD = apt_repo.VERSIONS[0]
 # `nvidia-ctk runtime configure --runtime=docker --cdi.enabled` (1.17): the runtime by name, found on PATH.
@@ -131,9 +150,15 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 def _playbook(fleet, playbook: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), *args, str(playbook)]
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "--limit", NODE, *args]
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env)
+    return subprocess.run([*cmd, str(playbook)], check=False, capture_output=True, text=True, cwd=ROOT, env=env)
+
+
+def _snapshot(node) -> list[str]:
+    """``_host_state.contents`` of ``PLACES``, and each unit's ``systemctl is-enabled``."""
+    states = [f"unit {u} {node.run(['systemctl', 'is-enabled', u]).stdout.strip()}" for u in sorted(UNITS)]
+    return _host_state.contents(node, PLACES) + states
 
 
 def _gpu_facts(fleet) -> dict:
@@ -168,17 +193,16 @@ def _cdi_problems(facts: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(sim_fleet_factory, tmp_path_factory):
-    if not shutil.which("gpg") or not shutil.which("dpkg-deb"):
-        pytest.skip("needs gpg and dpkg-deb here to build the signed stand-in repository")
-    work = tmp_path_factory.mktemp("nvidia-adopt")
-    repo = apt_repo.build(work / "mirror", versions=(OLD,))
-    fleet = sim_fleet_factory(FLEET, name="i20adopt")
+def runs(nvidia_fleet, tmp_path_factory):
+    fleet = nvidia_fleet
     node = fleet.node(NODE)
+    work = tmp_path_factory.mktemp("nvidia-adopt")
     timings = {}
     start = time.monotonic()
-    debs = {f"debs/{deb.name}": deb.read_bytes() for deb in sorted(repo.deb_dir.glob("*.deb"))}
+    debs = {f"debs/{deb.name}": deb.read_bytes() for deb in _fleet_nvidia.debs(fleet.repo, OLD)}
+    assert len(debs) == len(apt_repo.PACKAGES), debs.keys()
     node.put("/tmp/nvidia.tar", _tar(debs))
+    _fleet_nvidia.install_tomlkit(node)  # site.yml's driver stage stays out of the round trip: no apt index refresh
     for unit, text in UNITS.items():
         node.put(f"/usr/lib/systemd/system/{unit}", text)
     node.put("/etc/docker/daemon.json", DAEMON_JSON)
@@ -192,30 +216,44 @@ def runs(sim_fleet_factory, tmp_path_factory):
     )
     proc = _playbook(fleet, PREPARE)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    query = "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(apt_repo.PACKAGES)
     out: dict = {"node": node, "before": _gpu_facts(fleet), "runs_before": _runs(node)}
-    out["packages_before"] = node.run(
-        "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(apt_repo.PACKAGES)
-    ).stdout
+    out["packages_before"] = node.run(query).stdout
+    out["nvidia_left"] = _snapshot(node)
     timings["prepare"] = time.monotonic() - start
 
     start = time.monotonic()
     out["adopt"] = _playbook(fleet, TOOLKIT)
-    out["packages_adopted"] = node.run(
-        "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(apt_repo.PACKAGES)
-    ).stdout
+    out["packages_adopted"] = node.run(query).stdout
     out["sources_adopted"] = node.run("ls /etc/apt/sources.list.d/").stdout.split()
     timings["adopt"] = time.monotonic() - start
 
-    start = time.monotonic()
+    # The stand-ins' runtime and hook run no container (tests/sim/apt_repo.py), so the round trip's site.yml brings the
+    # native toolkit next to NVIDIA's packages (toolkit_provider=native: they stay) and validates every engine.
     report = work / "report"
-    out["site"] = _playbook(fleet, SITE, "--diff", "-e", "toolkit_nvidia_state=absent", "-e", f"report_dir={report}")
+    start = time.monotonic()
+    args = ("--diff", "--skip-tags", "driver", "-e", "toolkit_provider=native", "-e", f"report_dir={report}")
+    out["site"] = _playbook(fleet, SITE, *args)
     timings["site"] = time.monotonic() - start
-    out["after"] = _gpu_facts(fleet)
-    out["runs_after"] = _runs(node)
+    out["packages_site"] = node.run(query).stdout
+    out["adopted"] = _gpu_facts(fleet)
+    out["runs_adopted"] = _runs(node)
     gpus = node.run(["docker", "run", "--rm", "--network", "none", "--gpus", "all", IMAGE, "ls", "/dev"], timeout=180)
     out["gpus_all"] = (gpus.rc, gpus.stdout.split(), gpus.stderr[-500:])
     out["units"] = {unit: node.run(["systemctl", "is-enabled", unit]).stdout.strip() for unit in UNITS}
     out["disabled"] = node.run("ls /etc/cdi /var/run/cdi").stdout
+    out["record"] = node.run(["cat", "/var/lib/gpufleet-nvidia/takeover.json"]).stdout
+    out["taken_over"] = _snapshot(node)
+
+    start = time.monotonic()
+    out["check"] = _playbook(fleet, UNINSTALL, "--check", "--diff")
+    out["after_check"] = _snapshot(node)
+    out["uninstall"] = _playbook(fleet, UNINSTALL, "--diff")
+    timings["uninstall"] = time.monotonic() - start
+    out["given_back"] = _snapshot(node)
+    out["given_back_facts"] = _gpu_facts(fleet)
+    out["runs_given_back"] = _runs(node)
+
     print("nvidia adoption (s):", {k: round(v) for k, v in timings.items()})
     return out
 
@@ -254,23 +292,59 @@ def test_auto_adopts_nvidias_toolkit_as_it_is(runs):
 def test_site_takes_the_node_over_and_says_what_it_moved_aside(runs):
     proc = runs["site"]
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert runs["packages_site"] == runs["packages_before"]  # NVIDIA's packages stay with toolkit_provider=native
     for path in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"):
         assert f"{path}.gpufleet-disabled (moved aside" in proc.stdout, proc.stdout[-6000:]
     assert runs["units"] == dict.fromkeys(UNITS, "masked")
     assert "nvidia.yaml.gpufleet-disabled" in runs["disabled"]
+    record = json.loads(runs["record"])  # what uninstall.yml gives back
+    assert sorted(s["path"] for s in record["specs"]) == ["/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"]
+    assert record["units"] == {
+        "nvidia-cdi-refresh.path": {"active": False, "enabled": True, "masked": False},
+        "nvidia-cdi-refresh.service": {"active": False, "enabled": True, "masked": False},
+    }
+    assert record["engines"]["/etc/docker/daemon.json"] == {
+        "runtime": {"args": [], "path": "nvidia-container-runtime"},
+        "default-runtime": None,
+        "cdi": True,
+    }
 
 
-def test_after_one_spec_per_kind_and_no_toolkit_problem(runs):
-    after = runs["after"]
-    specs = [(s["path"], s["ours"]) for s in after["nvidia_toolkit"]["cdi_specs"] if s["kind"] == "nvidia.com/gpu"]
+def test_after_site_one_spec_per_kind_and_gpu_containers_run(runs):
+    adopted = runs["adopted"]
+    specs = [(s["path"], s["ours"]) for s in adopted["nvidia_toolkit"]["cdi_specs"]]
     assert specs == [("/etc/cdi/nvidia.yaml", True)]
-    assert after["nvidia_toolkit"]["packages"] == {}  # toolkit_nvidia_state=absent purged them
-    assert _cdi_problems(after) == []
-    assert after["toolkit"]["provider"] == "native"
-
-
-def test_after_gpu_containers_run_on_docker_and_podman(runs):
-    for engine, (rc, dev) in runs["runs_after"].items():
+    # no two specs for one device, no runtime gone; nvidia_program_shadowed may stay (NVIDIA's packages are there)
+    assert [c for c in _cdi_problems(adopted) if c != "nvidia_program_shadowed"] == []
+    assert adopted["toolkit"]["provider"] == "native"
+    for engine, (rc, dev) in runs["runs_adopted"].items():
         assert rc == 0 and "nvidia0" in dev and "nvidiactl" in dev, (engine, dev)
     rc, dev, err = runs["gpus_all"]
     assert rc == 0 and "nvidia0" in dev, err
+
+
+def test_uninstall_in_check_mode_changes_nothing(runs):
+    proc = runs["check"]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "nvidia.yaml.gpufleet-disabled" in proc.stdout and "systemctl unmask" in proc.stdout, proc.stdout[-6000:]
+    found = _host_state.changes(dict.fromkeys(runs["taken_over"]), dict.fromkeys(runs["after_check"]))
+    assert found == [], found
+
+
+def test_uninstall_gives_the_node_back_as_nvidia_left_it(runs):
+    proc = runs["uninstall"]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    # the timestamped backups container_runtime keeps of an engine file it changed (runtime_backup) are the only new
+    after = [line for line in runs["given_back"] if not BACKUP.match(line)]
+    found = _host_state.changes(dict.fromkeys(runs["nvidia_left"]), dict.fromkeys(after))
+    assert found == [], "\n".join(found)
+    assert len(after) < len(runs["given_back"])  # docker's daemon.json was changed, so it has one
+    facts = runs["given_back_facts"]  # as gpu_facts saw the node before site.yml
+    assert facts["nvidia_toolkit"]["cdi_specs"] == runs["before"]["nvidia_toolkit"]["cdi_specs"]
+    assert facts["nvidia_toolkit"]["units"] == runs["before"]["nvidia_toolkit"]["units"]
+    assert _cdi_problems(facts) == ["cdi_spec_shadowed"]
+
+
+def test_after_uninstall_a_cdi_device_runs_again_with_nvidias_spec(runs):
+    for engine, (rc, dev) in runs["runs_given_back"].items():
+        assert rc == 0 and "nvidia0" in dev and "nvidiactl" in dev, (engine, dev)

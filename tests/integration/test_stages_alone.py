@@ -4,9 +4,9 @@
 
 """Every stage of site.yml runs alone on a fleet an earlier run converged (issue 21).
 
-The fleet is the molecule ``bookworm`` scenario's (``extensions/molecule/bookworm/fleet.yml``: a GPU node with docker
-20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put in
-``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
+The fleet is the bookworm half of the molecule scenario's (``extensions/molecule/default/fleet.yml``: a GPU node with
+docker 20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put
+in ``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
 ``tests/sim/playbooks/prepare.yml`` and one full ``site.yml``:
 
 * each stage tag alone (``driver``, ``toolkit``, ``runtime``, ``device_plugin``, ``validate``, ``report``) passes
@@ -38,8 +38,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
 PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
-FLEET = REPO / "extensions" / "molecule" / "bookworm" / "fleet.yml"
 GPU, CPU = "gpu-bookworm", "cpu-bookworm"
+_MOLECULE = yaml.safe_load((REPO / "extensions" / "molecule" / "default" / "fleet.yml").read_text())
+FLEET = {"nodes": [node for node in _MOLECULE["nodes"] if node["name"] in (GPU, CPU)]}
 STAGES = ("driver", "toolkit", "runtime", "device_plugin", "validate", "report")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 

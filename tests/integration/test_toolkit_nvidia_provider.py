@@ -5,8 +5,9 @@
 """The toolkit role's ``nvidia`` provider for real: apt, a signed repository, a pin, a hold, an upgrade, removal.
 
 A signed apt repository laid out as NVIDIA's (``tests/sim/apt_repo.py``: stand-in packages named, versioned and
-depending as NVIDIA's four, 1.17.8-1 and 1.18.0-1, signed with a key made for this run) is built here, copied into
-one simulated GPU node (bookworm, Debian's real apt 2.6 and gpgv) and served there over HTTP on 127.0.0.1 as a
+depending as NVIDIA's four, 1.17.8-1 and 1.18.0-1, signed with a key made for this run; built once for this file and
+``test_nvidia_adoption.py`` with their shared fleet, ``_fleet_nvidia.py``) is copied into one simulated GPU node
+(bookworm, no engines, Debian's real apt 2.6 and gpgv) and served there over HTTP on 127.0.0.1 as a
 mirror of ``https://nvidia.github.io/libnvidia-container/stable``. A second copy of the repository, signed by
 another key, is served next to it. No Debian mirror is reachable from the nodes, so the node's Debian sources are
 taken off first (apt would fail every index refresh on them).
@@ -25,7 +26,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import time
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import _fleet_nvidia
 from tests.sim import apt_repo
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "toolkit_nvidia.yml"
-NODE = "nv-bookworm"
-FLEET = {"nodes": [{"name": NODE, "suite": "bookworm", "driver_state": "loaded", "engines": [], "gpus": 1}]}
+NODE = _fleet_nvidia.BOOKWORM  # the shared nvidia_fleet's node without engines (_fleet_nvidia.py)
 PORT = 8765
 MIRROR = f"http://127.0.0.1:{PORT}/libnvidia-container/stable"
 OTHER = f"http://127.0.0.1:{PORT}/other/libnvidia-container/stable"
@@ -91,14 +91,8 @@ def _state(node) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(sim_fleet_factory, tmp_path_factory):
-    if not shutil.which("gpg") or not shutil.which("dpkg-deb"):
-        pytest.skip("needs gpg and dpkg-deb here to build the signed stand-in repository")
-    work = tmp_path_factory.mktemp("nvidia-apt")
-    repo = apt_repo.build(work / "mirror")
-    other = apt_repo.build(work / "other", key_name="gpufleet other key")
-    shutil.move(str(other.root / "libnvidia-container"), str(repo.root / "other" / "libnvidia-container"))
-    fleet = sim_fleet_factory(FLEET, name="i14apt")
+def runs(nvidia_fleet):
+    fleet, repo = nvidia_fleet, nvidia_fleet.repo
     node = fleet.node(NODE)
     node.put("/tmp/mirror.tar", _tar(repo.root))
     node.run(
@@ -115,7 +109,7 @@ def runs(sim_fleet_factory, tmp_path_factory):
 
     def play(label, *extra, check=False):
         # ansible-playbook as the conftest's ansible_playbook runs it, without bringing up the default fleet
-        cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory)]
+        cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "--limit", NODE]
         cmd += ["--check", "--diff"] if check else []
         cmd += ["-e", f"toolkit_nvidia_mirror_url={MIRROR}", *extra, str(PLAYBOOK)]
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")

@@ -12,17 +12,16 @@ unit, the /dev/char links and the udev rule; the engines list the runtime; a GPU
 regenerates a spec whose stamp is not the installed driver's, by hand and at boot (the node restarted).
 """
 
-import io
 import json
 import os
 import re
 import subprocess
-import tarfile
 import time
 
 import pytest
 
 from tests.integration._host_state import assert_unchanged, snapshot
+from tests.integration._tomlkit import install_tomlkit
 
 pytestmark = pytest.mark.integration
 
@@ -68,33 +67,11 @@ def _facts(proc):
     return json.loads(json.loads(f'"{m.group(1)}"'))
 
 
-def _put_tomlkit(node):
-    """tomlkit is not in the node images and no Debian mirror is reachable from them: the controller's copy
-    (pure Python) goes on the node's path, as python3-tomlkit would, so the role finds it installed."""
-    import tomlkit
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(
-            os.path.dirname(tomlkit.__file__),
-            arcname="tomlkit",
-            filter=lambda t: None if "__pycache__" in t.name else t,
-        )
-    node.put("/tmp/gpufleet-tomlkit.tar", buf.getvalue())
-    node.run(
-        "mkdir -p /usr/local/lib/gpufleet-test && tar -C /usr/local/lib/gpufleet-test -xf /tmp/gpufleet-tomlkit.tar && "
-        "echo /usr/local/lib/gpufleet-test > "
-        '"$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")/gpufleet-test.pth" && '
-        'python3 -c "import tomlkit"',
-        check=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def node_runs(sim_fleet_factory, ansible_playbook):
     fleet = sim_fleet_factory(FLEET, name="i8tk")
     node = fleet.node("tk-bookworm")
-    _put_tomlkit(node)
+    install_tomlkit(node)
     timings = {}
     runs = {"inventory": fleet.inventory, "before_check": snapshot(node)}
     for label, args in (("check", ("--check", "--diff")), ("apply", ()), ("again", ())):

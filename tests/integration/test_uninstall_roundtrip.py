@@ -22,17 +22,17 @@ engine file it changed, ``runtime_backup``); a second ``uninstall.yml`` changes 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import subprocess
-import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from tests.integration._tomlkit import install_tomlkit, tomlkit_tar
 
 pytestmark = pytest.mark.integration
 
@@ -79,28 +79,8 @@ systemctl restart docker containerd
 """
 
 
-def _tomlkit_tar() -> bytes:
-    import tomlkit
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(
-            os.path.dirname(tomlkit.__file__),
-            arcname="tomlkit",
-            filter=lambda t: None if "__pycache__" in t.name else t,
-        )
-    return buf.getvalue()
-
-
-def _prepare_node(node, tomlkit_tar: bytes) -> None:
-    node.put("/tmp/gpufleet-tomlkit.tar", tomlkit_tar)
-    node.run(
-        "mkdir -p /usr/local/lib/gpufleet-test && tar -C /usr/local/lib/gpufleet-test -xf /tmp/gpufleet-tomlkit.tar && "
-        "rm /tmp/gpufleet-tomlkit.tar && echo /usr/local/lib/gpufleet-test > "
-        '"$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")/gpufleet-test.pth" && '
-        'python3 -c "import tomlkit"',
-        check=True,
-    )
+def _prepare_node(node, tar: bytes) -> None:
+    install_tomlkit(node, tar)
     node.run(NODE_PREP, check=True, timeout=300)
 
 
@@ -120,7 +100,7 @@ def roundtrip(sim_fleet_factory, tmp_path_factory):
     start = time.monotonic()
     fleet = sim_fleet_factory(FLEET, name="i20rm")
     nodes = {name: fleet.node(name) for name in NODES}
-    tar = _tomlkit_tar()
+    tar = tomlkit_tar()
     with ThreadPoolExecutor(len(nodes)) as pool:
         list(pool.map(lambda n: _prepare_node(n, tar), nodes.values()))
     tmp = tmp_path_factory.mktemp("i20rm")

@@ -5,7 +5,8 @@
 
 ``atomic_write`` writes a temporary file in the target's folder and renames it over the target, so a reader
 (an engine, a container start) sees the old file or the new one, never half of one. ``read_text`` reads a
-host file that may be missing.
+host file that may be missing. ``stale_temporaries`` finds the temporary files a writer killed between the
+write and the rename left behind (``remove_stale_temporaries`` removes them), and nothing else.
 
 Neither is for untrusted input of unbounded size (``config.json`` of a bundle, an image's files): that is
 ``hostprog.oci.read_limited``. Neither confines a path inside a container root: that is ``hostprog.cdi_hook``.
@@ -21,7 +22,7 @@ import os
 # ``typing`` imports ``re`` (milliseconds in every GPU container start): its names are for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -44,15 +45,97 @@ def read_text(path: str, *, tolerant: bool = False, errors: str = "strict", limi
         raise
 
 
+_TMP_MARK = ".gpufleet-"  # a temporary file is ``.<name>.gpufleet-<writer's PID>-<8 hex digits>``
+_DIGITS = frozenset("0123456789")
+_HEX = frozenset("0123456789abcdef")
+STALE_AGE = 3600  # seconds: no write of ours takes this long, whoever holds the PID in its name now
+
+
 def _temporary(directory: str, base: str, mode: int) -> tuple[int, str]:
     """``(fd, path)`` of a new file next to the target (``mkstemp`` without importing ``tempfile``)."""
     for _attempt in range(100):
-        tmp = os.path.join(directory, f".{base}.gpufleet-{os.getpid()}-{os.urandom(4).hex()}")
+        tmp = os.path.join(directory, f".{base}{_TMP_MARK}{os.getpid()}-{os.urandom(4).hex()}")
         try:
             return os.open(tmp, _TMP_FLAGS, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name next to {os.path.join(directory, base)}")
+
+
+def _writer_pid(name: str, base: str) -> int | None:
+    """The writer's PID when ``name`` is exactly the name ``_temporary`` gives a temporary file of ``base``."""
+    prefix = f".{base}{_TMP_MARK}"
+    if not name.startswith(prefix):
+        return None
+    pid, sep, tag = name[len(prefix) :].partition("-")
+    if not sep or not pid or not set(pid) <= _DIGITS or pid[0] == "0" or len(tag) != 8 or not set(tag) <= _HEX:
+        return None
+    return int(pid)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process (EPERM): it runs
+    return True
+
+
+def stale_temporaries(
+    path: str,
+    *,
+    max_age: float = STALE_AGE,
+    now: float | None = None,
+    running: Callable[[int], bool] = _running,
+) -> list[str]:
+    """The temporary files ``atomic_write`` left next to ``path`` when its writer was killed before the rename.
+
+    Only a regular file (not a link, not a folder) whose name is exactly ours for ``path``
+    (``.<name>.gpufleet-<PID>-<8 lowercase hex digits>``) counts, and only when its writer is gone (no process
+    has that PID) or it is older than ``max_age`` seconds (the PID was reused since). A file of any other name,
+    an admin's included, is never one. A folder that cannot be read has none.
+    """
+    import time  # noqa: PLC0415  # not on the shim's path
+
+    directory = os.path.dirname(path) or "."
+    base = os.path.basename(path)
+    now = time.time() if now is None else now
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        pid = _writer_pid(name, base)
+        if pid is None:
+            continue
+        candidate = os.path.join(directory, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            continue
+        if st.st_mode & 0o170000 != 0o100000:  # S_ISREG without importing stat
+            continue
+        if now - st.st_mtime >= max_age or not running(pid):
+            found.append(candidate)
+    return found
+
+
+def remove_stale_temporaries(path: str, **kwargs: Any) -> list[str]:
+    """Remove what ``stale_temporaries(path, **kwargs)`` finds; -> the paths removed (one another process removed
+    first is not among them)."""
+    removed = []
+    for candidate in stale_temporaries(path, **kwargs):
+        try:
+            os.unlink(candidate)
+        except FileNotFoundError:
+            continue
+        removed.append(candidate)
+    return removed
 
 
 def atomic_write(

@@ -127,9 +127,10 @@ def _mig_enabled(gpu: dict[str, Any]) -> bool:
 
 
 def _mig_nodes(gpu: dict[str, Any], mig: dict[str, Any], mig_minors: dict[str, int] | None) -> list[str]:
-    """The nvidia-caps nodes of one MIG device (GPU instance and compute instance access)."""
-    gi = mig.get("gi", mig.get("gpu_instance_id"))
-    ci = mig.get("ci", mig.get("compute_instance_id"))
+    """The nvidia-caps nodes of one MIG device (GPU instance and compute instance access). The ids under any of the
+    names callers use: discovery's ``gi_id``/``ci_id`` (gpu_facts), ``gi``/``ci``, ``gpu_instance_id``/..."""
+    gi = next((mig[k] for k in ("gi_id", "gi", "gpu_instance_id") if mig.get(k) is not None), None)
+    ci = next((mig[k] for k in ("ci_id", "ci", "compute_instance_id") if mig.get(k) is not None), None)
     nodes = []
     if gi is None or not mig_minors:
         return nodes

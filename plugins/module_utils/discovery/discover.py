@@ -46,6 +46,7 @@ from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
 from . import toolkit as _toolkit
+from . import xid as _xid
 from .container import detect_container
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
@@ -119,6 +120,7 @@ def _finish_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
     for field in GPU_FIELDS:
         gpu.setdefault(field, None)
     gpu.setdefault("mig_devices", [])
+    gpu["health"] = dict(gpu.get("health") or {})
     if gpu["compute_capability"] is None or gpu["architecture"] is None:
         cc, arch = _nvml.guess_compute_capability(gpu.get("name"), gpu.get("architecture"))
         if gpu["compute_capability"] is None and cc:
@@ -162,8 +164,13 @@ def discover(
     sources: str | list[str] | tuple[str, ...] | None = ("auto",),
     run_command: Callable[[list[str]], tuple[int, str, str]] | None = None,
     toolkit_bindir: str = _toolkit.DEFAULT_BINDIR,
+    *,
+    kernel_log: str = "/dev/kmsg",
 ) -> dict[str, Any]:
-    """The ``ansible_facts.nvidia`` dict of the host under ``root`` (see the module's RETURN)."""
+    """The ``ansible_facts.nvidia`` dict of the host under ``root`` (see the module's RETURN).
+
+    ``kernel_log``: where the XID events are read, under ``root`` (``/dev/kmsg``, or a file of its records or of
+    ``dmesg`` lines); when it cannot be read and ``root`` is ``/``, ``journalctl -k -b`` through ``run_command``."""
     driver_root = root if driver_root is None else driver_root
     order = parse_sources(sources)
     warnings = []
@@ -287,6 +294,14 @@ def discover(
             gpu["field_sources"]["index"] = "pci-order"
     gpus.sort(key=lambda g: (g["minor"] is None, g["minor"] if g["minor"] is not None else 0, g["index"]))
 
+    # NVSwitch systems need NVIDIA's Fabric Manager running before CUDA initialises on their GPUs.
+    fabric_manager = _fabric_manager(root, pci, run_command)
+
+    # XID events since boot (what the kernel ring buffer or the journal still holds), per GPU by PCI address.
+    xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, warnings)
+    for gpu in gpus:
+        gpu["health"]["xid_events"] = [e for e in xid_events if e["pci_bus_id"] == gpu.get("pci_bus_id")]
+
     # Driver versions, each with the source that gave it.
     loaded_version = None
     for source, value in (
@@ -362,6 +377,9 @@ def discover(
         "nvidia_toolkit": _nvidia_toolkit.nvidia_toolkit(root, run_command),
         # The processes holding /dev/nvidia* open (about 45 ms for 530 processes): this module itself is left out.
         "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
+        "xid_events": xid_events,
+        "xid_source": xid_source,
+        "fabric_manager": fabric_manager,
         "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
         "warnings": warnings,
     }
@@ -375,6 +393,49 @@ def discover(
         shadowed=_toolkit.shadowed(root, toolkit_bindir),
     )
     return facts
+
+
+# NVSwitch PCI functions: NVIDIA's vendor id, class "bridge, other" (0x0680xx), as lspci lists them on HGX/DGX boards.
+NVSWITCH_CLASS_PREFIX = "0x0680"
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+
+
+def _fabric_manager(
+    root: str, pci: list[dict[str, Any]], run_command: Callable[[list[str]], tuple[int, str, str]] | None
+) -> dict[str, Any]:
+    """``{nvswitch_count, state}``: the NVSwitches on the PCI bus and, when there are some and ``root`` is ``/``, what
+    ``systemctl is-active nvidia-fabricmanager`` says (``active``, ``inactive``, ``failed``, ...); ``state`` None when
+    not asked or not known."""
+    count = sum(1 for f in pci if (f.get("class") or "").lower().startswith(NVSWITCH_CLASS_PREFIX))
+    state = None
+    if count and run_command is not None and os.path.abspath(root) == "/":
+        systemctl = _find_binary(root, "systemctl")
+        if systemctl is not None:
+            _rc, out, _err = run_command([systemctl, "is-active", FABRIC_MANAGER_UNIT])
+            state = out.strip().splitlines()[0] if out.strip() else None
+    return {"nvswitch_count": count, "state": state}
+
+
+def _kernel_xids(
+    root: str,
+    kernel_log: str,
+    run_command: Callable[[list[str]], tuple[int, str, str]] | None,
+    warnings: list[str],
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """``(where they were read, per-GPU XID summaries)``; ``(None, [])`` when no kernel log could be read."""
+    text = _xid.read_kmsg(host_path(root, kernel_log))
+    if text is not None:
+        return kernel_log, _xid.summarize(_xid.parse(text))
+    if run_command is None or os.path.abspath(root) != "/":
+        return None, []
+    journalctl = _find_binary(root, "journalctl")
+    if journalctl is None:
+        return None, []
+    rc, out, err = run_command([journalctl, "-k", "-b", "--no-pager", "-o", "short-monotonic"])
+    if rc != 0:
+        warnings.append(f"xid: {kernel_log} unreadable and journalctl -k failed: rc={rc}: {(err or out).strip()[:200]}")
+        return None, []
+    return "journalctl", _xid.summarize(_xid.parse(out))
 
 
 def sources_explicit(sources: str | list[str] | tuple[str, ...] | None) -> bool:

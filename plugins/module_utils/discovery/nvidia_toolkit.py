@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
+from ..base.version import compare
 from ..cdi.spec import DRIVER_VERSION_ANNOTATION
 
 PACKAGES = (
@@ -78,14 +79,28 @@ def dpkg_packages(status: str | None, names: tuple[str, ...] = PACKAGES) -> dict
     return found
 
 
-def rpm_packages(output: str) -> dict[str, str]:
-    """``{package: version-release}`` from ``rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' ...`` (lines of a
-    package not installed say so in other words and are left out)."""
-    found = {}
+# rpm's own query of NVIDIA's packages. Its output and exit status, as rpm 4.18.0 gives them (captured 2026-11-23 from
+# a database of stand-in packages, tests/unit/plugins/module_utils/discovery/test_nvidia_toolkit.py): one
+# ``NAME VERSION-RELEASE`` line per installed instance (a package installed twice, another version or architecture,
+# has two), ``package NAME is not installed`` on stdout for each one missing, and the exit status is the number of
+# packages not installed (2 for two missing, as measured): 0 to 4 here, all of them an answer. Before this, any status
+# but 0 and 1 dropped every package found.
+RPM_QUERY = ("/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", *PACKAGES)
+
+
+def rpm_packages(output: str, rc: int = 0) -> dict[str, str]:
+    """``{package: version-release}`` from ``RPM_QUERY``'s output and exit status (the number of packages not
+    installed; any other status, as rpm's database cannot be read, is no answer: ``{}``); a package listed twice keeps
+    its newest version."""
+    if not 0 <= rc <= len(PACKAGES):
+        return {}
+    found: dict[str, str] = {}
     for line in output.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] in PACKAGES:
-            found[parts[0]] = parts[1]
+            old = found.get(parts[0])
+            if old is None or compare(parts[1], ">", old):
+                found[parts[0]] = parts[1]
     return found
 
 
@@ -227,8 +242,8 @@ def nvidia_toolkit(
     status = read_text(host_path(root, "/var/lib/dpkg/status"), tolerant=True, errors="replace")
     packages = dpkg_packages(status)
     if status is None and on_host and os.access("/usr/bin/rpm", os.X_OK):
-        rc, out, _err = run_command(["/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", *PACKAGES])
-        packages = rpm_packages(out) if rc in (0, 1) else {}
+        rc, out, _err = run_command(list(RPM_QUERY))
+        packages = rpm_packages(out, rc)
     binaries = {}
     for path in BINARIES:
         real = host_path(root, path)

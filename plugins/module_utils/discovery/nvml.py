@@ -3,7 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """NVML through ctypes, no third-party package: init, driver and CUDA versions, and per GPU its index,
 minor, UUID, name, PCI address and device id, memory, compute capability, architecture, MIG mode,
-NUMA node and MIG devices.
+NUMA node and MIG devices; and its health (``health``): uncorrected ECC error counts, row remapping (retired pages
+pending before Ampere), the current clocks event (throttle) reasons and persistence mode, each left out where the GPU
+answers NOT_SUPPORTED.
 
 Every symbol is looked up when it is needed and a missing one (an older driver, a stub) only leaves its
 fields None; an NVML call that fails for one GPU becomes a warning, and ``NVML_ERROR_GPU_IS_LOST`` on a
@@ -57,6 +59,22 @@ ARCHITECTURES = {
     10: "Blackwell",
 }
 MIG_MODES = {0: "disabled", 1: "enabled"}
+ENABLE_STATES = {0: "disabled", 1: "enabled"}
+# nvmlClocksEventReasons (nvml.h ``nvmlClocksEventReason*``, formerly ``nvmlClocksThrottleReason*``): bit -> name.
+CLOCKS_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# nvmlMemoryErrorType_t / nvmlEccCounterType_t
+MEMORY_ERROR_UNCORRECTED = 1
+ECC_COUNTER_VOLATILE, ECC_COUNTER_AGGREGATE = 0, 1
 # nvmlBrandType_t, named as ``nvidia-smi -q`` names them (nvml.h: NVML_BRAND_*).
 BRANDS = {
     0: "Unknown",
@@ -255,7 +273,52 @@ def _device(nv: _Nvml, handle: ctypes.c_void_p, index: int, warnings: list[str])
             gpu["mig_devices"] = _mig_devices(nv, handle, index, warnings)
     elif rc not in (None, ERROR_NOT_SUPPORTED):
         warnings.append(f"GPU {index}: nvmlDeviceGetMigMode: {nv.error_string(rc)}")
+    gpu["health"] = health(nv, handle) or None
     return {k: v for k, v in gpu.items() if v is not None}
+
+
+def health(nv: _Nvml, handle: ctypes.c_void_p) -> dict[str, Any]:
+    """What NVML says of the GPU's health; a value the GPU does not support (NOT_SUPPORTED, a missing symbol, any
+    error) is left out, so ``{}`` on a GPU without these counters."""
+    out: dict[str, Any] = {}
+    for key, counter in (
+        ("ecc_uncorrected_volatile", ECC_COUNTER_VOLATILE),
+        ("ecc_uncorrected_aggregate", ECC_COUNTER_AGGREGATE),
+    ):
+        count = ctypes.c_ulonglong(0)
+        rc = nv.call(
+            "nvmlDeviceGetTotalEccErrors",
+            handle,
+            ctypes.c_int(MEMORY_ERROR_UNCORRECTED),
+            ctypes.c_int(counter),
+            ctypes.byref(count),
+        )
+        if rc == SUCCESS:
+            out[key] = count.value
+    corr, unc, pending, failure = (ctypes.c_uint(0) for _i in range(4))
+    rc = nv.call("nvmlDeviceGetRemappedRows", handle, *(ctypes.byref(v) for v in (corr, unc, pending, failure)))
+    if rc == SUCCESS:
+        out["remapped_rows"] = {
+            "correctable": corr.value,
+            "uncorrectable": unc.value,
+            "pending": bool(pending.value),
+            "failure": bool(failure.value),
+        }
+    rc, retired_pending = nv.uint("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    if retired_pending is not None:
+        out["retired_pages_pending"] = bool(retired_pending)
+    reasons = ctypes.c_ulonglong(0)
+    rc = nv.call(
+        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+        handle,
+        ctypes.byref(reasons),
+    )
+    if rc == SUCCESS:
+        out["clocks_event_reasons"] = [name for bit, name in CLOCKS_EVENT_REASONS.items() if reasons.value & bit]
+    rc, persistence = nv.uint("nvmlDeviceGetPersistenceMode", handle)
+    if persistence is not None:
+        out["persistence_mode"] = ENABLE_STATES.get(persistence, str(persistence))
+    return out
 
 
 def _mig_devices(nv: _Nvml, handle: ctypes.c_void_p, gpu_index: int, warnings: list[str]) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
 from .nvidia_toolkit import spec_conflicts
+from .xid import HOST_BUCKETS
+from .xid import action as xid_action
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CDI_SPEC_FILES = (
@@ -201,6 +203,7 @@ def check(
                 "'systemctl daemon-reload && systemctl restart docker'",
             )
         )
+    found.extend(health_problems(facts))
     found.extend(toolkit_problems(facts, root, shadowed))
     if installed:
         for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
@@ -218,6 +221,107 @@ def check(
                         "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
                     )
                 )
+    return found
+
+
+# Clocks event reasons that mean the hardware is protecting itself (heat, power supply), not a setting or idling
+# (nvml.h nvmlClocksEventReason*: HwSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown, SwThermalSlowdown).
+BAD_CLOCK_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+
+
+def _gpu_name(gpu: dict[str, Any]) -> str:
+    return f"GPU {gpu.get('index')} ({gpu.get('pci_bus_id') or gpu.get('uuid') or '?'})"
+
+
+def health_problems(facts: dict[str, Any]) -> list[dict[str, str]]:
+    """The GPUs' own health: XID events whose NVIDIA resolution is the host's (reset, reboot, support), uncorrected
+    ECC errors since the last reset, a pending or failed row remap (pending page retirement before Ampere) and clocks
+    the hardware slowed down. Actions per NVIDIA's Xid catalog and "GPU Memory Error Management"
+    (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/: a remap takes effect at the next GPU reset; a
+    remapping failure is an RMA case)."""
+    found = []
+    fabric = facts.get("fabric_manager") or {}
+    if fabric.get("nvswitch_count") and fabric.get("state") not in (None, "active"):
+        # NVIDIA Fabric Manager user guide (https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): on
+        # NVSwitch systems CUDA initialisation fails (cudaErrorSystemNotReady) until Fabric Manager has configured the
+        # switches; its package version must match the driver's.
+        found.append(
+            problem(
+                "fabric_manager_down",
+                f"{fabric['nvswitch_count']} NVSwitch(es) on the PCI bus but nvidia-fabricmanager is "
+                f"{fabric['state']}; CUDA fails on every GPU ('system not yet initialized', cudaErrorSystemNotReady)",
+                "install the nvidia-fabricmanager package of the driver's exact version and start it "
+                "('systemctl enable --now nvidia-fabricmanager'); 'journalctl -u nvidia-fabricmanager' says why it "
+                "stopped",
+            )
+        )
+    by_bus = {g.get("pci_bus_id"): g for g in facts.get("gpus") or ()}
+    for event in facts.get("xid_events") or ():
+        bucket, meaning, todo = xid_action(event["xid"])
+        if bucket not in HOST_BUCKETS:
+            continue
+        gpu = by_bus.get(event["pci_bus_id"])
+        who = _gpu_name(gpu) if gpu else f"GPU {event['pci_bus_id']}"
+        index = str(gpu.get("index")) if gpu and gpu.get("index") is not None else "<index>"
+        found.append(
+            problem(
+                f"gpu_xid_{event['xid']}",
+                f"{who} logged Xid {event['xid']} ({meaning}) {event['count']} time(s) since boot; last: "
+                f"{event['last_message'][:160]!r}",
+                f"{todo.replace('<index>', index)} (NVIDIA Xid catalog: {bucket})",
+            )
+        )
+    for gpu in facts.get("gpus") or ():
+        health = gpu.get("health") or {}
+        who, index = _gpu_name(gpu), gpu.get("index")
+        volatile = health.get("ecc_uncorrected_volatile")
+        if volatile:
+            found.append(
+                problem(
+                    "gpu_ecc_uncorrectable",
+                    f"{who} has {volatile} uncorrected ECC error(s) since its last reset "
+                    f"({health.get('ecc_uncorrected_aggregate', '?')} over its life)",
+                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot, so that the failing rows are "
+                    "remapped; contact NVIDIA support if errors come back after the reset",
+                )
+            )
+        rows = health.get("remapped_rows") or {}
+        if rows.get("failure"):
+            found.append(
+                problem(
+                    "gpu_row_remap_failed",
+                    f"{who} failed a row remapping: a memory bank has no spare row left "
+                    f"({rows.get('uncorrectable', '?')} rows remapped for uncorrectable errors)",
+                    "drain the GPU and take it out of service: NVIDIA's RMA policy covers a remapping failure "
+                    "(contact NVIDIA support or the system vendor)",
+                )
+            )
+        elif rows.get("pending"):
+            found.append(
+                problem(
+                    "gpu_row_remap_pending",
+                    f"{who} has a row remapping pending: it takes effect only at the next GPU reset",
+                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot",
+                )
+            )
+        if health.get("retired_pages_pending"):
+            found.append(
+                problem(
+                    "gpu_retired_pages_pending",
+                    f"{who} has retired pages pending: they are blacklisted only after the driver reloads",
+                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}'), reload the driver or reboot",
+                )
+            )
+        slowed = [r for r in health.get("clocks_event_reasons") or () if r in BAD_CLOCK_REASONS]
+        if slowed:
+            found.append(
+                problem(
+                    "gpu_clocks_throttled",
+                    f"{who} runs with clocks held down by {', '.join(slowed)}",
+                    "check the GPU's cooling (temperature, fans, airflow) and power supply (cables, PSU); "
+                    "'nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER' shows the details",
+                )
+            )
     return found
 
 

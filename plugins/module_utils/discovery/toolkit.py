@@ -22,10 +22,10 @@ import re
 from typing import Any
 
 from ..base.fileio import read_text
+from ..base.names import SHIM
 from ..base.pathsafe import host_path
 from ..cdi.spec import DRIVER_VERSION_ANNOTATION
 
-SHIM = "gpufleet-container-runtime"
 HOOK = "gpufleet-cdi-hook"
 NATIVE_PROGRAMS = (
     "gpufleet-container-runtime",

@@ -59,7 +59,6 @@ import sys
 NAME = "nvidia-container-cli"
 # The collection's version (galaxy.yml; a unit test keeps them equal).
 COLLECTION_VERSION = "0.1.0"
-SHIM = "gpufleet-container-runtime"
 DEFAULT_BINDIR = "/usr/local/bin"
 UNKNOWN = "Unknown"
 # libnvidia-container src/driver.c (driver_get_device_brand_1_svc): nvmlBrandType_t -> its label.
@@ -427,6 +426,8 @@ def _list(options: dict, args: list[str]) -> str:
 
 def shim_path(argv0: str) -> str:
     """The runtime shim next to this program (its launcher's directory), else the default bindir's."""
+    from ..base.names import SHIM  # noqa: PLC0415
+
     here = os.path.dirname(os.path.abspath(argv0)) if argv0 else DEFAULT_BINDIR
     candidate = os.path.join(here, SHIM)
     return candidate if os.access(candidate, os.X_OK) else os.path.join(DEFAULT_BINDIR, SHIM)

@@ -34,7 +34,6 @@ PROGRAMS = {
     "nvidia-docker": ("hostprog.nvidia_docker", "main"),
     "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
 }
-SHIM = "gpufleet-container-runtime"
 # The runtime shim's configuration (``_shim.CONFIG_PATH``): written when the shim is installed. The shim trusts it
 # only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory alike.
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"

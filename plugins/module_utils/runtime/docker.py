@@ -18,6 +18,7 @@ import re
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..base.names import SHIM
 from .base import Planned
 from .common import (
     FIX_BY_HAND,
@@ -146,6 +147,64 @@ def present(
     return Edit(_dump(data, text), changes)
 
 
+def prior(text: str, *, name: str = "nvidia", path: str = DEFAULT_PATH) -> dict[str, Any]:
+    """The values ``present`` may replace, as they are in ``text`` before it runs: ``{"runtime": runtimes.<name>,
+    "default-runtime": ..., "cdi": features.cdi}``, None for a key that is not there. JSON keeps no comment, so the
+    ``container_runtime`` module keeps these in the takeover record (``discovery/takeover.py``) when ``present``
+    changes a file that already named the runtime (NVIDIA's ``nvidia-ctk runtime configure`` wrote it), and
+    ``absent(was=...)`` puts them back."""
+    data = _load(text, path)
+    runtimes = data.get("runtimes") if isinstance(data.get("runtimes"), dict) else {}
+    features = data.get("features") if isinstance(data.get("features"), dict) else {}
+    return {"runtime": runtimes.get(name), "default-runtime": data.get("default-runtime"), "cdi": features.get("cdi")}
+
+
+def ours(entry: Any, runtime_path: str | None) -> bool:
+    """Whether ``runtimes.<name>`` (``entry``) is the one ``present`` writes: its path is ``runtime_path`` or
+    names the collection's shim. Values found beside our own entry were left by an earlier ``present`` (or set
+    since, over it), not by NVIDIA's toolkit: they are never recorded as the state to give back, or ``absent``
+    would put our own runtime back."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        return False
+    return entry["path"] == runtime_path or entry["path"].rsplit("/", 1)[-1] == SHIM
+
+
+def _put_back(data: OrderedDict[str, Any], name: str, was: dict[str, Any], changes: list[str]) -> None:
+    """``absent`` with a record of what was there: each key back to its recorded value (or away when it was not
+    there), where it differs now."""
+    runtimes = data.get("runtimes") if isinstance(data.get("runtimes"), dict) else None
+    if was.get("runtime") is not None:
+        if runtimes is None:
+            runtimes = data["runtimes"] = OrderedDict()
+        if runtimes.get(name) != was["runtime"]:
+            runtimes[name] = was["runtime"]
+            changes.append(f"runtimes.{name}: back to {json.dumps(was['runtime'], sort_keys=True)}")
+    elif runtimes is not None and name in runtimes:
+        del runtimes[name]
+        changes.append(f"runtimes.{name}: removed")
+        if not runtimes:
+            del data["runtimes"]
+    if was.get("default-runtime") is not None:
+        if data.get("default-runtime") != was["default-runtime"]:
+            data["default-runtime"] = was["default-runtime"]
+            changes.append(f"default-runtime: back to {was['default-runtime']!r}")
+    elif "default-runtime" in data and data["default-runtime"] == name:
+        del data["default-runtime"]
+        changes.append(f"default-runtime: {name!r} removed (dockerd falls back to runc)")
+    features = data.get("features") if isinstance(data.get("features"), dict) else None
+    if was.get("cdi") is not None:
+        if features is None:
+            features = data["features"] = OrderedDict()
+        if features.get("cdi") != was["cdi"]:
+            features["cdi"] = was["cdi"]
+            changes.append(f"features.cdi: back to {json.dumps(was['cdi'])}")
+    elif features is not None and "cdi" in features:
+        del features["cdi"]
+        changes.append("features.cdi: removed")
+        if not features:
+            del data["features"]
+
+
 def absent(
     text: str,
     runtime_path: str | None = None,
@@ -153,14 +212,23 @@ def absent(
     name: str = "nvidia",
     cdi: bool = False,
     path: str = DEFAULT_PATH,
+    was: dict[str, Any] | None = None,
 ) -> Edit:
     """Undo ``present``: drop ``runtimes.<name>`` when it is ours (its path is ``runtime_path``, or
     any path when ``runtime_path`` is not given), ``default-runtime`` when it names it (dockerd would
     not start with a default that does not exist), ``features.cdi`` only when ``cdi`` is true, and the
     ``runtimes``/``features`` objects when that leaves them empty. An object left empty becomes an
-    empty text (dockerd reads a missing file and ``{}`` the same)."""
+    empty text (dockerd reads a missing file and ``{}`` the same).
+
+    ``was`` (``prior`` of the file before ``present`` first changed it): those three keys get exactly those
+    values back instead (NVIDIA's runtime entry, its ``features.cdi``), the rest of the file as it is."""
     data = _load(text, path)
     changes: list[str] = []
+    if was is not None:
+        _put_back(data, name, was, changes)
+        if not changes:
+            return Edit(text, [])
+        return Edit(_dump(data, text) if data else "", changes)
     runtimes = data.get("runtimes")
     if runtimes is not None:
         _expect(runtimes, dict, "runtimes", text=text, path=path, key="runtimes")
@@ -226,8 +294,14 @@ class Docker(DockerFacts):
             edit = present(
                 text, p["path"], name=p["name"], set_as_default=p["set_as_default"], cdi=p["cdi"], path=job.config_path
             )
+            remember = getattr(job, "remember", None)
+            was = prior(text, name=p["name"], path=job.config_path) if edit.changed and remember else None
+            if was and not ours(was["runtime"], p["path"]) and any(v is not None for v in was.values()):
+                remember(job.config_path, was)
         else:
-            edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path)
+            recorded = getattr(job, "recorded", None)
+            was = recorded(job.config_path) if recorded else None
+            edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path, was=was)
         if edit.changed:
             unit = p.get("unit") or self.unit
             unit = unit if unit.endswith(".service") else unit + ".service"

@@ -10,6 +10,12 @@
  * For unit tests of callers: "init_error" (a code nvmlInit returns instead), per GPU "lost": true
  * (its handle lookup fails with GPU_IS_LOST) and "mig_devices": [{name, uuid, gi_id, ci_id,
  * memory_total, slot}] (MIG instances, at their slot of nvmlDeviceGetMigDeviceHandleByIndex).
+ * Health, per GPU under "health" (a fault a test injects into a node's gpus.json; every key absent answers
+ * NVML_ERROR_NOT_SUPPORTED, as a board without the counter): "ecc_uncorrected_volatile",
+ * "ecc_uncorrected_aggregate" (nvmlDeviceGetTotalEccErrors, uncorrected; corrected counts answer 0),
+ * "remapped_rows": {correctable, uncorrectable, pending, failure} (nvmlDeviceGetRemappedRows),
+ * "retired_pages_pending" (nvmlDeviceGetRetiredPagesPendingStatus), "clocks_event_reasons" (a bit mask, nvml.h
+ * nvmlClocksEventReason*; nvmlDeviceGetCurrentClocksEventReasons and ...ThrottleReasons), "persistence_mode".
  * Struct layouts are NVML's (nvml.h): nvmlPciInfo_t, nvmlMemory_t, nvmlMemory_v2_t.
  */
 #define _GNU_SOURCE
@@ -44,6 +50,10 @@ struct nvmlDevice_st {
     unsigned int gi_id, ci_id, slot, mig_first, mig_count; /* a MIG device: ids, slot; a GPU: its MIGs */
     unsigned long long memory_total;
     char name[96], uuid[96];
+    /* health: each value -1 when the JSON does not set it (NOT_SUPPORTED) */
+    long long ecc_volatile, ecc_aggregate, clocks_reasons;
+    int rows_corr, rows_unc, rows_pending, rows_failure, retired_pending, persistence;
+    int dynamic; /* MIG instances from the GPU-instance table below (created through NVML), not "mig_devices" */
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -175,11 +185,20 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* Where MIG instances made through NVML are kept between processes: "mig-state" beside the gpus.json read (none
+ * when the config came from the library's own copy, inside a container: there the state is the host's business). */
+static char state_path[4096];
+static void set_state_path(const char *config) {
+    const char *slash = strrchr(config, '/');
+    int dir = slash ? (int)(slash - config) : 1;
+    snprintf(state_path, sizeof(state_path), "%.*s/mig-state", dir, slash ? config : ".");
+}
 static char *load_config_text(void) {
     const char *env = getenv("GPUFLEET_SIM_GPUS_JSON");
     char *text;
-    if (env && *env && (text = read_file(env, NULL))) return text;
-    if ((text = read_file("/etc/gpufleet-sim/gpus.json", NULL))) return text;
+    state_path[0] = '\0';
+    if (env && *env && (text = read_file(env, NULL))) { set_state_path(env); return text; }
+    if ((text = read_file("/etc/gpufleet-sim/gpus.json", NULL))) { set_state_path("/etc/gpufleet-sim/gpus.json"); return text; }
     Dl_info info;
     size_t len = 0;
     char marker[64];
@@ -199,6 +218,7 @@ static char *load_config_text(void) {
     return NULL;
 }
 
+static void mig_load_state(void);
 static void copy_str(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
 
 static nvmlReturn_t load_config(void) {
@@ -239,6 +259,17 @@ static nvmlReturn_t load_config(void) {
         d->mig_mode = (int)jnum(g, "mig_mode", -1);
         d->max_mig = (unsigned)jnum(g, "max_mig_devices", 0);
         d->lost = (int)jnum(g, "lost", 0);
+        jv *h = jget(g, "health");
+        jv *rows = jget(h, "remapped_rows");
+        d->ecc_volatile = (long long)jnum(h, "ecc_uncorrected_volatile", -1);
+        d->ecc_aggregate = (long long)jnum(h, "ecc_uncorrected_aggregate", -1);
+        d->clocks_reasons = (long long)jnum(h, "clocks_event_reasons", -1);
+        d->rows_corr = rows ? (int)jnum(rows, "correctable", 0) : -1;
+        d->rows_unc = (int)jnum(rows, "uncorrectable", 0);
+        d->rows_pending = (int)jnum(rows, "pending", 0);
+        d->rows_failure = (int)jnum(rows, "failure", 0);
+        d->retired_pending = (int)jnum(h, "retired_pages_pending", -1);
+        d->persistence = (int)jnum(h, "persistence_mode", -1);
         d->mig_first = mig_total;
         jv *ms = jget(g, "mig_devices");
         for (int k = 0; ms && ms->t == 'a' && k < ms->n && mig_total < MAX_MIGS; k++) {
@@ -256,13 +287,17 @@ static nvmlReturn_t load_config(void) {
         device_count++;
     }
     jfree(root);
+    mig_load_state();
     if (init_error) return init_error;
     return strcmp(driver_state, "loaded") ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_SUCCESS;
 }
 
 #define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < devices || (d) >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
-#define IS_MIG(d) ((d) && (d) >= migs && (d) < migs + mig_total)
+#define MAX_GI 8
+static struct nvmlDevice_st dyn_migs[MAX_GPUS][MAX_GI];
+#define IS_DYN_MIG(d) ((d) && (d) >= &dyn_migs[0][0] && (d) < &dyn_migs[0][0] + MAX_GPUS * MAX_GI)
+#define IS_MIG(d) ((d) && (((d) >= migs && (d) < migs + mig_total) || IS_DYN_MIG(d)))
 /* A GPU or a MIG device handle. */
 #define CHECK_ANY(d) do { CHECK_INIT(); if (!IS_MIG(d) && (!(d) || (d) < devices || (d) >= devices + device_count)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
 
@@ -446,6 +481,12 @@ API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned in
     if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
     if (index >= d->max_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->dynamic) {
+        struct nvmlDevice_st *m = &dyn_migs[d->index][0];
+        for (unsigned int k = 0; k < MAX_GI; k++)
+            if (m[k].gi_id && m[k].slot == index) { *mig = &m[k]; return NVML_SUCCESS; }
+        return NVML_ERROR_NOT_FOUND;
+    }
     for (unsigned int k = 0; k < d->mig_count; k++)
         if (migs[d->mig_first + k].slot == index) { *mig = &migs[d->mig_first + k]; return NVML_SUCCESS; }
     return NVML_ERROR_NOT_FOUND;
@@ -460,6 +501,266 @@ API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id
     CHECK_INIT();
     if (!IS_MIG(d) || !id) return NVML_ERROR_INVALID_ARGUMENT;
     *id = d->ci_id;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG instance management (an A100-40GB's profiles; state kept in "mig-state" beside gpus.json) ----
+ * The GPU-instance profiles, placements and memory are NVIDIA's for A100-SXM4-40GB / A100-PCIE-40GB (MIG user
+ * guide, "Supported MIG Profiles" and the placements `nvidia-smi mig -lgipp` lists): the profile's enum (what
+ * nvmlDeviceGetGpuInstanceProfileInfo takes) -> its id (what nvmlDeviceCreateGpuInstance* takes and nvidia-smi
+ * shows), compute slices, memory slices, placement starts. Each GPU instance holds at most one compute instance,
+ * spanning it (as mig-parted makes them). Structures are nvml.h's (go-nvml gen/nvml/nvml.h at 2f9e261f). */
+#define NVML_ERROR_IN_USE 19
+#define NVML_ERROR_INSUFFICIENT_RESOURCES 23
+typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+        encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+typedef struct {
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+struct gi_st;
+struct ci_st { struct gi_st *gi; };
+struct gi_st {
+    struct nvmlDevice_st *dev;
+    unsigned int id, profile, start, size, has_ci;
+    struct ci_st ci;
+};
+typedef struct gi_st *nvmlGpuInstance_t;
+typedef struct ci_st *nvmlComputeInstance_t;
+typedef struct { nvmlDevice_t device; unsigned int id, profileId; nvmlGpuInstancePlacement_t placement; } nvmlGpuInstanceInfo_t;
+typedef struct {
+    nvmlDevice_t device; nvmlGpuInstance_t gpuInstance; unsigned int id, profileId; nvmlGpuInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+static const struct { const char *name; unsigned int id, slices, size, count, sms, ces, decs, jpegs, ofas, starts; unsigned long long mib; } a100[] = {
+    /* enum 0..4: 1_SLICE, 2_SLICE, 3_SLICE, 4_SLICE, 7_SLICE; starts as a bit mask of memory slices */
+    {"1g.5gb", 19, 1, 1, 7, 14, 1, 0, 0, 0, 0x7f, 4864},
+    {"2g.10gb", 14, 2, 2, 3, 28, 2, 1, 0, 0, 0x15, 9856},
+    {"3g.20gb", 9, 3, 4, 2, 42, 3, 2, 0, 0, 0x11, 19968},
+    {"4g.20gb", 5, 4, 4, 1, 56, 4, 2, 0, 0, 0x01, 19968},
+    {"7g.40gb", 0, 7, 8, 1, 98, 7, 5, 1, 1, 0x01, 40192},
+};
+#define A100_PROFILES 5
+static struct gi_st gis[MAX_GPUS][MAX_GI];
+
+static int has_profiles(nvmlDevice_t d) { return d->mig_mode >= 0 && (strstr(d->name, "A100-SXM4-40GB") || strstr(d->name, "A100-PCIE-40GB")); }
+static int profile_by_id(unsigned int id) { for (int p = 0; p < A100_PROFILES; p++) if (a100[p].id == id) return p; return -1; }
+
+/* The MIG device handles of a GPU: one per compute instance, slots in GPU-instance order. */
+static void mig_rebuild(nvmlDevice_t d) {
+    struct nvmlDevice_st *m = dyn_migs[d->index];
+    unsigned int slot = 0, hash = 2166136261u;
+    for (const char *c = d->uuid; *c; c++) hash = (hash ^ (unsigned char)*c) * 16777619u;
+    memset(m, 0, sizeof(dyn_migs[0]));
+    for (unsigned int k = 0; k < MAX_GI; k++) {
+        struct gi_st *g = &gis[d->index][k];
+        if (!g->id || !g->has_ci) continue;
+        struct nvmlDevice_st *x = &m[k];
+        snprintf(x->name, sizeof(x->name), "%.80s MIG %s", d->name, a100[g->profile].name);
+        snprintf(x->uuid, sizeof(x->uuid), "MIG-%08x-%04x-%04x-0000-%012x", hash, g->id, 0, d->index);
+        x->gi_id = g->id;
+        x->ci_id = 0;
+        x->slot = slot++;
+        x->memory_total = a100[g->profile].mib * 1024ULL * 1024ULL;
+        x->mig_mode = -1;
+    }
+}
+
+static void mig_save_state(void) {
+    char tmp[4200];
+    if (!state_path[0]) return;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", state_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    for (unsigned int i = 0; i < device_count; i++) {
+        if (!devices[i].dynamic) continue;
+        fprintf(f, "gpu %s %d\n", devices[i].uuid, devices[i].mig_mode);
+        for (unsigned int k = 0; k < MAX_GI; k++) {
+            struct gi_st *g = &gis[i][k];
+            if (g->id) fprintf(f, "gi %s %u %u %u %u\n", devices[i].uuid, g->id, g->profile, g->start, g->has_ci);
+        }
+    }
+    if (fclose(f) == 0) rename(tmp, state_path);
+}
+
+static nvmlDevice_t device_by_uuid(const char *uuid) {
+    for (unsigned int i = 0; i < device_count; i++) if (!strcmp(devices[i].uuid, uuid)) return &devices[i];
+    return NULL;
+}
+
+static void mig_load_state(void) {
+    char line[512], uuid[128];
+    memset(gis, 0, sizeof(gis));
+    if (!state_path[0]) return;
+    FILE *f = fopen(state_path, "r");
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        int mode;
+        unsigned int id, profile, start, has_ci;
+        if (sscanf(line, "gpu %127s %d", uuid, &mode) == 2) {
+            nvmlDevice_t d = device_by_uuid(uuid);
+            if (d && d->mig_mode >= 0) { d->dynamic = 1; d->mig_mode = mode; }
+        } else if (sscanf(line, "gi %127s %u %u %u %u", uuid, &id, &profile, &start, &has_ci) == 5) {
+            nvmlDevice_t d = device_by_uuid(uuid);
+            if (!d || !d->dynamic || profile >= A100_PROFILES || id == 0 || id > MAX_GI) continue;
+            struct gi_st *g = &gis[d->index][id - 1];
+            g->dev = d; g->id = id; g->profile = profile; g->start = start; g->size = a100[profile].size;
+            g->has_ci = has_ci; g->ci.gi = g;
+        }
+    }
+    fclose(f);
+    for (unsigned int i = 0; i < device_count; i++) if (devices[i].dynamic) mig_rebuild(&devices[i]);
+}
+
+static int gi_count(nvmlDevice_t d) { int n = 0; for (int k = 0; k < MAX_GI; k++) n += gis[d->index][k].id != 0; return n; }
+#define CHECK_GI(g) do { CHECK_INIT(); if (!(g) || (g) < &gis[0][0] || (g) >= &gis[0][0] + MAX_GPUS * MAX_GI || !(g)->id) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+
+API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvmlReturn_t *activationStatus) {
+    CHECK_DEV(d);
+    if (!activationStatus || mode > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (mode == 0 && gi_count(d)) return NVML_ERROR_IN_USE; /* instances first */
+    d->mig_mode = (int)mode;
+    d->dynamic = 1;
+    mig_rebuild(d);
+    mig_save_state();
+    *activationStatus = NVML_SUCCESS; /* bare metal: the reset happens in the call (nothing holds the GPU) */
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info) {
+    CHECK_DEV(d);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!has_profiles(d) || profile >= A100_PROFILES) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof(*info));
+    info->id = a100[profile].id; info->sliceCount = a100[profile].slices; info->instanceCount = a100[profile].count;
+    info->multiprocessorCount = a100[profile].sms; info->copyEngineCount = a100[profile].ces;
+    info->decoderCount = a100[profile].decs; info->jpegCount = a100[profile].jpegs; info->ofaCount = a100[profile].ofas;
+    info->memorySizeMB = a100[profile].mib;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t d, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count) {
+    CHECK_DEV(d);
+    int p = profile_by_id(profileId);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = 0;
+    for (unsigned int s = 0; s < 8; s++) {
+        if (!(a100[p].starts & (1u << s))) continue;
+        if (placements) {
+            if (n >= *count) return NVML_ERROR_INSUFFICIENT_SIZE;
+            placements[n].start = s; placements[n].size = a100[p].size;
+        }
+        n++;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gi) {
+    CHECK_DEV(d);
+    int p = profile_by_id(profileId);
+    if (!placement || !gi) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (d->mig_mode != 1) return NVML_ERROR_NOT_SUPPORTED; /* MIG off: no instance */
+    if (placement->start > 7 || !(a100[p].starts & (1u << placement->start))) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int used = 0, slices = 0, want = ((1u << a100[p].size) - 1) << placement->start;
+    struct gi_st *free_slot = NULL;
+    for (int k = 0; k < MAX_GI; k++) {
+        struct gi_st *g = &gis[d->index][k];
+        if (!g->id) { if (!free_slot) free_slot = g; continue; }
+        used |= ((1u << g->size) - 1) << g->start;
+        slices += a100[g->profile].slices;
+    }
+    if ((used & want) || slices + a100[p].slices > 7 || !free_slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    memset(free_slot, 0, sizeof(*free_slot));
+    free_slot->dev = d; free_slot->id = (unsigned int)(free_slot - gis[d->index]) + 1; free_slot->profile = (unsigned)p;
+    free_slot->start = placement->start; free_slot->size = a100[p].size; free_slot->ci.gi = free_slot;
+    d->dynamic = 1;
+    mig_rebuild(d);
+    mig_save_state();
+    *gi = free_slot;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profileId, nvmlGpuInstance_t *out, unsigned int *count) {
+    CHECK_DEV(d);
+    int p = profile_by_id(profileId);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = 0;
+    for (int k = 0; k < MAX_GI; k++) {
+        struct gi_st *g = &gis[d->index][k];
+        if (g->id && (int)g->profile == p) { if (out) out[n] = g; n++; }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t g, nvmlGpuInstanceInfo_t *info) {
+    CHECK_GI(g);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = g->dev; info->id = g->id; info->profileId = a100[g->profile].id;
+    info->placement.start = g->start; info->placement.size = g->size;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t g) {
+    CHECK_GI(g);
+    if (g->has_ci) return NVML_ERROR_IN_USE;
+    nvmlDevice_t d = g->dev;
+    memset(g, 0, sizeof(*g));
+    mig_rebuild(d);
+    mig_save_state();
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t g, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info) {
+    CHECK_GI(g);
+    if (!info || engProfile != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    /* Only the compute instance spanning the GPU instance (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE, n its slices). */
+    static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
+    if (profile >= 5 || ci_enum_slices[profile] != a100[g->profile].slices) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof(*info));
+    info->id = profile; info->sliceCount = a100[g->profile].slices; info->instanceCount = 1;
+    info->multiprocessorCount = a100[g->profile].sms; info->sharedCopyEngineCount = a100[g->profile].ces;
+    info->sharedDecoderCount = a100[g->profile].decs;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t g, unsigned int profileId, nvmlComputeInstance_t *ci) {
+    CHECK_GI(g);
+    static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
+    if (!ci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (profileId >= 5 || ci_enum_slices[profileId] != a100[g->profile].slices) return NVML_ERROR_NOT_SUPPORTED;
+    if (g->has_ci) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    g->has_ci = 1;
+    mig_rebuild(g->dev);
+    mig_save_state();
+    *ci = &g->ci;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t g, unsigned int profileId, nvmlComputeInstance_t *out, unsigned int *count) {
+    CHECK_GI(g);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    if (g->has_ci && profileId < 5) {
+        static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
+        if (ci_enum_slices[profileId] == a100[g->profile].slices) { if (out) out[0] = &g->ci; n = 1; }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info) {
+    CHECK_INIT();
+    if (!ci || !ci->gi || !ci->gi->has_ci || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = ci->gi->dev; info->gpuInstance = ci->gi; info->id = 0;
+    info->profileId = ci->gi->profile; info->placement.start = 0; info->placement.size = a100[ci->gi->profile].slices;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {
+    CHECK_INIT();
+    if (!ci || !ci->gi || !ci->gi->id || !ci->gi->has_ci) return NVML_ERROR_INVALID_ARGUMENT;
+    ci->gi->has_ci = 0;
+    mig_rebuild(ci->gi->dev);
+    mig_save_state();
     return NVML_SUCCESS;
 }
 
@@ -582,6 +883,51 @@ API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) { return pu
 API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
 API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) { return put_uint(d, is_mig, IS_MIG(d) ? 1 : 0); }
 
+/* Health counters (see the header comment): NOT_SUPPORTED unless the node's gpus.json sets them. */
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int errorType, int counterType, unsigned long long *count) {
+    CHECK_DEV(d);
+    if (!count || counterType < 0 || counterType > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    long long value = counterType == 0 ? d->ecc_volatile : d->ecc_aggregate;
+    if (value < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = errorType == 1 ? (unsigned long long)value : 0; /* NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 */
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr, unsigned int *unc, unsigned int *pending, unsigned int *failure) {
+    CHECK_DEV(d);
+    if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->rows_corr < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *corr = (unsigned)d->rows_corr; *unc = (unsigned)d->rows_unc;
+    *pending = (unsigned)d->rows_pending; *failure = (unsigned)d->rows_failure;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *pending) {
+    CHECK_DEV(d);
+    if (d->retired_pending < 0) return NVML_ERROR_NOT_SUPPORTED;
+    return put_uint(d, pending, (unsigned)d->retired_pending);
+}
+API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *reasons) {
+    CHECK_DEV(d);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->clocks_reasons < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = (unsigned long long)d->clocks_reasons;
+    return NVML_SUCCESS;
+}
+/* nvidia-smi prints a reason only when the supported mask has its bit: every reason nvml.h names (0x1ff). */
+API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t d, unsigned long long *reasons) {
+    CHECK_DEV(d);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->clocks_reasons < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = 0x1ffULL;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t d, unsigned long long *reasons) { return nvmlDeviceGetSupportedClocksEventReasons(d, reasons); }
+API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *reasons) { return nvmlDeviceGetCurrentClocksEventReasons(d, reasons); }
+API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) {
+    CHECK_DEV(d);
+    if (d->persistence < 0) return NVML_ERROR_NOT_SUPPORTED;
+    return put_uint(d, mode, (unsigned)d->persistence);
+}
+
 #define NA(name, ...) API nvmlReturn_t name(__VA_ARGS__) { CHECK_INIT(); return NVML_ERROR_NOT_SUPPORTED; }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -628,15 +974,12 @@ NA(nvmlDeviceGetOfaUtilization, nvmlDevice_t device, unsigned int *utilization, 
 NA(nvmlDeviceGetPcieReplayCounter, nvmlDevice_t device, unsigned int *value)
 NA(nvmlDeviceGetPcieThroughput, nvmlDevice_t device, int counter, unsigned int *value)
 NA(nvmlDeviceGetPerformanceState, nvmlDevice_t device, void *pState)
-NA(nvmlDeviceGetPersistenceMode, nvmlDevice_t device, void *mode)
 NA(nvmlDeviceGetPowerState, nvmlDevice_t device, void *pState)
 NA(nvmlDeviceGetPowerUsage, nvmlDevice_t device, unsigned int *power)
-NA(nvmlDeviceGetRemappedRows, nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
 NA(nvmlDeviceGetRetiredPages, nvmlDevice_t device, int cause, unsigned int *pageCount, unsigned long long *addresses)
-NA(nvmlDeviceGetRetiredPagesPendingStatus, nvmlDevice_t device, void *isPending)
+NA(nvmlDeviceGetRowRemapperHistogram, nvmlDevice_t device, void *values)
 NA(nvmlDeviceGetSerial, nvmlDevice_t device, char *serial, unsigned int length)
 NA(nvmlDeviceGetSramEccErrorStatus, nvmlDevice_t device, void *status)
-NA(nvmlDeviceGetSupportedClocksThrottleReasons, nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
 NA(nvmlDeviceGetSupportedMemoryClocks, nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
 NA(nvmlDeviceGetTemperature, nvmlDevice_t device, int sensorType, unsigned int *temp)
 NA(nvmlDeviceGetTemperatureThreshold, nvmlDevice_t device, int thresholdType, unsigned int *temp)

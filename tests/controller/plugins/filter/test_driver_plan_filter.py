@@ -30,7 +30,12 @@ driver_plan = FilterModule().filters()["driver_plan"]
     ],
 )
 def test_each_distribution_selects_its_own_task_file(dist, major, source, task_file):
-    facts = {"distribution": dist, "distribution_major_version": major, "kernel": "k", "architecture": "x86_64"}
+    facts = {
+        "distribution": dist,
+        "distribution_major_version": major,
+        "kernel": "5.15.0-125-generic",
+        "architecture": "x86_64",
+    }
     p = driver_plan(facts, {"source": source}, A100)
     assert p["task_file"] == task_file
     assert (ROLE / "tasks" / task_file).is_file()
@@ -39,3 +44,27 @@ def test_each_distribution_selects_its_own_task_file(dist, major, source, task_f
 def test_refusal_becomes_a_filter_error_naming_the_role():
     with pytest.raises(AnsibleFilterError, match=r"driver role: .*driver_source=cuda"):
         driver_plan({"distribution": "RedHat", "distribution_major_version": "9"}, {}, A100)
+
+
+# apt-cache policy as apt 2.6 prints it (Debian 12) for one package with a candidate and one from a component
+# the sources lack (apt knows the name from no list: it prints the bare header and no Candidate line).
+POLICY = """libcuda1:
+  Installed: (none)
+  Candidate: 535.261.03-1~deb12u1
+  Version table:
+     535.261.03-1~deb12u1 500
+        500 http://deb.debian.org/debian bookworm/non-free amd64 Packages
+nvidia-open-kernel-dkms:
+  Installed: (none)
+  Candidate: (none)
+  Version table:
+firmware-nvidia-gsp:
+"""
+
+
+def test_missing_components_are_named_from_apt_cache_policy():
+    missing = FilterModule().filters()["driver_missing_components"]
+    needed = {"libcuda1": "non-free", "nvidia-open-kernel-dkms": "contrib", "firmware-nvidia-gsp": "non-free-firmware"}
+    assert missing(POLICY, needed) == ["contrib", "non-free-firmware"]
+    assert missing(POLICY, {"libcuda1": "non-free"}) == []
+    assert missing("", {"libcuda1": "non-free"}) == ["non-free"]

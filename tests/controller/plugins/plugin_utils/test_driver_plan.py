@@ -8,10 +8,15 @@ dnf stream. These are the only tests of the Ubuntu and RHEL paths (no such host 
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import (
+    BRANCHES_REVIEWED,
     PlanError,
     architecture_of,
+    missing_components,
     module_flavor,
+    parse_policy,
     plan,
+    successor,
+    supported_branches,
 )
 
 A100 = {"pci_devices": [{"is_gpu": True, "device_id": "0x20b0"}], "gpus": []}
@@ -136,85 +141,158 @@ def test_debian_distro_refuses_a_branch_it_does_not_ship(major, branch):
         plan(facts("Debian", major), {"branch": branch}, A100)
 
 
-def test_debian_cuda_repository_and_mirror():
-    p = plan(facts("Debian", "12"), {"source": "cuda", "branch": "570", "mirror_url": "http://mirror.lan/cuda/"}, V100)
+def test_debian_cuda_repository_uses_debian_names_and_the_pinning_package():
+    # Debian's names in NVIDIA's repository are Debian-style on every branch (issue 23, item 6).
+    p = plan(facts("Debian", "12"), {"source": "cuda", "branch": "580", "mirror_url": "http://mirror.lan/cuda/"}, V100)
     assert p["repository"] == {
         "name": "cuda-debian12",
         "kind": "apt",
         "url": "http://mirror.lan/cuda/debian12/x86_64/",
         "key_url": "http://mirror.lan/cuda/debian12/x86_64/3bf863cc.pub",
     }
-    assert p["packages"] == ["nvidia-headless-570", "nvidia-utils-570"]
-    assert p["module_packages"] == ["nvidia-dkms-570"]
+    assert p["pinning"] == ["nvidia-driver-pinning-580"]
+    assert p["packages"] == ["nvidia-driver-cuda"]
+    assert p["module_packages"] == ["nvidia-kernel-dkms"]
+    assert p["hold"][0] == "nvidia-driver-pinning-580"
+    full = plan(facts("Debian", "13"), {"source": "cuda", "package_set": "full"}, A100)
+    assert (full["branch"], full["packages"], full["module_packages"]) == (
+        "580",
+        ["nvidia-open"],
+        ["nvidia-kernel-open-dkms"],
+    )
+
+
+def test_supported_branch_table_is_dated_and_drives_the_refusals():
+    assert BRANCHES_REVIEWED == "2026-11-23"
+    assert supported_branches() == ["580", "595"]  # 535 ended 2026-06, 610 ended 2026-08
+    assert supported_branches("2026-05-01") == ["535", "580", "595", "610"]
+    assert successor("550") == "580" and successor("610") == "595"
+
+
+@pytest.mark.parametrize(("branch", "to"), [("550", "580"), ("570", "580"), ("535", "580"), ("610", "595")])
+def test_ubuntu_ended_branch_is_refused_naming_its_successor(branch, to):
+    # Canonical turns an ended branch into transitional packages to another: never plan one and install another.
+    with pytest.raises(PlanError, match=rf"branch {branch} .*set driver_branch={to}"):
+        plan(facts("Ubuntu", "22", kernel="5.15.0-125-generic"), {"branch": branch}, A100)
+
+
+def test_ubuntu_default_is_the_supported_long_term_branch():
+    p = plan(facts("Ubuntu", "22", kernel="5.15.0-125-generic"), {}, A100)
+    assert p["branch"] == "580"
+    assert p["packages"] == ["nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"]
 
 
 @pytest.mark.parametrize(
-    ("major", "flavor_req", "gpus", "packages", "module"),
+    ("major", "kernel", "gpus", "packages", "module"),
     [
         (
             "22",
-            "auto",
+            "5.15.0-125-generic",
             A100,
-            ["nvidia-headless-no-dkms-550-server-open", "nvidia-utils-550-server"],
-            ["linux-modules-nvidia-550-server-open-5.15.0-125-generic"],
+            ["nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"],
+            [
+                "linux-modules-nvidia-580-server-open-5.15.0-125-generic",
+                "linux-modules-nvidia-580-server-open-generic",
+            ],
+        ),
+        (
+            "22",
+            "6.8.0-45-generic",
+            A100,
+            ["nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"],
+            [
+                "linux-modules-nvidia-580-server-open-6.8.0-45-generic",
+                "linux-modules-nvidia-580-server-open-generic-hwe-22.04",
+            ],
         ),
         (
             "24",
-            "auto",
+            "6.8.0-1015-gcp",
             V100,
-            ["nvidia-headless-no-dkms-550-server", "nvidia-utils-550-server"],
-            ["linux-modules-nvidia-550-server-5.15.0-125-generic"],
+            ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server"],
+            ["linux-modules-nvidia-580-server-6.8.0-1015-gcp", "linux-modules-nvidia-580-server-gcp"],
         ),
     ],
 )
-def test_ubuntu_distro_compute_uses_signed_precompiled_modules(major, flavor_req, gpus, packages, module):
-    p = plan(facts("Ubuntu", major, kernel="5.15.0-125-generic"), {"module_flavor": flavor_req}, gpus)
+def test_ubuntu_precompiled_modules_follow_the_kernel_flavour(major, kernel, gpus, packages, module):
+    p = plan(facts("Ubuntu", major, kernel=kernel), {}, gpus)
     assert p["task_file"] == "apt.yml"
     assert p["packages"] == packages
     assert p["module_packages"] == module
     assert p["headers"] == []  # nothing is built
     assert p["repository"] is None
+    assert p["dkms_signing"] is None
+    # Held: the userspace; never the modules, whose flavour metapackage must move with each kernel update.
+    assert p["hold"] == packages
+
+
+def test_ubuntu_precompiled_refuses_an_unreadable_kernel():
+    with pytest.raises(PlanError, match="driver_ubuntu_precompiled=false"):
+        plan(facts("Ubuntu", "24", kernel="custom"), {}, A100)
 
 
 def test_ubuntu_distro_dkms_and_full_set():
     p = plan(
         facts("Ubuntu", "24", kernel="6.8.0-45-generic"),
-        {"branch": "535", "ubuntu_precompiled": False, "version": "535.230.02"},
+        {"branch": "580", "ubuntu_precompiled": False, "version": "580.95.05"},
         A100,
     )
     assert p["packages"] == [
-        "nvidia-headless-no-dkms-535-server-open=535.230.02-*",
-        "nvidia-utils-535-server=535.230.02-*",
+        "nvidia-headless-no-dkms-580-server-open=580.95.05-*",
+        "nvidia-utils-580-server=580.95.05-*",
     ]
-    assert p["module_packages"] == ["nvidia-dkms-535-server-open=535.230.02-*"]
+    assert p["module_packages"] == ["nvidia-dkms-580-server-open=580.95.05-*"]
     assert p["headers"] == ["linux-headers-6.8.0-45-generic"]
-    full = plan(facts("Ubuntu", "22"), {"branch": "570", "package_set": "full"}, V100)
-    assert full["packages"] == ["nvidia-driver-570-server"]
-    assert full["module_packages"] == ["nvidia-dkms-570-server"]
+    assert p["dkms_signing"] == "conf.d"
+    full = plan(facts("Ubuntu", "22", kernel="5.15.0-125-generic"), {"branch": "580", "package_set": "full"}, V100)
+    assert full["packages"] == ["nvidia-driver-580-server"]
+    assert full["module_packages"] == ["nvidia-dkms-580-server"]
+    # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d (issue 23, item 5).
+    assert full["dkms_signing"] == "shim-mok"
 
 
-def test_ubuntu_cuda_repository():
+def test_ubuntu_cuda_repository_before_590_is_per_branch():
     p = plan(facts("Ubuntu", "24", arch="aarch64"), {"source": "cuda", "package_set": "full"}, B200)
     assert p["repository"]["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/sbsa/"
     assert p["repository"]["kind"] == "apt"
-    assert p["packages"] == ["nvidia-open-550"]
-    assert p["module_packages"] == ["nvidia-dkms-550-open"]
+    assert p["pinning"] == ["nvidia-driver-pinning-580"]
+    assert p["packages"] == ["nvidia-open-580"]
+    assert p["module_packages"] == ["nvidia-dkms-580-open"]
 
 
-def test_ubuntu_refuses_latest():
-    with pytest.raises(PlanError, match="a number such as 550"):
+def test_ubuntu_cuda_repository_from_590_is_unversioned_and_pinned():
+    p = plan(facts("Ubuntu", "24"), {"source": "cuda", "branch": "595", "version": "595.71.05"}, A100)
+    assert p["pinning"] == ["nvidia-driver-pinning-595"]
+    assert p["packages"] == ["libnvidia-compute=595.71.05-*", "nvidia-utils=595.71.05-*"]
+    assert p["module_packages"] == ["nvidia-dkms-open=595.71.05-*"]
+    full = plan(facts("Ubuntu", "22"), {"source": "cuda", "branch": "latest", "package_set": "full"}, A100)
+    assert (full["pinning"], full["packages"]) == ([], ["nvidia-open"])
+
+
+def test_ubuntu_distro_refuses_latest():
+    with pytest.raises(PlanError, match="a number such as 580"):
         plan(facts("Ubuntu", "22"), {"branch": "latest"}, A100)
+
+
+@pytest.mark.parametrize(
+    ("settings", "gpus"),
+    [({"source": "cuda", "branch": "595"}, V100), ({"source": "cuda"}, {"gpus": [{"architecture": "Pascal"}]})],
+)
+def test_proprietary_module_ends_with_580(settings, gpus):
+    with pytest.raises(PlanError, match=r"ends with branch 580.*driver_branch=580"):
+        plan(facts("Rocky", "9"), settings, gpus)
 
 
 @pytest.mark.parametrize("dist", ["RedHat", "Rocky", "AlmaLinux"])
 @pytest.mark.parametrize(
     ("major", "gpus", "branch", "expected"),
     [
-        ("9", A100, "", ("nvidia-driver:latest-open", "kmod-nvidia-open-dkms")),
-        ("8", V100, "535", ("nvidia-driver:535-dkms", "kmod-nvidia-latest-dkms")),
+        ("9", A100, "", ("nvidia-driver:open-dkms", "kmod-nvidia-open-dkms")),
+        ("9", A100, "580", ("nvidia-driver:580-open", "kmod-nvidia-open-dkms")),
+        ("8", V100, "580", ("nvidia-driver:580-dkms", "kmod-nvidia-latest-dkms")),
     ],
 )
-def test_rhel_like_cuda_streams(dist, major, gpus, branch, expected):
+def test_rhel_like_cuda_streams_are_nvidias(dist, major, gpus, branch, expected):
     stream, module = expected
     p = plan(facts(dist, major, kernel="5.14.0-427.el9.x86_64"), {"source": "cuda", "branch": branch}, gpus)
     assert p["task_file"] == "redhat.yml"
@@ -222,17 +300,108 @@ def test_rhel_like_cuda_streams(dist, major, gpus, branch, expected):
     assert p["repository"]["url"] == f"https://developer.download.nvidia.com/compute/cuda/repos/rhel{major}/x86_64/"
     assert p["repository"]["key_url"].endswith("/D42D0685.pub")
     assert p["repository"]["kind"] == "rpm"
+    assert p["packages"] == ["nvidia-driver-cuda", "nvidia-persistenced"]  # no nvidia-driver-NVML any more
     assert p["module_packages"] == [module]
-    assert p["headers"] == ["kernel-devel-5.14.0-427.el9.x86_64", "kernel-headers-5.14.0-427.el9.x86_64"]
-    assert "nvidia-driver-cuda" in p["packages"]
-    assert p["hold"] == []  # the stream pins the branch; versionlock only for an exact version
+    assert p["hold"] == []  # the stream holds the branch; versionlock only for an exact version
 
 
-def test_rhel_full_profile_and_exact_version_lock():
-    p = plan(facts("Rocky", "9"), {"source": "cuda", "package_set": "full", "version": "550.127.08"}, A100)
-    assert p["packages"] == ["@nvidia-driver:550-open/default"]
-    assert p["module_packages"] == ["kmod-nvidia-open-dkms-550.127.08"]
-    assert "kmod-nvidia*" in p["hold"]
+@pytest.mark.parametrize(
+    ("dist", "major", "kernel", "headers", "repos"),
+    [
+        ("Rocky", "9", "5.14.0-427.el9.x86_64", ["kernel-devel-matched", "kernel-headers"], ("crb", "epel-release")),
+        (
+            "Rocky",
+            "8",
+            "4.18.0-553.el8.x86_64",
+            ["kernel-devel-4.18.0-553.el8.x86_64", "kernel-headers"],
+            ("powertools", "epel-release"),
+        ),
+        (
+            "RedHat",
+            "9",
+            "5.14.0-427.el9.x86_64",
+            ["kernel-devel-matched", "kernel-headers"],
+            (
+                "codeready-builder-for-rhel-9-x86_64-rpms",
+                "https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm",
+            ),
+        ),
+    ],
+)
+def test_rhel_dkms_needs_epel_crb_and_nvidias_headers(dist, major, kernel, headers, repos):
+    crb, epel = repos
+    p = plan(facts(dist, major, kernel=kernel), {"source": "cuda"}, A100)
+    assert p["headers"] == headers
+    assert p["el_repos"]["crb"] == crb
+    assert p["el_repos"]["epel"] == epel
+    assert (
+        plan(facts(dist, major, kernel=kernel), {"source": "cuda", "el_extra_repos": False}, A100)["el_repos"] is None
+    )
+    # In a container nothing is built: no headers, no EPEL.
+    bare = plan(facts(dist, major, kernel=kernel), {"source": "cuda", "kernel_module": False}, A100)
+    assert (bare["headers"], bare["el_repos"], bare["module_packages"]) == ([], None, [])
+
+
+def test_rhel_full_set_and_exact_version_lock_nvidias_pattern():
+    p = plan(facts("Rocky", "9"), {"source": "cuda", "package_set": "full", "version": "580.95.05"}, A100)
+    assert p["dnf_module_stream"] == "nvidia-driver:580-open"
+    assert p["packages"] == ["nvidia-open-580.95.05"]
+    assert p["module_packages"] == ["kmod-nvidia-open-dkms-580.95.05"]
+    assert p["hold"] == ["*nvidia*580.95.05*"]
+    proprietary = plan(facts("Rocky", "8"), {"source": "cuda", "package_set": "full", "branch": "580"}, V100)
+    assert proprietary["packages"] == ["cuda-drivers"]
+    assert "nvidia-kmod-common" in p["remove"] and "libnvidia-ml" in p["remove"]
+    assert not any(r.startswith("libnvidia-container") or r == "libnvidia-*" for r in p["remove"])
+
+
+def test_rhel10_has_no_streams_and_locks_the_branch():
+    p = plan(facts("RedHat", "10", kernel="6.12.0-55.el10.x86_64"), {"source": "cuda", "branch": "580"}, A100)
+    assert p["dnf_module_stream"] is None
+    assert p["hold"] == ["*nvidia*580*"]
+    assert p["headers"] == ["kernel-devel-matched", "kernel-headers"]
+    assert p["el_repos"]["crb"] == "codeready-builder-for-rhel-10-x86_64-rpms"
+    latest = plan(facts("Rocky", "10"), {"source": "cuda"}, A100)
+    assert (latest["dnf_module_stream"], latest["hold"]) == (None, [])
+
+
+def test_debian_distro_names_the_component_of_each_package():
+    p = plan(facts("Debian", "12"), {}, A100)
+    assert p["apt_components"]["nvidia-open-kernel-dkms"] == "contrib"
+    assert p["apt_components"]["firmware-nvidia-gsp"] == "non-free-firmware"
+    assert p["apt_components"]["libcuda1"] == "non-free"
+    known = "".join(
+        f"{name}:\n  Installed: (none)\n  Candidate: 535.261.03-1\n"
+        for name, component in p["apt_components"].items()
+        if component == "non-free"
+    )
+    policy = parse_policy(known + "nvidia-open-kernel-dkms:\n  Installed: (none)\n  Candidate: (none)\n")
+    assert missing_components(policy, p["apt_components"]) == ["contrib", "non-free-firmware"]
+    container = plan(facts("Debian", "12"), {"kernel_module": False}, A100)
+    assert set(container["apt_components"].values()) == {"non-free"}
+
+
+NVSWITCH = {
+    "pci_devices": [
+        {"is_gpu": True, "device_id": "0x2330", "class": "0x030200"},
+        {"is_gpu": False, "device_id": "0x22a3", "class": "0x068000"},
+    ]
+}
+
+
+def test_nvswitch_hosts_get_fabric_manager_of_the_branch():
+    ubuntu = plan(facts("Ubuntu", "22", kernel="5.15.0-125-generic"), {}, NVSWITCH)
+    assert ubuntu["nvswitch"] is True
+    assert ubuntu["flavor"] == "open"  # Hopper: open modules, like Blackwell
+    assert ubuntu["fabricmanager"] == ["nvidia-fabricmanager-580", "libnvidia-nscq-580"]
+    el = plan(facts("Rocky", "9"), {"source": "cuda", "version": "580.95.05"}, NVSWITCH)
+    assert el["fabricmanager"] == ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05"]
+    assert plan(facts("Ubuntu", "24"), {"source": "cuda", "branch": "595"}, NVSWITCH)["fabricmanager"] == [
+        "nvidia-fabricmanager",
+        "libnvidia-nscq",
+    ]
+    assert plan(facts("Rocky", "9"), {"source": "cuda"}, A100)["fabricmanager"] == []
+    with pytest.raises(PlanError, match=r"Fabric Manager.*driver_source=cuda"):
+        plan(facts("Debian", "12"), {}, NVSWITCH)
 
 
 def test_rhel_has_no_distro_packages():
@@ -241,7 +410,7 @@ def test_rhel_has_no_distro_packages():
 
 
 @pytest.mark.parametrize(
-    ("dist", "major"), [("Debian", "11"), ("Ubuntu", "20"), ("RedHat", "10"), ("Fedora", "40"), ("", "")]
+    ("dist", "major"), [("Debian", "11"), ("Ubuntu", "20"), ("RedHat", "7"), ("Fedora", "40"), ("", "")]
 )
 def test_unsupported_distributions_are_named(dist, major):
     with pytest.raises(PlanError, match="no path for"):

@@ -249,3 +249,26 @@ def test_a_stage_failure_on_a_host_that_no_longer_answers_is_unreachable_in_that
     markdown = render(model, "markdown")
     assert "lost during stage toolkit** (task Look for the toolkit: Module result deserialization failed)" in markdown
     assert "**Failed at stage toolkit**" not in markdown
+
+
+def test_problems_are_grouped_by_code_across_hosts():
+    def host(*codes):
+        problems = [{"code": c, "message": f"{c} here", "fix": f"fix {c}"} for c in codes]
+        return {"ansible_facts": {"nvidia": {"pci_gpu_count": 1, "gpus": [], "problems": problems}}}
+
+    hostvars = {
+        "a": host("gpu_xid_79"),
+        "b": host("gpu_row_remap_pending", "gpu_row_remap_pending", "gpu_xid_79"),  # two GPUs with a pending remap
+        "c": host("gpu_row_remap_pending"),
+        "d": host(),
+        "e": host("gpu_clocks_throttled"),
+    }
+    model = report.fleet_report_model(hostvars, ["a", "b", "c", "d", "e"])
+    assert model["problem_groups"] == [
+        {"code": "gpu_row_remap_pending", "hosts": ["b", "c"], "count": 3, "fix": "fix gpu_row_remap_pending"},
+        {"code": "gpu_xid_79", "hosts": ["a", "b"], "count": 2, "fix": "fix gpu_xid_79"},
+        {"code": "gpu_clocks_throttled", "hosts": ["e"], "count": 1, "fix": "fix gpu_clocks_throttled"},
+    ]
+    md = render(model, "markdown")
+    assert "| gpu\\_row\\_remap\\_pending | b, c | fix gpu\\_row\\_remap\\_pending |" in md
+    assert md.index("## Problems by kind") < md.index("## a - ")

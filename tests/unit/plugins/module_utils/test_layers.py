@@ -22,6 +22,7 @@ ALLOWED = {
     "runtime": {"base"},
     "discovery": {"base", "cdi", "runtime"},
     "hostprog": {"base", "cdi", "discovery"},
+    "mig": {"base", "cdi", "discovery"},
 }
 
 

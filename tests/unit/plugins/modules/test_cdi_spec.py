@@ -235,3 +235,31 @@ def test_disable_others_false_keeps_them(module_run):
     (tmp / "var" / "run" / "cdi" / "nvidia.yaml").write_text(NVIDIA_SPEC)
     _code, result = call(disable_others=False)
     assert result["disabled"] == [] and (tmp / "var" / "run" / "cdi" / "nvidia.yaml").exists()
+
+
+def test_a_temporary_left_by_a_killed_write_is_removed_by_the_next_run(module_run):
+    """A SIGKILL between the write and the rename leaves ``.nvidia.yaml.gpufleet-<pid>-<hex>``: removed by the next
+    run (its writer is gone), which then changes nothing; an admin's look-alike stays."""
+    import subprocess
+    import sys
+
+    call, tmp, _version = module_run
+    assert call()[1]["changed"]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    spec_dir, index_dir = tmp / "etc" / "cdi", tmp / "etc" / "gpufleet"
+    leftovers = [
+        spec_dir / f".nvidia.yaml.gpufleet-{gone.pid}-0badc0de",
+        index_dir / f".cdi-nvidia.json.gpufleet-{gone.pid}-12345678",
+    ]
+    for path in leftovers:
+        path.write_text("half")
+    admin = spec_dir / ".nvidia.yaml.gpufleet-old"
+    admin.write_text("mine\n")
+    code, result = call(check=True)
+    assert result["changed"] and all(p.exists() for p in leftovers)
+    code, result = call()
+    assert code == 0 and result["changed"]
+    assert sorted(result["removed_temporary_files"]) == sorted(str(p) for p in leftovers)
+    assert not any(p.exists() for p in leftovers) and admin.read_text() == "mine\n"
+    assert not call()[1]["changed"]

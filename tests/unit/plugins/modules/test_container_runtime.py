@@ -26,6 +26,9 @@ def pending_dir(tmp_path, monkeypatch):
     """The restart-pending marks go to a temporary folder, not this machine's /run."""
     path = tmp_path / "restart-pending"
     monkeypatch.setattr(service, "PENDING_DIR", str(path))
+    # and the takeover record to one of its own, not this machine's /var/lib
+    record = str(tmp_path / "lib" / "takeover.json")
+    monkeypatch.setitem(container_runtime.ARGUMENT_SPEC["record_path"], "default", record)
     return path
 
 
@@ -67,6 +70,73 @@ def test_docker_check_mode_diff_then_write_backup_and_idempotence(tmp_path, resu
     assert not r["changed"] and cfg.read_bytes() == written
     r = result(engine="docker", config_path=str(cfg), state="absent", engine_version="20.10.24")
     assert r["changed"] and cfg.read_bytes() == before
+
+
+# `nvidia-ctk runtime configure --runtime=docker --cdi.enabled` (1.17), as NVIDIA's toolkit leaves a host
+NVIDIA_DAEMON_JSON = """{
+    "features": {
+        "cdi": true
+    },
+    "runtimes": {
+        "nvidia": {
+            "args": [],
+            "path": "nvidia-container-runtime"
+        }
+    }
+}
+"""
+
+
+def test_docker_gives_back_nvidias_daemon_json_byte_for_byte(tmp_path, result):
+    """present over NVIDIA's daemon.json records what it replaces; absent puts exactly that back and drops the
+    record (a second present does not record its own values as NVIDIA's)."""
+    cfg, record = tmp_path / "daemon.json", tmp_path / "lib" / "takeover.json"
+    cfg.write_text(NVIDIA_DAEMON_JSON)
+    common = {"engine": "docker", "config_path": str(cfg), "engine_version": "20.10.24"}
+    nvidia = {"path": "/usr/bin/nvidia-container-runtime", "set_as_default": True, "cdi": True}
+    r = result(**common, **nvidia, _ansible_check_mode=True)
+    assert r.get("changed") and not record.exists(), r  # check mode: no record either
+    r = result(**common, path="/usr/bin/nvidia-container-runtime", set_as_default=True, cdi=True)
+    assert r["changed"] and json.loads(cfg.read_text())["default-runtime"] == "nvidia"
+    recorded = json.loads(record.read_text())["engines"][str(cfg)]
+    assert recorded == {"runtime": {"args": [], "path": "nvidia-container-runtime"}, "default-runtime": None, "cdi": 1}
+    result(**common, path=SHIM, set_as_default=True, cdi=True)  # another path later: the first values stay
+    assert json.loads(record.read_text())["engines"][str(cfg)] == recorded
+    r = result(**common, state="absent", cdi=True, _ansible_check_mode=True, _ansible_diff=True)
+    assert r["changed"] and r["diff"][0]["after"] == NVIDIA_DAEMON_JSON and record.exists()
+    r = result(**common, state="absent", cdi=True)
+    assert r["changed"] and cfg.read_text() == NVIDIA_DAEMON_JSON
+    assert json.loads(record.read_text())["engines"][str(cfg)] == {**recorded, "given_back": True}
+    r = result(**common, state="absent", cdi=True)  # a second uninstall: NVIDIA's runtime is not taken out
+    assert not r["changed"] and cfg.read_text() == NVIDIA_DAEMON_JSON
+    result(**common, path="/usr/bin/nvidia-container-runtime", set_as_default=True, cdi=True)  # taken over again
+    assert json.loads(record.read_text())["engines"][str(cfg)] == recorded
+
+
+def test_docker_never_records_its_own_runtime_as_the_state_to_give_back(tmp_path, result):
+    """A second present that changes our own entry (set_as_default, cdi, another shim path, as the integration
+    test's rollback steps do) records nothing: absent still takes our runtime out and gives the original bytes."""
+    cfg, record = tmp_path / "daemon.json", tmp_path / "lib" / "takeover.json"
+    original = '{\n  "log-level": "warn"\n}\n'
+    cfg.write_text(original)
+    common = {"engine": "docker", "config_path": str(cfg), "engine_version": "20.10.24"}
+    ours = "/usr/local/bin/gpufleet-container-runtime"
+    r = result(**common, path=ours)
+    assert r.get("changed"), r
+    assert result(**common, path=ours, set_as_default=True, cdi=True)["changed"]
+    # the shim moved: the entry found still names our shim
+    moved = "/opt/gpufleet/bin/gpufleet-container-runtime"
+    assert result(**common, path=moved, cdi=True)["changed"]
+    assert not record.exists()
+    r = result(**common, path=moved, state="absent", cdi=True)
+    assert r["changed"] and cfg.read_text() == original
+
+
+def test_docker_records_nothing_for_a_file_without_those_keys(tmp_path, result):
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text('{\n  "log-level": "warn"\n}\n')
+    result(engine="docker", config_path=str(cfg), engine_version="20.10.24", set_as_default=True, cdi=True)
+    assert not (tmp_path / "lib" / "takeover.json").exists()
 
 
 def test_bad_input_fails_with_path_line_and_leaves_the_file(tmp_path, result):
@@ -332,3 +402,34 @@ def test_a_file_that_cannot_be_written_puts_back_the_ones_written_before(tmp_pat
     assert main.read_bytes() == before and not drop.exists()
     assert not restarts(fake) and not (pending_dir / "containerd").exists()
     assert not [f for f in os.listdir(tmp_path) if ".gpufleet-" in f]  # no temporary file left
+
+
+def test_a_temporary_left_by_a_write_killed_before_its_rename_is_removed_by_the_next_run(tmp_path, result):
+    """A SIGKILL inside the atomic write leaves ``.<name>.gpufleet-<pid>-<hex>`` next to the file: the next run
+    removes it (its writer is gone), counts that as a change, and then changes nothing; an admin's look-alike
+    and a temporary whose writer still runs stay."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text('{\n  "log-level": "warn"\n}\n')
+    args = {"engine": "docker", "config_path": str(cfg), "engine_version": "20.10.24"}
+    assert result(**args)["changed"]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    leftover = tmp_path / f".daemon.json.gpufleet-{gone.pid}-0badc0de"
+    leftover.write_text('{"half')
+    live = tmp_path / f".daemon.json.gpufleet-{os.getpid()}-0badc0de"  # a writer that runs (this process)
+    live.write_text("{}")
+    admin = tmp_path / ".daemon.json.gpufleet-notes"
+    admin.write_text("mine\n")
+    written = cfg.read_bytes()
+    r = result(**args, _ansible_check_mode=True)
+    assert r["changed"] and r["removed_temporary_files"] == [str(leftover)] and leftover.exists()
+    r = result(**args)
+    assert r["changed"] and r["removed_temporary_files"] == [str(leftover)] and r["files"] == []
+    assert any(str(leftover) in c for c in r["changes"])
+    assert not leftover.exists() and live.exists() and admin.read_text() == "mine\n"
+    assert cfg.read_bytes() == written
+    r = result(**args)
+    assert not r["changed"] and "removed_temporary_files" not in r

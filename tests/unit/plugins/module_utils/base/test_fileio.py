@@ -105,3 +105,91 @@ def test_imports_only_os():
     tree = ast.parse(inspect.getsource(fileio))
     top = {a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert top == {"annotations", "os"}  # typing only under ``if False``
+
+
+def _leftover(folder, name, age=0.0, now=1_000_000.0):
+    path = folder / name
+    path.write_text("half\n")
+    os.utime(path, (now - age, now - age))
+    return str(path)
+
+
+def test_stale_temporaries_only_ours_with_the_writer_gone(tmp_path):
+    now = 1_000_000.0
+    target = str(tmp_path / "daemon.json")
+    dead = _leftover(tmp_path, ".daemon.json.gpufleet-4242-0badc0de")
+    alive = _leftover(tmp_path, ".daemon.json.gpufleet-77-deadbeef")
+    old_alive = _leftover(tmp_path, ".daemon.json.gpufleet-77-00000001", age=fileio.STALE_AGE + 1)
+    # an admin's files, and ours for another target: never
+    admin = [
+        _leftover(tmp_path, name, age=10 * fileio.STALE_AGE)
+        for name in (
+            "daemon.json",
+            ".daemon.json.gpufleet-notes",
+            ".daemon.json.gpufleet-4242-0BADC0DE",  # upper case: not a name we give
+            ".daemon.json.gpufleet-4242-0badc0de0",
+            ".daemon.json.gpufleet-04242-0badc0de",
+            ".daemon.json.gpufleet--0badc0de",
+            "daemon.json.gpufleet-4242-0badc0de",
+            ".daemon.json.gpufleet-4242-0badc0de~",
+            ".config.toml.gpufleet-4242-0badc0de",
+        )
+    ]
+    (tmp_path / ".daemon.json.gpufleet-4243-0badc0de").mkdir()  # a folder: not a file of ours
+    os.symlink("/etc/passwd", tmp_path / ".daemon.json.gpufleet-4244-0badc0de")  # a link: not ours either
+    running = {77}.__contains__
+    found = fileio.stale_temporaries(target, now=now, running=running)
+    assert found == sorted([dead, old_alive])
+    assert alive not in found
+    removed = fileio.remove_stale_temporaries(target, now=now, running=running)
+    assert removed == found
+    assert not os.path.lexists(dead) and not os.path.lexists(old_alive)
+    assert os.path.exists(alive)
+    assert all(os.path.exists(p) for p in admin)
+    assert os.path.islink(tmp_path / ".daemon.json.gpufleet-4244-0badc0de")
+    assert fileio.remove_stale_temporaries(target, now=now, running=running) == []
+
+
+def test_stale_temporaries_real_processes(tmp_path):
+    """The default check asks the kernel: this process's own temporary is never stale, a reaped child's is."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    target = str(tmp_path / "nvidia.yaml")
+    mine = _leftover(tmp_path, f".nvidia.yaml.gpufleet-{os.getpid()}-12345678", now=os.path.getmtime(tmp_path))
+    gone = _leftover(tmp_path, f".nvidia.yaml.gpufleet-{child.pid}-12345678", now=os.path.getmtime(tmp_path))
+    assert fileio.stale_temporaries(target) == [gone]
+    assert mine not in fileio.remove_stale_temporaries(target)
+    assert os.path.exists(mine) and not os.path.exists(gone)
+
+
+def test_stale_temporaries_of_a_missing_folder(tmp_path):
+    assert fileio.stale_temporaries(str(tmp_path / "absent" / "config.toml")) == []
+
+
+def test_a_write_killed_before_the_rename_leaves_a_temporary_the_next_run_removes(tmp_path):
+    """A writer SIGKILLed between the write and the rename (the child below dies inside ``prepare``)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    target = tmp_path / "config.toml"
+    target.write_text("old = 1\n")
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import fileio
+        fileio.atomic_write({str(target)!r}, "new = 1\\n", prepare=lambda tmp: os.kill(os.getpid(), signal.SIGKILL))
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    )
+    assert child.returncode == -9
+    assert target.read_text() == "old = 1\n"
+    left = [p for p in os.listdir(tmp_path) if p != "config.toml"]
+    assert len(left) == 1 and left[0].startswith(".config.toml.gpufleet-")
+    assert fileio.remove_stale_temporaries(str(target)) == [str(tmp_path / left[0])]
+    assert os.listdir(tmp_path) == ["config.toml"]

@@ -277,3 +277,17 @@ def test_gather_without_a_driver_is_an_error(tmp_path):
         dst.write(src.read())  # this machine's cache: no NVIDIA library in it
     with pytest.raises(ValueError, match="no NVIDIA driver userspace"):
         gather(driver_root=str(tmp_path))
+
+
+def test_mig_caps_nodes_from_discoverys_key_names():
+    # gpu_facts names a MIG device's instance ids gi_id/ci_id (discovery/nvml.py): the caps nodes follow from them too.
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as _spec
+
+    assert _spec._mig_nodes({"minor": 0}, {"index": 0, "gi_id": 1, "ci_id": 0}, MIG_MINORS) == [
+        "/dev/nvidia-caps/nvidia-cap21",
+        "/dev/nvidia-caps/nvidia-cap22",
+    ]
+    assert _spec._mig_nodes({"minor": 0}, {"index": 0, "gi": 1, "ci": 0}, MIG_MINORS) == [
+        "/dev/nvidia-caps/nvidia-cap21",
+        "/dev/nvidia-caps/nvidia-cap22",
+    ]

@@ -42,10 +42,11 @@ def compile_nvml_stub(dest_dir):
     return out
 
 
-def stub_config(count=2, mig=False, lost=None, init_error=0, version="535.261.03"):
+def stub_config(count=2, mig=False, lost=None, init_error=0, version="535.261.03", *, health=None):
     """The stub's JSON config (tests/sim/model.py's node_config format): GPU i at 0000:<5+i>:00.0,
     minor i, an H100 (with ``mig``, GPU 0 an A100 with MIG on and two MIG devices: 1g.5gb gi 7/ci 0
-    and 3g.20gb gi 2/ci 0); ``lost``: the index whose handle is lost; ``init_error``: nvmlInit's rc.
+    and 3g.20gb gi 2/ci 0); ``lost``: the index whose handle is lost; ``init_error``: nvmlInit's rc;
+    ``health``: {index: the GPU's "health" object (the stub's health counters)}.
     ``all_devices``: the stub answers whatever /dev of this machine holds (the tree's /dev is not it)."""
     gpus = []
     for i in range(count):
@@ -64,6 +65,8 @@ def stub_config(count=2, mig=False, lost=None, init_error=0, version="535.261.03
                  "uuid": "MIG-%08d-0000-0000-0000-%012d" % (i, k), "gi_id": gi, "ci_id": 0, "memory_total": mib * MIB}
                 for k, (profile, gi, mib) in enumerate((("1g.5gb", 7, 4864), ("3g.20gb", 2, 19968)))
             ]  # fmt: skip
+        if health and i in health:
+            gpu["health"] = health[i]
         gpus.append(gpu)
     return {
         "driver_state": "loaded", "driver_version": version, "cuda_version": 12020, "all_devices": 1,

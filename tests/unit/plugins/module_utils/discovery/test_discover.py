@@ -90,7 +90,7 @@ def test_host_without_gpus(tmp_path):
     assert set(facts) == {
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
         "engines", "container", "toolkit", "cdi_spec", "nvidia_toolkit", "gpu_users", "labels", "problems", "sources",
-        "warnings",
+        "warnings", "xid_events", "xid_source", "fabric_manager",
     }  # fmt: skip
     assert (facts["toolkit"], facts["cdi_spec"]) == (None, None)
     assert facts["gpu_users"] == {"processes": [], "scanned": 0, "unreadable": 0, "truncated": False}
@@ -453,3 +453,87 @@ def test_uvm_loaded_without_its_node_or_out_of_the_spec(tmp_path):
     facts = discover(tree.root, run_command=Commands())
     assert facts["driver"]["loaded"] is False and facts["driver"]["uvm_loaded"] is False
     assert "uvm_device_missing" not in codes(facts) and "cdi_spec_uvm_missing" not in codes(facts)
+
+
+def test_gpu_health_from_nvml_and_the_kernel_log(tmp_path, nvml_stub, stub_gpus):
+    # GPU 0: a pending row remap, 2 uncorrected ECC errors since reset, clocks held down for heat, persistence on;
+    # GPU 1: healthy counters, an Xid 79 in the kernel log, and an application's Xid 13 (not a host problem).
+    stub_gpus(
+        count=3,
+        health={
+            0: {"ecc_uncorrected_volatile": 2, "ecc_uncorrected_aggregate": 5, "persistence_mode": 1,
+                "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False},
+                "clocks_event_reasons": 0x41},
+            1: {"ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0, "persistence_mode": 0,
+                "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+                "clocks_event_reasons": 0x1},
+            2: {"remapped_rows": {"correctable": 3, "uncorrectable": 512, "pending": False, "failure": True},
+                "retired_pages_pending": 1},
+        },
+    )  # fmt: skip
+    tree = gpu_host(tmp_path, 3, stub=nvml_stub)
+    tree.write(
+        "/dev/kmsg",
+        "4,1,100,-;NVRM: Xid (PCI:0000:06:00): 13, pid=42, name=bad, Graphics SM Warp Exception\n"
+        "4,2,200,-;NVRM: Xid (PCI:0000:06:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
+    )
+    facts = discover(tree.root, run_command=Commands())
+    first, second, third = facts["gpus"]
+    # retired_pages_pending: the stub answers NOT_SUPPORTED for GPU 0 (as an Ampere GPU does): left out.
+    assert first["health"] == {
+        "ecc_uncorrected_volatile": 2, "ecc_uncorrected_aggregate": 5, "persistence_mode": "enabled",
+        "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False},
+        "clocks_event_reasons": ["gpu_idle", "hw_thermal_slowdown"], "xid_events": [],
+    }  # fmt: skip
+    assert [e["xid"] for e in second["health"]["xid_events"]] == [13, 79]
+    assert second["health"]["persistence_mode"] == "disabled" and third["health"]["retired_pages_pending"] is True
+    assert facts["xid_source"] == "/dev/kmsg"
+    problems = {p["code"]: p for p in facts["problems"]}
+    assert sorted(problems) == [
+        "gpu_clocks_throttled", "gpu_ecc_uncorrectable", "gpu_retired_pages_pending", "gpu_row_remap_failed",
+        "gpu_row_remap_pending", "gpu_xid_79",
+    ]  # fmt: skip
+    assert "GPU 1 (0000:06:00.0)" in problems["gpu_xid_79"]["message"]
+    assert "reboot" in problems["gpu_xid_79"]["fix"] and "RESTART_BM" in problems["gpu_xid_79"]["fix"]
+    assert "nvidia-smi -r -i 0" in problems["gpu_row_remap_pending"]["fix"]
+    assert "RMA" in problems["gpu_row_remap_failed"]["fix"]
+    assert "hw_thermal_slowdown" in problems["gpu_clocks_throttled"]["message"]
+
+
+def test_gpu_without_health_counters_has_no_health_problem(tmp_path, nvml_stub, stub_gpus):
+    tree = gpu_host(tmp_path, 2, stub=nvml_stub)
+    facts = discover(tree.root, run_command=Commands())
+    assert [g["health"] for g in facts["gpus"]] == [{"xid_events": []}, {"xid_events": []}]
+    assert facts["xid_source"] is None and facts["problems"] == []
+
+
+def test_fabric_manager_down_on_an_nvswitch_system(tmp_path, nvml_stub, stub_gpus, monkeypatch):
+    tree = gpu_host(tmp_path, 2, stub=nvml_stub)
+    for bus in ("0000:c0:00.0", "0000:c1:00.0"):
+        tree.pci(bus, device="0x22a3", pci_class="0x068000", driver=None)  # NVSwitch (HGX H100), class "bridge, other"
+    facts = discover(tree.root, run_command=Commands())
+    assert facts["fabric_manager"] == {"nvswitch_count": 2, "state": None}  # not / : systemctl is not asked
+    assert "fabric_manager_down" not in codes(facts)
+    facts["fabric_manager"]["state"] = "failed"
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import health_problems
+
+    (down,) = health_problems(facts)
+    assert down["code"] == "fabric_manager_down" and "2 NVSwitch(es)" in down["message"]
+    assert "systemctl enable --now nvidia-fabricmanager" in down["fix"]
+    facts["fabric_manager"]["state"] = "active"
+    assert health_problems(facts) == []
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/usr/bin/systemctl") and not os.path.exists("/bin/systemctl"), reason="no systemctl"
+)
+def test_fabric_manager_state_is_asked_of_systemctl_on_slash_only_with_nvswitches():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import _fabric_manager
+
+    switch = {"class": "0x068000", "vendor_id": "0x10de"}
+    commands = Commands({"systemctl": (3, "inactive\n", "")})
+    assert _fabric_manager("/", [switch], commands) == {"nvswitch_count": 1, "state": "inactive"}
+    assert [c[1:] for c in commands.calls] == [["is-active", "nvidia-fabricmanager.service"]]
+    gpu_only = Commands()
+    assert _fabric_manager("/", [{"class": "0x030200"}], gpu_only) == {"nvswitch_count": 0, "state": None}
+    assert gpu_only.calls == []

@@ -7,7 +7,11 @@ host (discovery/problems.py toolkit_problems)."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import DRIVER_VERSION_ANNOTATION
@@ -101,8 +105,6 @@ def test_packages_and_binary_versions() -> None:
         "nvidia-container-toolkit-base": "1.17.8-1",
     }
     assert nt.dpkg_packages(None) == {}
-    out = "nvidia-container-toolkit 1.18.0-1\npackage libnvidia-container1 is not installed\n"
-    assert nt.rpm_packages(out) == {"nvidia-container-toolkit": "1.18.0-1"}
     assert nt.binary_version("NVIDIA Container Toolkit CLI version 1.17.8\ncommit: 1b2c3d") == "1.17.8"
     assert nt.binary_version("cli-version: 1.18.0\nlib-version: 1.18.0") == "1.18.0"
     assert nt.binary_version("") is None
@@ -292,3 +294,96 @@ def test_specs_to_disable_and_their_backup_names(tmp_path: Path) -> None:
     assert (
         nt.disabled_path("/etc/cdi/a.yaml", lambda p: True, "20261123") == "/etc/cdi/a.yaml.20261123.gpufleet-disabled"
     )
+
+
+# ``RPM_QUERY`` (``rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' <NVIDIA's four>``) as rpm 4.18.0 (Debian 12's
+# ``rpm`` package) answered it on 2026-11-23, over a database (``rpm --dbpath DB -i --justdb``) of stand-in packages
+# built with rpmbuild under NVIDIA's names and versions: ``RPM_LIVE`` below makes such a database again where rpmbuild
+# is installed. Exit status: the number of packages not installed.
+RPM_THREE_OF_FOUR = (
+    1,
+    "nvidia-container-toolkit 1.17.8-1\n"
+    "nvidia-container-toolkit-base 1.17.8-1\n"
+    "package libnvidia-container-tools is not installed\n"
+    "libnvidia-container1 1.17.8-1\n",
+)
+RPM_TWO_MISSING = (
+    2,
+    "nvidia-container-toolkit 1.17.8-1\n"
+    "nvidia-container-toolkit-base 1.17.8-1\n"
+    "package libnvidia-container-tools is not installed\n"
+    "package libnvidia-container1 is not installed\n",
+)
+RPM_NONE = (4, "".join(f"package {name} is not installed\n" for name in nt.PACKAGES))
+# libnvidia-container1 installed twice (a second version with rpm -i --force; a second architecture lists the same way)
+RPM_TWICE = (
+    0,
+    "nvidia-container-toolkit 1.18.0-1\n"
+    "nvidia-container-toolkit-base 1.18.0-1\n"
+    "libnvidia-container-tools 1.18.0-1\n"
+    "libnvidia-container1 1.17.8-1\n"
+    "libnvidia-container1 1.18.0-1\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (RPM_THREE_OF_FOUR, {n: "1.17.8-1" for n in nt.PACKAGES if n != "libnvidia-container-tools"}),
+        (RPM_TWO_MISSING, {"nvidia-container-toolkit": "1.17.8-1", "nvidia-container-toolkit-base": "1.17.8-1"}),
+        (RPM_NONE, {}),
+        (RPM_TWICE, dict.fromkeys(nt.PACKAGES, "1.18.0-1")),
+        ((255, "error: cannot open Packages database in /var/lib/rpm\n"), {}),
+    ],
+    ids=["three-of-four", "two-missing", "none", "installed-twice", "no-database"],
+)
+def test_rpm_packages_from_rpms_own_answers(answer, expected) -> None:
+    rc, out = answer
+    assert nt.rpm_packages(out, rc) == expected
+
+
+def test_the_rpm_path_of_the_fact_on_an_rpm_host(monkeypatch) -> None:
+    """No dpkg status file, ``/usr/bin/rpm`` there: the fact runs ``RPM_QUERY`` and takes two packages of four
+    (exit status 2) as an answer."""
+    real_read, real_access = nt.read_text, os.access
+    monkeypatch.setattr(nt, "read_text", lambda p, **kw: None if p == "/var/lib/dpkg/status" else real_read(p, **kw))
+    monkeypatch.setattr(nt.os, "access", lambda p, m: p == "/usr/bin/rpm" or real_access(p, m))
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return (RPM_TWO_MISSING[0], RPM_TWO_MISSING[1], "") if argv[0] == "/usr/bin/rpm" else (1, "", "")
+
+    found = nt.nvidia_toolkit("/", run)
+    assert calls[0] == ["/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", *nt.PACKAGES]
+    assert found["packages"] == {"nvidia-container-toolkit": "1.17.8-1", "nvidia-container-toolkit-base": "1.17.8-1"}
+    assert found["installed"]
+
+
+RPM_LIVE = shutil.which("rpm") and shutil.which("rpmbuild")
+
+
+@pytest.mark.skipif(not RPM_LIVE, reason="needs rpm and rpmbuild (Debian's rpm package) to build a database")
+def test_rpm_packages_against_a_real_rpm_database(tmp_path: Path) -> None:
+    """The captured answers above, made again: stand-in packages in a private database, ``RPM_QUERY`` against it."""
+    for name, version in (("nvidia-container-toolkit", "1.17.8"), ("libnvidia-container1", "1.17.8")):
+        spec = tmp_path / f"{name}.spec"
+        spec.write_text(
+            f"Name: {name}\nVersion: {version}\nRelease: 1\nSummary: stand-in\nLicense: Apache-2.0\n"
+            "BuildArch: noarch\n%description\nstand-in\n%files\n"
+        )
+        subprocess.run(
+            ["rpmbuild", "--define", f"_topdir {tmp_path / 'top'}", "-bb", str(spec)], check=True, capture_output=True
+        )
+    db = str(tmp_path / "db")
+    subprocess.run(["rpm", "--dbpath", db, "--initdb"], check=True, capture_output=True)
+    rpms = [str(p) for p in (tmp_path / "top").rglob("*.rpm")]
+    subprocess.run(["rpm", "--dbpath", db, "-i", "--justdb", "--nodeps", *rpms], check=True, capture_output=True)
+    query = ["rpm", "--dbpath", db, *nt.RPM_QUERY[1:]]
+    proc = subprocess.run(query, check=False, capture_output=True, text=True)
+    assert proc.returncode == 2, proc
+    assert "package libnvidia-container-tools is not installed" in proc.stdout
+    assert nt.rpm_packages(proc.stdout, proc.returncode) == {
+        "nvidia-container-toolkit": "1.17.8-1",
+        "libnvidia-container1": "1.17.8-1",
+    }

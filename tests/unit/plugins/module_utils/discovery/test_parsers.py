@@ -623,6 +623,14 @@ def test_generated_gpus_come_back_as_written(gpus):
     assert [
         (r["index"], r["uuid"], r.get("name"), r["minor"], r["pci_bus_id"], r["memory_mib"]) for r in result["gpus"]
     ] == [
-        (i, g["uuid"], g["name"] or None, g["minor"], f"0000:{g['bus']:02x}:00.0", g["memory_mib"])
+        # a name that is one of nvidia-smi's placeholder words ("UNKNOWN") reads as unknown, as any such value does
+        (
+            i,
+            g["uuid"],
+            None if is_placeholder(g["name"]) else g["name"],
+            g["minor"],
+            f"0000:{g['bus']:02x}:00.0",
+            g["memory_mib"],
+        )
         for i, g in enumerate(gpus)
     ]

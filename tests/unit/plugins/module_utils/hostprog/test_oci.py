@@ -615,7 +615,10 @@ def test_any_nvidia_environment_is_a_request_or_one_line_error(env, privileged, 
             assert not (envvar or privileged) or _oci.parse_visible_devices(visible) is None
             return
         named = [p.strip() for p in (visible or "").split(",") if p.strip()]
-        assert request.devices == ["all"] if "all" in named else request.devices == list(dict.fromkeys(named))
+        if named == ["none"]:  # the driver without a GPU (NVIDIA's "none")
+            assert request.devices == []
+        else:
+            assert request.devices == ["all"] if "all" in named else request.devices == list(dict.fromkeys(named))
         assert set(request.capabilities) <= set(INDEX["capabilities"])
         _oci.inject(doc, INDEX, stat_node=fake_stat, accept_envvar_unprivileged=envvar)
     except _oci.RequestError as exc:

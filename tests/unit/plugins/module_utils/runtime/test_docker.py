@@ -115,6 +115,34 @@ def test_docker_absent_leaves_foreign_runtime():
     assert edit.text == src
 
 
+def test_docker_absent_with_what_was_there_puts_it_back():
+    """NVIDIA's daemon.json (``nvidia-ctk runtime configure --cdi.enabled``): present changes its runtime's path and
+    adds the default; absent with ``prior`` of the original gives back the original bytes, and an admin's key added
+    in between stays."""
+    src = (
+        '{\n    "features": {\n        "cdi": true\n    },\n    "runtimes": {\n        "nvidia": {\n'
+        '            "args": [],\n            "path": "nvidia-container-runtime"\n        }\n    }\n}\n'
+    )
+    was = dock.prior(src)
+    assert was == {"runtime": {"args": [], "path": "nvidia-container-runtime"}, "default-runtime": None, "cdi": True}
+    ours = dock.present(src, SHIM, set_as_default=True, cdi=True).text
+    back = dock.absent(ours, None, cdi=True, was=was)
+    assert back.text == src and back.changes == [
+        'runtimes.nvidia: back to {"args": [], "path": "nvidia-container-runtime"}',
+        "default-runtime: 'nvidia' removed (dockerd falls back to runc)",
+    ]
+    assert not dock.absent(src, None, cdi=True, was=was).changed
+    edited = json.loads(ours)
+    edited["log-level"] = "warn"
+    assert json.loads(dock.absent(json.dumps(edited), None, cdi=True, was=was).text)["log-level"] == "warn"
+    admins = {"runtime": {"path": "/opt/x"}, "default-runtime": "runsc", "cdi": False}
+    put = json.loads(dock.absent(ours, None, cdi=True, was=admins).text)
+    assert put["runtimes"]["nvidia"] == {"path": "/opt/x"} and put["default-runtime"] == "runsc"
+    assert put["features"] == {"cdi": False}
+    nothing = {"runtime": None, "default-runtime": None, "cdi": None}
+    assert dock.absent(ours, None, cdi=True, was=nothing).text == ""
+
+
 def test_docker_default_back_to_false_removes_only_our_default():
     """true -> false: ``default-runtime: nvidia`` goes (dockerd falls back to runc); an admin's other default stays;
     None (the module's option not set) leaves either as it is."""

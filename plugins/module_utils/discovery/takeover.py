@@ -1,0 +1,171 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What taking a host over from NVIDIA's toolkit moved aside, and how ``uninstall.yml`` gives it back.
+
+``site.yml`` never leaves two CDI specs for one device, and NVIDIA's ``nvidia-cdi-refresh`` units would write one
+again: ``cdi_spec`` moves NVIDIA's specs aside (``<path>.gpufleet-disabled``, ``nvidia_toolkit.disabled_path``), the
+runtime role masks the units, and ``container_runtime`` replaces values NVIDIA's ``nvidia-ctk runtime configure`` set
+in docker's ``daemon.json`` (JSON has no comments to keep them in, as containerd's TOML does). Each of them writes
+what it found into one record on the host, ``RECORD_PATH``, before it changes anything; the ``takeover`` module
+(``state=absent``, run by the runtime role's ``absent.yml``) reads it back and gives back exactly that:
+
+* a spec goes back to its name only when nothing else is there now (or only a spec of ours); a spec found at the
+  name again (NVIDIA's refresh wrote one) is never overwritten: it is reported and its backup left where it is;
+* a unit is unmasked only when it was not masked before, enabled or disabled as it was, started when it was active;
+* docker's keys get their values back (``runtime/docker.absent``'s ``was``).
+
+The first state seen is the one kept: a second ``site.yml`` finds the units masked and the specs moved already, and
+must not record that as NVIDIA's state. Pure functions; the module reads and writes the file (Python 3.8+, standard
+library).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+RECORD_PATH = "/var/lib/gpufleet-nvidia/takeover.json"
+RECORD_LIMIT = 1 << 20
+
+
+def empty() -> dict[str, Any]:
+    return {"specs": [], "units": {}, "engines": {}}
+
+
+def load(text: str | None, path: str = RECORD_PATH) -> dict[str, Any]:
+    """The record in ``text`` (the file's content; None: no file, an empty record). A file that is not such a
+    record raises ``ValueError`` naming it (nothing is given back on a guess)."""
+    record = empty()
+    if text is None or not text.strip():
+        return record
+    if len(text) > RECORD_LIMIT:
+        raise ValueError(f"{path} is larger than {RECORD_LIMIT} bytes")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+    ok = (
+        isinstance(data, dict)
+        and isinstance(data.get("specs", []), list)
+        and all(
+            isinstance(s, dict) and isinstance(s.get("path"), str) and isinstance(s.get("backup"), str)
+            for s in data.get("specs", [])
+        )
+        and isinstance(data.get("units", {}), dict)
+        and all(isinstance(u, dict) for u in data.get("units", {}).values())
+        and isinstance(data.get("engines", {}), dict)
+    )
+    if not ok:
+        raise ValueError(f"{path} is not a gpufleet.nvidia takeover record (specs, units, engines)")
+    record.update({k: data[k] for k in ("specs", "units", "engines") if k in data})
+    return record
+
+
+def dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def is_empty(record: dict[str, Any]) -> bool:
+    return not (record.get("specs") or record.get("units") or record.get("engines"))
+
+
+def open_items(record: dict[str, Any]) -> bool:
+    """Anything left to give back (an engine entry already given back is kept only as a marker)."""
+    engines = [e for e in (record.get("engines") or {}).values() if not e.get("given_back")]
+    return bool(record.get("specs") or record.get("units") or engines)
+
+
+def with_specs(record: dict[str, Any], disabled: list[dict[str, Any]]) -> dict[str, Any]:
+    """``record`` plus the specs ``cdi_spec`` moved aside (its ``disabled``: ``{path, backup, ...}``); one entry per
+    backup."""
+    out = {**record, "specs": list(record.get("specs") or [])}
+    known = {s["backup"] for s in out["specs"]}
+    for d in disabled:
+        if d["backup"] not in known:
+            out["specs"].append({"path": d["path"], "backup": d["backup"]})
+            known.add(d["backup"])
+    return out
+
+
+def with_units(record: dict[str, Any], found: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``record`` plus each unit's state before it is masked (``{unit: {enabled, masked, active}}``); a unit already
+    recorded keeps its first state."""
+    units = dict(record.get("units") or {})
+    for unit, state in sorted(found.items()):
+        units.setdefault(unit, {k: bool(state.get(k)) for k in ("enabled", "masked", "active")})
+    return {**record, "units": units}
+
+
+def with_engine(record: dict[str, Any], config_path: str, was: dict[str, Any]) -> dict[str, Any]:
+    """``record`` plus an engine file's values before they were first replaced (kept when already recorded, unless
+    they were given back since: then these are the file's values again)."""
+    engines = dict(record.get("engines") or {})
+    if config_path not in engines or engines[config_path].get("given_back"):
+        engines[config_path] = was
+    return {**record, "engines": engines}
+
+
+def given_back(record: dict[str, Any], config_path: str) -> dict[str, Any]:
+    """``record`` once ``absent`` put an engine file's values back: the entry stays, marked, so that a second
+    ``absent`` finds those values in place and changes nothing (without it, ``absent`` would take NVIDIA's runtime out
+    of the file as if it were ours). It is the one entry left after ``uninstall.yml`` on a host taken over."""
+    engines = dict(record.get("engines") or {})
+    if config_path in engines and not engines[config_path].get("given_back"):
+        engines[config_path] = {**engines[config_path], "given_back": True}
+    return {**record, "engines": engines}
+
+
+def spec_restores(
+    record: dict[str, Any], exists: Callable[[str], bool], ours: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    """What happens to each spec moved aside: ``{path, backup, action, why}``, ``action`` one of ``restore`` (the
+    backup goes back to ``path``), ``kept`` (a spec that is not ours is at ``path`` again: nothing is overwritten, the
+    backup stays) and ``gone`` (the backup is no longer there: nothing to give back)."""
+    out = []
+    for spec in record.get("specs") or []:
+        path, backup = spec["path"], spec["backup"]
+        if not exists(backup):
+            action, why = "gone", f"{backup} is no longer there; nothing to move back to {path}"
+        elif exists(path) and not ours(path):
+            action, why = (
+                "kept",
+                (
+                    f"{path} exists again and was not written by gpufleet.nvidia (NVIDIA's nvidia-cdi-refresh?): it is "
+                    f"not overwritten; {backup} stays: compare the two and move one yourself"
+                ),
+            )
+        else:
+            action, why = "restore", f"{backup} -> {path}"
+        out.append({"path": path, "backup": backup, "action": action, "why": why})
+    return out
+
+
+def unit_restores(record: dict[str, Any], current: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The systemctl verbs that give each recorded unit its state back: ``{unit, verbs}`` (``unmask``, then ``enable``
+    or ``disable``, then ``start``), for the units whose state differs; ``current`` as ``nvidia_toolkit.units`` reads
+    it (a unit not found there any more, its package gone, has nothing to give back)."""
+    out = []
+    for unit, was in sorted((record.get("units") or {}).items()):
+        now = current.get(unit)
+        if now is None:
+            continue
+        verbs = []
+        if now.get("masked") and not was.get("masked"):
+            verbs.append("unmask")
+        if was.get("enabled") and not now.get("enabled"):
+            verbs.append("enable")
+        elif not was.get("enabled") and now.get("enabled"):
+            verbs.append("disable")
+        if was.get("active") and not was.get("masked") and not now.get("active"):
+            verbs.append("start")
+        if verbs:
+            out.append({"unit": unit, "verbs": verbs})
+    return out
+
+
+def after_restore(record: dict[str, Any], specs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record once the specs were given back and the units set as they were: only the specs ``kept`` stay (a
+    second run reports them again); units are done; engines stay for ``container_runtime``."""
+    kept = [{"path": s["path"], "backup": s["backup"]} for s in specs if s["action"] == "kept"]
+    return {**record, "specs": kept, "units": {}}

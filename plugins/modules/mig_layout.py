@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_layout
+short_description: Partition NVIDIA GPUs with MIG from a layout in mig-parted's vocabulary
+version_added: 0.1.0
+description:
+  - Takes the GPUs the O(layout) names to the MIG mode and MIG instances it asks for, through NVML (ctypes, no
+    Python package), as NVIDIA's mig-parted does - a GPU whose instances already match (the same count of each
+    profile) is left alone; any difference destroys its instances and creates the layout's, each GPU instance
+    with one compute instance spanning it.
+  - A GPU is changed only while no process holds it (C(/dev/nvidia<minor>), as C(gpu_facts)' C(gpu_users) sees
+    them); otherwise the module fails naming the processes, and changes nothing on any GPU.
+  - Refuses a profile the GPU model does not offer (the message lists those it offers), a combination that does not
+    fit on one GPU and a GPU without MIG, before any change.
+  - Profiles and placements come from NVIDIA's MIG user guide; the collection knows A100-SXM4-40GB and
+    A100-PCIE-40GB (1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb). Other models take C(mig-enabled) without
+    C(mig-devices).
+  - After a change, regenerate the CDI spec (M(gpufleet.nvidia.cdi_spec)) so that containers see the MIG devices.
+author:
+  - gpufleet.nvidia contributors (@gpufleet)
+options:
+  layout:
+    description:
+      - One layout, the list of entries of one named item of mig-parted's C(mig-configs). Each entry has
+        C(devices) (V(all), the default, or a list of GPU indices), optionally C(device-filter) (a PCI device id
+        such as V(0x20B010DE), or a product name such as V(A100-SXM4-40GB), or a list of them), C(mig-enabled)
+        (required) and C(mig-devices) (a dict of profile to count, for instance 7 of V(1g.5gb)).
+      - A GPU no entry names is left as it is; a GPU two entries name is an error.
+    type: list
+    elements: dict
+    required: true
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - Enabling or disabling MIG mode resets the GPU on bare metal; where NVML says the mode is pending (a GPU reset
+    that could not happen, some virtual machines), the module fails and says to reset the GPU or reboot.
+seealso:
+  - name: NVIDIA mig-parted
+    description: The layout vocabulary.
+    link: https://github.com/NVIDIA/mig-parted
+  - name: NVIDIA MIG user guide
+    description: Profiles and placements per GPU model.
+    link: https://docs.nvidia.com/datacenter/tesla/mig-user-guide/
+"""
+
+EXAMPLES = r"""
+- name: Seven 1g.5gb instances on every A100
+  gpufleet.nvidia.mig_layout:
+    layout:
+      - devices: all
+        device-filter: A100-SXM4-40GB
+        mig-enabled: true
+        mig-devices:
+          1g.5gb: 7
+  register: mig
+
+- name: Regenerate the CDI spec after a change
+  gpufleet.nvidia.cdi_spec: {}
+  when: mig is changed
+
+- name: MIG off on GPU 1
+  gpufleet.nvidia.mig_layout:
+    layout:
+      - devices: [1]
+        mig-enabled: false
+"""
+
+RETURN = r"""
+gpus:
+  description: Per GPU the layout names, what it had and what it has now (or would have, in check mode).
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    index:
+      description: GPU index.
+      type: int
+      returned: always
+    uuid:
+      description: GPU UUID.
+      type: str
+      returned: always
+    before:
+      description: "For instance C(MIG disabled) or C(MIG enabled: 1g.5gb x7)."
+      type: str
+      returned: always
+    after:
+      description: The same, after the layout.
+      type: str
+      returned: always
+    changed:
+      description: Whether this GPU changed (or would).
+      type: bool
+      returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import read_driver_cache
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover, nvml_candidates
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvml import NvmlError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig.layout import LayoutError, holders, plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig.nvml_mig import Session
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"layout": {"type": "list", "elements": "dict", "required": True}},
+        supports_check_mode=True,
+    )
+    facts = discover(root="/", sources=["nvml"])
+    if "nvml" not in facts["sources"]["answered"]:
+        module.fail_json(
+            msg="mig_layout: NVML does not answer on this host ({}); MIG needs the NVIDIA driver loaded".format(
+                "; ".join(facts["warnings"]) or "no libnvidia-ml.so.1 or no kernel module"
+            )
+        )
+    try:
+        steps = plan(facts["gpus"], module.params["layout"])
+    except LayoutError as exc:
+        module.fail_json(msg=f"mig_layout: {exc}")
+    by_index = {g["index"]: g for g in facts["gpus"]}
+    busy = [
+        f"GPU {s['index']} ({s['name']}): " + ", ".join(holders(facts["gpu_users"], by_index[s["index"]].get("minor")))
+        for s in steps
+        if s["changed"] and holders(facts["gpu_users"], by_index[s["index"]].get("minor"))
+    ]
+    if busy:
+        module.fail_json(
+            msg="mig_layout: the layout changes GPUs that are in use, so nothing was changed: "
+            + "; ".join(busy)
+            + ". Stop those processes (or drain the host), then run again",
+            gpus=[_result(s) for s in steps],
+        )
+    changed = any(s["changed"] for s in steps)
+    if changed and not module.check_mode:
+        try:
+            library = nvml_candidates("/", read_driver_cache("/"))
+            with Session(library) as session:
+                for step in steps:
+                    if step["changed"]:
+                        session.apply(step)
+        except (NvmlError, OSError, ValueError) as exc:
+            module.fail_json(msg=f"mig_layout: {exc}", gpus=[_result(s) for s in steps])
+    diff = {
+        "before": "".join(f"GPU {s['index']} ({s['uuid']}): {s['before']}\n" for s in steps),
+        "after": "".join(f"GPU {s['index']} ({s['uuid']}): {s['after']}\n" for s in steps),
+    }
+    module.exit_json(changed=changed, gpus=[_result(s) for s in steps], diff=diff)
+
+
+def _result(step: dict) -> dict:
+    return {k: step[k] for k in ("index", "uuid", "before", "after", "changed")}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""gpufleet.nvidia.mig_layout on an A100 stub node of the shared end-to-end fleet (``e2e_fleet``'s ``e2e-bookworm``:
+two A100-SXM4-40GB with MIG off; no fleet of its own).
+
+A layout applied to GPU 0 creates its instances (the stub NVML keeps them in ``/etc/gpufleet-sim/mig-state``, as the
+driver keeps them until a reset), a second run changes nothing, a changed layout is refused while a container holds
+the GPU and applied after it exits, and a container given a MIG device through the CDI spec the ``cdi_spec`` module
+then writes (podman, ``--device nvidia.com/gpu=0:0``) gets GPU 0's device node and not GPU 1's.
+
+The node is put back in a ``finally``: MIG off on GPU 0 through the module, the state file removed, the CDI spec
+written again as the fleet had it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "e2e-bookworm"
+IMAGE = "gpufleet-sim/mini:latest"
+HOLD = ["python3", "-c", "import os, time; fd = os.open('/dev/nvidia0', os.O_PATH); time.sleep(900)"]
+FIRST = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.5gb": 2, "3g.20gb": 1}}]
+SECOND = [{"devices": [0], "mig-enabled": True, "mig-devices": {"7g.40gb": 1}}]
+OFF = [{"devices": [0], "mig-enabled": False}]
+
+
+def module(inventory: Path, name: str, args: dict[str, Any], *extra: str) -> dict[str, Any]:
+    """One module run on the node through ``ansible -m`` (json callback): its task result."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+    )
+    res = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ansible"), "-i", str(inventory), NODE, "-m", f"gpufleet.nvidia.{name}",
+         *(["-a", json.dumps(args)] if args else []), *extra],
+        check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    return json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"][NODE]
+
+
+def mig_profiles(inventory: Path) -> list[list[str]]:
+    facts = module(inventory, "gpu_facts", {})["ansible_facts"]["nvidia"]
+    return [sorted(m["profile"] for m in g["mig_devices"]) for g in facts["gpus"]]
+
+
+def test_layout_applied_idempotent_refused_while_held_and_seen_through_cdi(e2e_fleet: Any) -> None:
+    node, inventory = e2e_fleet.node(NODE), e2e_fleet.inventory
+    holder = None
+    try:
+        first = module(inventory, "mig_layout", {"layout": FIRST}, "--diff")
+        assert first.get("failed") is not True, first
+        assert first["changed"] is True and first["gpus"][0]["after"] == "MIG enabled: 1g.5gb x2, 3g.20gb x1"
+        assert "GPU 0 (" in first["diff"]["before"] and "MIG disabled" in first["diff"]["before"]
+        assert mig_profiles(inventory) == [["1g.5gb", "1g.5gb", "3g.20gb"], []]
+
+        again = module(inventory, "mig_layout", {"layout": FIRST})
+        assert again["changed"] is False, again
+
+        check = module(inventory, "mig_layout", {"layout": SECOND}, "--check")
+        assert check["changed"] is True and mig_profiles(inventory)[0] == ["1g.5gb", "1g.5gb", "3g.20gb"]
+
+        unknown = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 1}}]
+        refused = module(inventory, "mig_layout", {"layout": unknown})
+        assert refused["failed"] is True and "it offers 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb" in refused["msg"]
+
+        holder = node.run(
+            ["docker", "run", "-d", "--network", "none", "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE,
+             *HOLD],
+            check=True,
+        ).stdout.strip()  # fmt: skip
+        busy = module(inventory, "mig_layout", {"layout": SECOND})
+        assert busy["failed"] is True and "in use" in busy["msg"] and "(python3) in docker container" in busy["msg"]
+        assert holder[:12] in busy["msg"]
+        assert mig_profiles(inventory)[0] == ["1g.5gb", "1g.5gb", "3g.20gb"]  # nothing changed
+        node.run(["docker", "rm", "-f", holder], check=True)
+        holder = None
+
+        applied = module(inventory, "mig_layout", {"layout": SECOND})
+        assert applied["changed"] is True and mig_profiles(inventory) == [["7g.40gb"], []]
+
+        spec = module(inventory, "cdi_spec", {})
+        assert spec.get("failed") is not True, spec
+        listed = node.run(["podman", "run", "--rm", "--device", "nvidia.com/gpu=0:0", IMAGE, "ls", "/dev"], check=True)
+        devs = listed.stdout.split()
+        assert "nvidia0" in devs and "nvidia1" not in devs and "nvidiactl" in devs, listed.stdout
+    finally:
+        if holder:
+            node.run(["docker", "rm", "-f", holder])
+        off = module(inventory, "mig_layout", {"layout": OFF})
+        node.run(["rm", "-f", "/etc/gpufleet-sim/mig-state"])
+        module(inventory, "cdi_spec", {})
+    assert off.get("failed") is not True, off
+    assert mig_profiles(inventory) == [[], []]

@@ -1,0 +1,130 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""mig/layout.py: mig-parted's vocabulary against discovery's GPUs, A100-40GB placements (NVIDIA's MIG user guide),
+idempotence and the refusals an operator reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import layout as _layout
+
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def gpu(index, name=A100, mode="disabled", migs=(), pci="0x20b010de"):
+    return {
+        "index": index, "name": name, "uuid": f"GPU-{index}", "mig_mode": mode, "pci_device_id": pci,
+        "mig_devices": [{"index": k, "profile": p} for k, p in enumerate(migs)],
+    }  # fmt: skip
+
+
+ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}]
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ({"1g.5gb": 7}, [("1g.5gb", s) for s in range(7)]),
+        ({"2g.10gb": 3}, [("2g.10gb", 0), ("2g.10gb", 2), ("2g.10gb", 4)]),
+        ({"3g.20gb": 2}, [("3g.20gb", 0), ("3g.20gb", 4)]),
+        ({"4g.20gb": 1, "3g.20gb": 1}, [("4g.20gb", 0), ("3g.20gb", 4)]),
+        ({"7g.40gb": 1}, [("7g.40gb", 0)]),
+        ({"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}, [("3g.20gb", 0), ("2g.10gb", 4), ("1g.5gb", 6), None]),
+    ],
+)
+def test_placements_of_the_user_guides_combinations(counts, expected):
+    table = _layout.PROFILES_BY_MODEL["A100-SXM4-40GB"]
+    fit = _layout.placements(counts, table)
+    if expected[-1] is None:  # a fit exists; check it is one: no memory slice shared, starts allowed
+        assert fit is not None and sorted(p for p, _s in fit) == sorted(p for p, n in counts.items() for _i in range(n))
+        used = set()
+        for profile, start in fit:
+            assert start in table[profile][3]
+            slices = set(range(start, start + table[profile][2]))
+            assert not used & slices
+            used |= slices
+    else:
+        assert fit == expected
+
+
+@pytest.mark.parametrize("counts", [{"1g.5gb": 8}, {"4g.20gb": 2}, {"7g.40gb": 1, "1g.5gb": 1}, {"3g.20gb": 3}])
+def test_combinations_that_do_not_fit(counts):
+    assert _layout.placements(counts, _layout.PROFILES_BY_MODEL["A100-SXM4-40GB"]) is None
+
+
+def test_plan_enables_mig_and_creates_then_nothing_to_do_once_applied():
+    (step,) = _layout.plan([gpu(0)], ALL_1G)
+    assert step["set_mig_mode"] is True and step["changed"] and not step["destroy"]
+    assert [p for p, _s in step["create"]] == ["1g.5gb"] * 7
+    assert (step["before"], step["after"]) == ("MIG disabled", "MIG enabled: 1g.5gb x7")
+    (again,) = _layout.plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7)], ALL_1G)
+    assert again["changed"] is False and again["create"] == [] and again["set_mig_mode"] is None
+
+
+def test_a_changed_layout_destroys_and_recreates():
+    layout = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}}]
+    (step,) = _layout.plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7), gpu(1)], layout)
+    assert step["index"] == 0 and step["destroy"] and step["set_mig_mode"] is None
+    assert step["create"] == [("3g.20gb", 0), ("3g.20gb", 4)]
+
+
+def test_disabling_mig_destroys_the_instances_first():
+    (step,) = _layout.plan([gpu(0, mode="enabled", migs=["7g.40gb"])], [{"devices": "all", "mig-enabled": False}])
+    assert (step["destroy"], step["set_mig_mode"], step["create"]) == (True, False, [])
+    assert step["after"] == "MIG disabled"
+
+
+def test_device_filter_by_pci_id_or_model_name_and_untouched_gpus():
+    gpus = [gpu(0), gpu(1, name="NVIDIA H100 80GB HBM3", pci="0x233010de", mode="disabled")]
+    assert [s["index"] for s in _layout.plan(gpus, [dict(ALL_1G[0], **{"device-filter": "0x20B010DE"})])] == [0]
+    assert [s["index"] for s in _layout.plan(gpus, [dict(ALL_1G[0], **{"device-filter": ["A100-SXM4-40GB"]})])] == [0]
+
+
+def test_unknown_profile_is_refused_with_the_offered_ones():
+    layout = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}]
+    with pytest.raises(_layout.LayoutError) as err:
+        _layout.plan([gpu(0)], layout)
+    assert str(err.value) == (
+        "GPU 0 (NVIDIA A100-SXM4-40GB) does not offer MIG profile(s) 1g.10gb; it offers 1g.5gb, 2g.10gb, 3g.20gb, "
+        "4g.20gb, 7g.40gb"
+    )
+
+
+@pytest.mark.parametrize(
+    ("layout", "gpus", "message"),
+    [
+        ([{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}], [gpu(0)], "does not fit on one GPU"),
+        (ALL_1G, [gpu(0, name="Tesla T4", mode=None)], "GPU 0 (Tesla T4) does not support MIG"),
+        ([{"devices": [3], "mig-enabled": True}], [gpu(0)], "no GPU with index [3] on this host"),
+        ([{"devices": "all", "mig-enabled": False, "mig-devices": {"1g.5gb": 1}}], [gpu(0)], "mig-enabled false"),
+        ([{"devices": "all", "mig-enabled": "yes"}], [gpu(0)], "layout[0].mig-enabled: true or false"),
+        ([{"devices": "all", "mig-enable": True}], [gpu(0)], "unknown key(s) mig-enable"),
+        ([ALL_1G[0], {"devices": [0], "mig-enabled": False}], [gpu(0)], "named by layout[0] and layout[1]"),
+        ([], [gpu(0)], "non-empty list"),
+    ],
+)
+def test_refusals_name_the_entry_and_the_fix(layout, gpus, message):
+    with pytest.raises(_layout.LayoutError) as err:
+        _layout.plan(gpus, layout)
+    assert message in str(err.value)
+
+
+def test_enabled_with_no_instances_on_a_model_without_a_table_is_fine():
+    (step,) = _layout.plan([gpu(0, name="NVIDIA H100 80GB HBM3")], [{"devices": "all", "mig-enabled": True}])
+    assert step["set_mig_mode"] is True and step["create"] == [] and step["after"] == "MIG enabled: no instances"
+
+
+def test_holders_of_one_gpu():
+    users = {
+        "processes": [
+            {"pid": 10, "command": "python3", "devices": ["/dev/nvidia0", "/dev/nvidiactl"],
+             "container": {"engine": "docker", "id": "4f3c2b1a0e9d" + "0" * 52}},
+            {"pid": 11, "command": "nvidia-persistenced", "devices": ["/dev/nvidiactl"], "container": None},
+            {"pid": 12, "command": "train", "devices": ["/dev/nvidia1"], "container": None},
+        ]
+    }  # fmt: skip
+    assert _layout.holders(users, 0) == ["pid 10 (python3) in docker container 4f3c2b1a0e9d"]
+    assert _layout.holders(users, 1) == ["pid 12 (train)"]
+    assert _layout.holders(users, 2) == [] and _layout.holders(None, 0) == []

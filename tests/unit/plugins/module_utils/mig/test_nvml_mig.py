@@ -1,0 +1,116 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""mig/nvml_mig.py through the stub NVML (tests/sim/nvml/nvml_stub.c), which keeps the instances it is asked to make
+in ``mig-state`` beside its gpus.json: each step runs in its own process, as each module run does, and the next
+process (and discovery) sees what the last one made."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import nvml_mig
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery.discovery_tree import (
+    REPO,
+    compile_nvml_stub,
+    stub_config,
+)
+
+STEP = """
+import json, sys
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import nvml
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import layout, nvml_mig
+library, wanted = sys.argv[1], json.loads(sys.argv[2])
+gpus = nvml.query([library])["gpus"]
+try:
+    steps = layout.plan(gpus, wanted)
+except layout.LayoutError as exc:
+    print(json.dumps({"error": str(exc)}))
+    raise SystemExit(0)
+with nvml_mig.Session([library]) as session:
+    for step in steps:
+        if step["changed"]:
+            session.apply(step)
+after = nvml.query([library])["gpus"]
+print(json.dumps({"steps": steps, "after": after}))
+"""
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    path = compile_nvml_stub(str(tmp_path_factory.mktemp("nvml-stub")))
+    if path is None:
+        pytest.skip("no C compiler for the NVML stub")
+    return path
+
+
+@pytest.fixture
+def a100_host(tmp_path, monkeypatch):
+    """One A100-SXM4-40GB (MIG off) and one H100 the layout leaves alone; the stub's state beside its config."""
+    config = stub_config(count=2)
+    a100 = config["gpus"][0]
+    a100.update(name="NVIDIA A100-SXM4-40GB", pci_device_id=0x20B010DE, memory_total=40960 * 1024 * 1024,
+                cc_major=8, cc_minor=0, architecture=7, mig_mode=0, max_mig_devices=7)  # fmt: skip
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", str(path))
+    return tmp_path
+
+
+def run(stub, layout):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".cache", "collections"))
+    proc = subprocess.run(
+        [sys.executable, "-c", STEP, stub, json.dumps(layout)], capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def profiles(gpu):
+    return [m["profile"] for m in gpu.get("mig_devices") or ()]
+
+
+def test_apply_then_nothing_to_do_then_a_changed_layout_then_off(stub, a100_host):
+    first = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.5gb": 2, "3g.20gb": 1}}])
+    (step,) = first["steps"]
+    assert step["changed"] and step["set_mig_mode"] is True
+    a100, h100 = first["after"]
+    assert a100["mig_mode"] == "enabled" and sorted(profiles(a100)) == ["1g.5gb", "1g.5gb", "3g.20gb"]
+    assert [m["memory_mib"] for m in a100["mig_devices"]] == [19968, 4864, 4864]  # 3g.20gb first: largest placed first
+    assert len({m["uuid"] for m in a100["mig_devices"]}) == 3 and all(
+        m["uuid"].startswith("MIG-") for m in a100["mig_devices"]
+    )
+    assert "mig_devices" not in h100
+    assert (a100_host / "mig-state").is_file()
+
+    again = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.20gb": 1, "1g.5gb": 2}}])
+    assert [s["changed"] for s in again["steps"]] == [False]  # a second run changes nothing
+    assert again["after"][0]["mig_devices"] == first["after"][0]["mig_devices"]
+
+    changed = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"7g.40gb": 1}}])
+    assert changed["steps"][0]["destroy"] and profiles(changed["after"][0]) == ["7g.40gb"]
+
+    off = run(stub, [{"devices": [0], "mig-enabled": False}])
+    assert off["after"][0]["mig_mode"] == "disabled" and profiles(off["after"][0]) == []
+
+
+def test_a_profile_the_a100_does_not_offer_is_refused_before_any_call(stub, a100_host):
+    out = run(stub, [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}, "device-filter": "A100"}])
+    assert "does not offer MIG profile(s) 1g.10gb; it offers 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb" in out["error"]
+    assert not (a100_host / "mig-state").exists()
+
+
+def test_ctypes_structures_have_nvml_h_sizes():
+    # nvml.h (go-nvml gen/nvml/nvml.h at 2f9e261f): 10 uints + an unsigned long long; 2 uints; 8 + 4 + 4 + 8; 9 uints.
+    assert ctypes.sizeof(nvml_mig.GpuInstanceProfileInfo) == 48
+    assert ctypes.sizeof(nvml_mig.GpuInstancePlacement) == 8
+    assert ctypes.sizeof(nvml_mig.GpuInstanceInfo) == 24
+    assert nvml_mig.GpuInstanceInfo.placement.offset == 16
+    assert ctypes.sizeof(nvml_mig.ComputeInstanceProfileInfo) == 36
