@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean
+.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean ee docs-lint
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -27,7 +27,7 @@ lock: ## re-resolve requirements/*.in into the pinned lock files (needs the netw
 	@tests/tools/lock.sh
 
 test: setup ## the whole test suite, in order, stopping at the first failure
-	@$(MAKE) --no-print-directory lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule
+	@$(MAKE) --no-print-directory lint docs-lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule
 	@echo "==> make test: every step passed"
 
 lint: ## ruff over every Python file, and the changelog fragments
@@ -71,6 +71,17 @@ molecule: ## every molecule scenario, when a Docker engine answers
 
 bench: setup .venv-bench/.installed ## start-path, discovery and fleet timings on the simulated fleet (not in make test): bench/results/<date>.{json,md,png}
 	@$(call run,python bench/bench.py)
+
+ee: setup .venv-ee/.installed ## the execution environment's build context (tests/output/ee/context): collection tarball, introspected needs, ansible-builder create (EE_BUILD=1 also builds the image)
+	@$(call run,tests/tools/ee.sh)
+
+docs-lint: .venv-ee/.installed ## antsibull-docs lint-collection-docs --plugin-docs: every plugin's and role's documentation, zero errors
+	@$(call run,env PATH=$(ROOT)/.venv-ee/bin:$(PATH) ANSIBLE_COLLECTIONS_PATH=$(ANSIBLE_COLLECTIONS_PATH):$(VENV)/lib/python$(PYVER)/site-packages .venv-ee/bin/antsibull-docs lint-collection-docs --plugin-docs .)
+
+.venv-ee/.installed: requirements/ee.txt
+	$(VENV)/bin/python -m venv .venv-ee
+	.venv-ee/bin/pip install -q --disable-pip-version-check -r requirements/ee.txt
+	touch $@
 
 .venv-bench/.installed: requirements/bench.txt
 	python3 -m venv .venv-bench

@@ -59,7 +59,7 @@ _value:
       type: str
     installed:
       description:
-        - The installed version of each of O(names) that is installed (apt - C(version); dnf - C(version-release)).
+        - The installed version of each of C(names) that is installed (apt - C(version); dnf - C(version-release)).
       type: dict
     pending:
       description: Whether a package is missing, or not at O(version).

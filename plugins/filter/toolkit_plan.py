@@ -121,7 +121,7 @@ _value:
       type: str
     programs:
       description:
-        - The host programs the native provider installs (P(gpufleet.nvidia.host_programs#module)'s O(programs)) -
+        - The host programs the native provider installs (O(gpufleet.nvidia.host_programs#module:programs)) -
           all of them, C(nvidia-docker) only when O(_input.nvidia_docker) is true.
       type: list
       elements: str

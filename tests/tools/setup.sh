@@ -47,6 +47,13 @@ fi
 mkdir -p .cache/collections/ansible_collections/gpufleet
 ln -sfn ../../../.. .cache/collections/ansible_collections/gpufleet/nvidia
 
+# The collections only the tests use (galaxy.yml declares what shipped content needs): installed next to the link,
+# nothing to do (and no Galaxy) while the pinned `ansible` package in .venv already carries them.
+ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" .venv/bin/ansible-galaxy collection install \
+  -r tests/requirements.yml -p .cache/collections | grep -v "^Starting galaxy collection install process" || true
+ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" .venv/bin/ansible-galaxy collection install --offline \
+  -r tests/requirements.yml -p .cache/collections >/dev/null  # fails when one is still missing
+
 # ansible-test's get-pip bootstrap, served locally (see tests/tools/get_pip_standin.py).
 pip_version=$(.venv/bin/python - <<'PY'
 import re, ansible_test, pathlib

@@ -35,6 +35,11 @@ def test_galaxy_identity_and_license():
     assert re.fullmatch(r"\d+\.\d+\.\d+", galaxy["version"])
     assert galaxy["license"] == ["GPL-3.0-or-later"]
     assert {"infrastructure", "linux"} <= set(galaxy["tags"])
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as f:
+        assert "GNU GENERAL PUBLIC LICENSE" in f.readline() + f.readline()
+    for key in ("repository", "documentation", "issues"):
+        assert galaxy[key].startswith("https://github.com/gpufleet/nvidia"), f"galaxy.yml {key}: {galaxy[key]}"
+    assert ".ansible-lint" not in galaxy["build_ignore"]  # galaxy-importer warns when the tarball lacks it
 
 
 def test_galaxy_build_ignore_keeps_dev_files_out():
@@ -52,10 +57,40 @@ def _installed_collection_version(fqcn):
     return None
 
 
+def _test_requirements():
+    return {c["name"]: c["version"] for c in _load("tests/requirements.yml")["collections"]}
+
+
+SHIPPED = ("roles", "playbooks", "plugins", "meta")
+FQCN = re.compile(r"(?<![\w.])([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*(?![\w.])")
+
+
+def _collections_used(dirs):
+    """The other collections whose content the files under dirs name (module, filter, callback, connection FQCNs)."""
+    used = set()
+    for top in dirs:
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith((".yml", ".yaml", ".j2", ".py")):
+                    with open(os.path.join(base, name), encoding="utf-8") as f:
+                        code = re.sub(r"(^|\s)#.*", "", f.read(), flags=re.M)  # what comments mention is not used
+                        used |= {f"{a}.{b}" for a, b in FQCN.findall(code)}
+    return used
+
+
+def test_galaxy_declares_exactly_the_collections_shipped_content_uses():
+    """An EE built from the collection gets what its roles, playbooks and plugins name, and nothing only tests use."""
+    known = set(_load("galaxy.yml")["dependencies"]) | set(_test_requirements())
+    used = {c for c in _collections_used(SHIPPED) if c in known}
+    assert set(_load("galaxy.yml")["dependencies"]) == used
+    assert not set(_test_requirements()) & set(_load("galaxy.yml")["dependencies"])
+    assert {"community.docker", "ansible.posix"} <= _collections_used(["tests"])
+
+
 @pytest.mark.parametrize("fqcn", ["community.docker", "community.general", "ansible.posix", "kubernetes.core"])
 def test_dependency_declared_and_satisfied_by_the_pinned_toolchain(fqcn):
-    deps = _load("galaxy.yml")["dependencies"]
-    assert fqcn in deps, f"galaxy.yml does not declare {fqcn}"
+    deps = {**_load("galaxy.yml")["dependencies"], **_test_requirements()}
+    assert fqcn in deps, f"neither galaxy.yml nor tests/requirements.yml declares {fqcn}"
     installed = _installed_collection_version(fqcn)
     assert installed, f"{fqcn} is not in the toolchain (the pinned `ansible` package should carry it)"
     for clause in deps[fqcn].split(","):

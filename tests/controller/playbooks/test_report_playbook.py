@@ -124,11 +124,15 @@ def test_a_limited_run_reports_every_host_and_the_others_as_not_in_this_run(tmp_
     (tmp_path / "play.yml").write_text(PLAY.format(report=REPO / "playbooks" / "report.yml"))
     out = tmp_path / "out"
     args = ["-i", "inventory.json", "play.yml", "--limit", "good,cpu", "-e", f"report_dir={out}"]
-    proc = run_playbook(*args, "-e", "report_fail_on_error=true", cwd=tmp_path)
+    proc = run_playbook(*args, "-e", "report_fail_on_error=true", cwd=tmp_path, ANSIBLE_SHOW_CUSTOM_STATS="1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     report = json.loads((out / "fleet-report.json").read_text())
     status = {h["name"]: h["status"] for h in report["hosts"]}
     assert status == {"good": "passed", "bad": "not_in_run", "cpu": "cpu_only", "down": "not_in_run"}
+    # set_stats: what AWX keeps as the job's artifacts (ansible-runner: artifacts/<id>/...), printed as CUSTOM STATS
+    stats = proc.stdout[proc.stdout.index("CUSTOM STATS") :]
+    assert report["summary_line"] in stats
+    assert f"{out.resolve()}/fleet-report.html" in stats
     assert report["summary"]["ok"] is True and report["summary"]["not_in_run"] == 2
     assert report["summary_line"].endswith("; 2 not in this run")
     assert "not in this run" in (out / "fleet-report.md").read_text()

@@ -33,15 +33,25 @@ JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
 FILTER = {"bool": "as_bool", "int": "as_int", "list": "as_list"}
 
 
-def typed_variables() -> dict[str, str]:
-    """Every role variable a survey can send as a string -> its filter (lists of dicts and dicts cannot)."""
-    found = {}
+def playbook_variables() -> dict[str, dict[str, Any]]:
+    """The variables the playbooks read themselves (extensions/awx/playbook_variables.yml), as argument-spec options."""
+    return yaml.safe_load((REPO / "extensions" / "awx" / "playbook_variables.yml").read_text())["playbook_variables"]
+
+
+def typed_variables(playbooks: bool = False) -> dict[str, str]:
+    """Every role (and with ``playbooks``, playbook) variable a survey can send as a string -> its filter (lists of
+    dicts and dicts cannot)."""
+    options = {}
     for role in ROLES:
         spec = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
-        for name, option in spec["argument_specs"]["main"]["options"].items():
-            kind = option.get("type", "str")
-            if kind in FILTER and not (kind == "list" and option.get("elements") == "dict"):
-                found[name] = FILTER[kind]
+        options.update(spec["argument_specs"]["main"]["options"])
+    if playbooks:
+        options.update(playbook_variables())
+    found = {}
+    for name, option in options.items():
+        kind = option.get("type", "str")
+        if kind in FILTER and not (kind == "list" and option.get("elements") == "dict"):
+            found[name] = FILTER[kind]
     return found
 
 
@@ -75,8 +85,9 @@ def expressions() -> Iterator[tuple[str, str]]:
 
 
 def test_every_use_of_a_typed_variable_goes_through_its_filter() -> None:
-    variables = typed_variables()
+    variables = typed_variables(playbooks=True)
     assert {"driver_hold", "runtime_cdi", "runtime_engines", "validate_timeout"} <= set(variables)
+    assert {"gpufleet_lock", "gpufleet_lock_timeout", "report_fail_on_error", "uninstall_driver"} <= set(variables)
     unfiltered = []
     seen = set()
     for where, expression in expressions():

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make ee: the execution environment's build context. Builds the collection tarball, checks that
+# `ansible-builder introspect` of the installed collection finds its Python and system needs
+# (meta/execution-environment.yml) and none of the test-only collections' (community.docker: docker, paramiko,
+# requests), then renders extensions/ee/execution-environment.yml into tests/output/ee/context with
+# `ansible-builder create`. Building the image needs the base image's registry and PyPI; with EE_BUILD=1 this
+# also runs `docker build` on the context.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+builder=.venv-ee/bin/ansible-builder
+out=tests/output/ee
+rm -rf "$out" && mkdir -p "$out/collections"
+ansible-galaxy collection build --force --output-path "$out/collections" . >/dev/null
+mv "$out"/collections/gpufleet-nvidia-*.tar.gz "$out/collections/gpufleet-nvidia.tar.gz"
+
+# Introspect the collection as an EE build installs it: from the tarball, with the dependencies galaxy.yml names
+# (from the toolchain's ansible package: no Galaxy here), and nothing else.
+inst="$out/introspect"
+ANSIBLE_COLLECTIONS_PATH="$inst" ansible-galaxy collection install --no-deps -p "$inst" \
+  "$out/collections/gpufleet-nvidia.tar.gz" >/dev/null
+site=$(python -c 'import ansible_collections, os; print(os.path.dirname(ansible_collections.__path__[0]))')
+for dep in $(python -c 'import yaml; print(" ".join(yaml.safe_load(open("galaxy.yml"))["dependencies"]))'); do
+  ns=${dep%%.*} name=${dep#*.}
+  mkdir -p "$inst/ansible_collections/$ns"
+  cp -r "$site/ansible_collections/$ns/$name" "$inst/ansible_collections/$ns/"
+done
+"$builder" introspect "$inst" > "$out/introspect.yml"
+cat "$out/introspect.yml"
+for want in "kubernetes>=24.2.0  # from collection gpufleet.nvidia" "openssh-clients [platform:rpm]  # from collection gpufleet.nvidia" \
+  "helm [platform:fedora]  # from collection gpufleet.nvidia"; do
+  grep -qF -- "$want" "$out/introspect.yml" || { echo "ee: introspect does not find '$want'" >&2; exit 1; }
+done
+if grep -iE "^- '(docker|paramiko)\b" "$out/introspect.yml"; then
+  echo "ee: the EE would carry a test-only collection's requirements (above); see galaxy.yml dependencies" >&2; exit 1
+fi
+echo "ee: introspect finds the collection's needs and no test-only collection's"
+
+"$builder" create -f extensions/ee/execution-environment.yml -c "$out/context" --output-filename Dockerfile >/dev/null
+test -f "$out/context/_build/collections/gpufleet-nvidia.tar.gz"
+grep -q "ansible-galaxy collection install" "$out/context/Dockerfile"
+echo "ee: build context in $out/context (docker build -f $out/context/Dockerfile -t gpufleet-nvidia-ee $out/context)"
+if [ "${EE_BUILD:-}" = "1" ]; then
+  docker build -f "$out/context/Dockerfile" -t gpufleet-nvidia-ee "$out/context"
+fi
