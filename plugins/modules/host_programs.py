@@ -208,6 +208,7 @@ from ansible.module_utils.basic import AnsibleModule
 # The programs' own modules are imported here, so that Ansible puts them, and everything they import, into this
 # module's payload; the module reads their sources back from the payload (pkgutil), never from the controller or a
 # copy. ``_host_programs.payload`` computes the same closure from the sources (a unit test checks they agree).
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.names import SHIM
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import container_cli as _container_cli  # noqa: F401
@@ -334,7 +335,7 @@ def main() -> None:
         )
     except (OSError, ValueError, KeyError) as exc:
         module.fail_json(msg=f"cannot render the host programs: {exc}", **result)
-    with_config = _host_programs.SHIM in programs
+    with_config = SHIM in programs
     result["files"] = [path for path, _text, _mode in files] + ([p["config_path"]] if with_config else [])
     diffs: list[dict[str, str]] = []
 

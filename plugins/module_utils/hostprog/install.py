@@ -19,7 +19,6 @@ import os
 from typing import Callable
 
 from ..base.fileio import atomic_write
-from ..base.names import SHIM  # noqa: F401  (the installer's name for it: host_programs reads install.SHIM)
 
 PACKAGE = "gpufleet_nvidia"
 PYTHON = "/usr/bin/python3"

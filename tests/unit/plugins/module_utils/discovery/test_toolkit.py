@@ -32,7 +32,7 @@ def native(root: Path, bindir: str = "/usr/local/bin", programs: tuple[str, ...]
 
 def test_the_names_are_those_of_the_installer() -> None:
     assert tuple(install.PROGRAMS) == tk.NATIVE_PROGRAMS
-    assert tk.SHIM == install.SHIM and tk.HOOK in install.PROGRAMS
+    assert tk.SHIM in install.PROGRAMS and tk.HOOK in install.PROGRAMS
     assert tk.HELPER_PROGRAMS == install.HELPER_PROGRAMS
     assert tk.RUNTIME_CONFIG == install.RUNTIME_CONFIG
     assert tk.RUNTIME_CONFIG_DEFAULTS == install.RUNTIME_CONFIG_DEFAULTS
@@ -72,7 +72,7 @@ def test_a_program_of_the_same_name_that_is_not_ours_is_not_the_toolkit(tmp_path
     write(tmp_path, "/usr/local/bin/gpufleet-container-runtime", '#!/bin/sh\nexec runc "$@"\n', 0o755)
     assert tk.toolkit(str(tmp_path)) is None
     native(tmp_path, programs=("gpufleet-cdi-hook",))
-    write(tmp_path, "/usr/local/bin/gpufleet-container-runtime", install.launcher(install.SHIM, "/l"), 0o644)
+    write(tmp_path, "/usr/local/bin/gpufleet-container-runtime", install.launcher(tk.SHIM, "/l"), 0o644)
     assert tk.toolkit(str(tmp_path)) is None  # not executable
 
 
