@@ -26,8 +26,8 @@ setup: ## apt packages + a running Docker engine (tests/tools/host_setup.sh), th
 lock: ## re-resolve requirements/*.in into the pinned lock files (needs the network)
 	@tests/tools/lock.sh
 
-test: setup ## the whole test suite, in order, stopping at the first failure
-	@$(MAKE) --no-print-directory lint docs-lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule
+test: setup ## the whole test suite: quick checks, then the static and the fleet lanes at once (tests/tools/test_all.sh)
+	@tests/tools/test_all.sh
 	@echo "==> make test: every step passed"
 
 lint: ## ruff over every Python file, and the changelog fragments
