@@ -12,8 +12,12 @@ for tool in debootstrap gcc; do
   command -v "$tool" >/dev/null || { echo "integration: $tool is needed to build the simulated nodes" >&2; exit 1; }
 done
 start=$SECONDS
-# `integration.sh faults`: the fault-injection suite (make faults); without an argument every other integration test
-if [ "${1:-}" = faults ]; then what=faults; marker="faults"; else what=integration; marker="integration and not faults"; fi
-echo "==> python -m pytest -q -p no:cacheprovider -m \"$marker\" tests/integration"
-python -m pytest -q -p no:cacheprovider -s -m "$marker" --durations=10 tests/integration
+# `integration.sh faults`: the fault-injection suite (make faults); without it every other integration test. Further
+# arguments replace `tests/integration` as pytest's paths (test files, or `--ignore=FILE tests/integration`: make
+# test's lanes split the files, tests/tools/test_all.sh).
+if [ "${1:-}" = faults ]; then what=faults; marker="faults"; shift; else what=integration; marker="integration and not faults"; fi
+paths=("$@")
+[ ${#paths[@]} -gt 0 ] || paths=(tests/integration)
+echo "==> python -m pytest -q -p no:cacheprovider -m \"$marker\" ${paths[*]}"
+python -m pytest -q -p no:cacheprovider -s -m "$marker" --durations=10 "${paths[@]}"
 echo "==> $what: passed in $((SECONDS - start))s"
