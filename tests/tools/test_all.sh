@@ -17,7 +17,7 @@
 # tests/output/test-cpu.log; the exit status is a failure when either lane failed, naming it.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 step() { make --no-print-directory "$@"; }
 step lint docs-lint build-check || exit 1
 
