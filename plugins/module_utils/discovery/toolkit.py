@@ -28,7 +28,7 @@ from ..cdi.spec import DRIVER_VERSION_ANNOTATION
 
 HOOK = "gpufleet-cdi-hook"
 NATIVE_PROGRAMS = (
-    "gpufleet-container-runtime",
+    SHIM,
     "gpufleet-cdi-hook",
     "nvidia-container-runtime-hook",
     "gpufleet-cdi-refresh",

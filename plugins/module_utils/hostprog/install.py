@@ -19,13 +19,14 @@ import os
 from typing import Callable
 
 from ..base.fileio import atomic_write
+from ..base.names import SHIM
 
 PACKAGE = "gpufleet_nvidia"
 PYTHON = "/usr/bin/python3"
 DEFAULT_RUNTIME = "/usr/sbin/runc"
 # program name -> (module, function)
 PROGRAMS = {
-    "gpufleet-container-runtime": ("hostprog.shim", "main"),
+    SHIM: ("hostprog.shim", "main"),
     "gpufleet-cdi-hook": ("hostprog.cdi_hook", "main"),
     "nvidia-container-runtime-hook": ("hostprog.shim", "legacy_hook_main"),
     "gpufleet-cdi-refresh": ("hostprog.cdi_refresh", "main"),
@@ -149,7 +150,7 @@ def _grep() -> str:
 def launcher(name: str, libdir: str, python: str = PYTHON, runtime: str = DEFAULT_RUNTIME) -> str:
     """The text of program ``name``'s launcher; ``runtime`` is the real OCI runtime the shim execs."""
     module, function = PROGRAMS[name]
-    if name == "gpufleet-container-runtime":
+    if name == SHIM:
         for what, path in (("runtime", runtime), ("libdir", libdir), ("python", python)):
             if not os.path.isabs(path) or any(c in path for c in "\"'$`\\\n "):
                 raise ValueError(f"{what} {path!r}: expected a plain absolute path")
