@@ -15,10 +15,14 @@ from this working tree by the toolkit role's installer, the CDI spec written, ru
 """
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.integration._fleet_e2e import IMAGE, SHIM
+
+# galaxy.yml's version: what `nvidia-docker version` and `nvidia-container-cli --version` print
+VERSION = re.search(r"(?m)^version: (\S+)$", (Path(__file__).resolve().parents[2] / "galaxy.yml").read_text()).group(1)
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,7 +112,7 @@ def test_nvidia_docker_nv_gpu(nodes):
         assert _gpu_nodes_seen(res.stdout) == ["/dev/nvidia1"], f"{node.name}: {res.stdout}"
         assert "/dev/nvidiactl" in res.stdout
         version = node.run("nvidia-docker version --format '{{.Client.Version}}'", check=True).stdout.splitlines()
-        assert version[0] == "NVIDIA Docker: 0.1.0 (gpufleet.nvidia)" and re.match(r"\d+\.", version[1]), version
+        assert version[0] == f"NVIDIA Docker: {VERSION} (gpufleet.nvidia)" and re.match(r"\d+\.", version[1]), version
 
 
 def _ctr_version(node):

@@ -56,9 +56,9 @@ from __future__ import annotations
 import os
 import sys
 
+from ..base.names import COLLECTION_VERSION
+
 NAME = "nvidia-container-cli"
-# The collection's version (galaxy.yml; a unit test keeps them equal).
-COLLECTION_VERSION = "0.1.0"
 DEFAULT_BINDIR = "/usr/local/bin"
 UNKNOWN = "Unknown"
 # libnvidia-container src/driver.c (driver_get_device_brand_1_svc): nvmlBrandType_t -> its label.

@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import sys
 
+from ..base.names import COLLECTION_VERSION
+
 NAME = "nvidia-docker"
-COLLECTION_VERSION = "0.1.0"  # galaxy.yml's (a unit test keeps them equal)
 VERSION_LINE = f"NVIDIA Docker: {COLLECTION_VERSION} (gpufleet.nvidia)"
 
 

@@ -180,11 +180,6 @@ def test_version_says_whose(capsys):
     assert run(capsys, "-V")[1] == out
 
 
-def test_collection_version_is_galaxys():
-    with open(os.path.join(REPO, "galaxy.yml"), encoding="utf-8") as f:
-        assert re.search(r"(?m)^version: (\S+)$", f.read()).group(1) == cli.COLLECTION_VERSION
-
-
 def test_help(capsys):
     rc, out, _err = run(capsys, "--help")
     assert rc == 0 and out.startswith("Usage: nvidia-container-cli [OPTION...] COMMAND [ARG...]\n")
