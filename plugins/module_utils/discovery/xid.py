@@ -11,9 +11,12 @@ in the kernel ring buffer. ``parse`` reads them out of ``/dev/kmsg`` records (``
 
 What each XID asks of an operator (``ACTIONS``) follows NVIDIA's Xid catalog for Ampere and later
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, its "Resolution Bucket (Immediate
-Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE; read 2026-11-23: the rows for XIDs 8, 11
-and 13 were checked against the page's text, the others were not in the excerpt read and should be checked against the
-downloadable catalog when a row is changed) and, for the memory
+Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE). Checked on 2026-11-23: XIDs 8, 11 and
+13 against the page's text (RESTART_APP each), 79 (RESTART_BM) against the catalog mapping NVIDIA's NVSentinel reads
+(github.com/NVIDIA/nvsentinel, the syslog health monitor's test data: 79 RESTART_BM, 13 RESTART_APP). The other rows
+could not be read from here (the page's table beyond XID 13 and the downloadable spreadsheet were out of reach): they
+follow NVIDIA's memory documents below and the catalog's descriptions, and must be checked against the spreadsheet
+before they are relied on or changed (tests/unit/.../discovery/test_xid.py pins them). For the memory
 XIDs, NVIDIA's "GPU Memory Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, row
 remapping needs a GPU reset to take effect) and "Dynamic Page Retirement"
 (https://docs.nvidia.com/deploy/dynamic-page-retirement/, XIDs 48, 63, 64). XIDs whose bucket is RESTART_APP or

@@ -19,7 +19,7 @@ import ctypes
 from typing import Any, Sequence
 
 from ..discovery.nvml import SUCCESS, NvmlError, NvmlUnavailable, _Nvml, load
-from .layout import CI_PROFILE_ENUM, GI_PROFILE_ENUM, PROFILES_BY_MODEL, profiles_for
+from .layout import CI_PROFILE_ENUM, GI_PROFILE_ENUMS, PROFILES_BY_MODEL
 
 ERROR_NOT_SUPPORTED = 3
 
@@ -96,7 +96,7 @@ class Session:
     def _profile_ids(self, handle: ctypes.c_void_p) -> dict[int, int]:
         """GI profile enum -> profile id, for the profiles the GPU answers."""
         ids = {}
-        for enum in sorted(set(GI_PROFILE_ENUM.values())):
+        for enum in GI_PROFILE_ENUMS:
             info = GpuInstanceProfileInfo()
             if (
                 self.nv.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(enum), ctypes.byref(info))
@@ -157,13 +157,11 @@ class Session:
                 f"('nvidia-smi -r') or reboot, then run again"
             )
 
-    def create(self, handle: ctypes.c_void_p, gpu_name: str, profile: str, start: int, what: str) -> None:
-        table = profiles_for(gpu_name) or {}
-        _nvid, slices, size, _starts, _mib = table[profile]
+    def create(self, handle: ctypes.c_void_p, model: str, profile: str, start: int, what: str) -> None:
+        table = PROFILES_BY_MODEL[model]
+        gi_enum, slices, size, _starts, _most = table[profile]
         info = GpuInstanceProfileInfo()
-        rc = self.nv.call(
-            "nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(GI_PROFILE_ENUM[slices]), ctypes.byref(info)
-        )
+        rc = self.nv.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(gi_enum), ctypes.byref(info))
         self._check(rc, f"{what}: nvmlDeviceGetGpuInstanceProfileInfo({profile})")
         placement = GpuInstancePlacement(start, size)
         gi = ctypes.c_void_p()
@@ -193,7 +191,7 @@ class Session:
             if step["set_mig_mode"]:
                 handle = self.handle(step["uuid"])  # the mode change may reset the GPU: its handle again
         for profile, start in step["create"]:
-            self.create(handle, step["name"], profile, start, what)
+            self.create(handle, step["model"], profile, start, what)
 
 
 __all__ = ["PROFILES_BY_MODEL", "MigError", "Session"]

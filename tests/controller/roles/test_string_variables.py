@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_pl
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-ROLES = ("driver", "toolkit", "runtime", "device_plugin", "validate")
+ROLES = ("driver", "mig", "toolkit", "runtime", "device_plugin", "validate")
 # Keys whose whole value is a Jinja expression.
 EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
 JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
@@ -113,7 +113,7 @@ PLAY = """
     - name: Every role, in site.yml's order, with the variables from -e as strings
       ansible.builtin.include_role:
         name: gpufleet.nvidia.{{{{ gpufleet_role }}}}
-      loop: [driver, toolkit, runtime, validate, device_plugin]
+      loop: [driver, mig, toolkit, runtime, validate, device_plugin]
       loop_control:
         loop_var: gpufleet_role
 

@@ -43,7 +43,7 @@ def libdir(tmp_path_factory):
 @pytest.fixture
 def host(tmp_path, libdir):
     config = stub_config(count=1)
-    config["gpus"][0].update(name="NVIDIA A100-SXM4-40GB", mig_mode=0, max_mig_devices=7)
+    config["gpus"][0].update(name="NVIDIA A100-SXM4-40GB", pci_device_id=0x20B010DE, mig_mode=0, max_mig_devices=7)
     (tmp_path / "gpus.json").write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".cache", "collections"), LD_LIBRARY_PATH=str(libdir),
                GPUFLEET_SIM_GPUS_JSON=str(tmp_path / "gpus.json"))  # fmt: skip
@@ -76,5 +76,5 @@ def test_a_profile_not_offered_fails_with_the_offered_ones(host):
     assert out["failed"] is True
     assert out["msg"] == (
         "mig_layout: GPU 0 (NVIDIA A100-SXM4-40GB) does not offer MIG profile(s) 1g.20gb; it offers 1g.5gb, "
-        "2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
+        "1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
     )

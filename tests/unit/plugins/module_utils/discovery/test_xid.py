@@ -98,3 +98,38 @@ def test_read_kmsg_of_the_real_device_ends_with_one_record_a_line():
     text = _xid.read_kmsg("/dev/kmsg")
     lines = text.splitlines()
     assert lines and all(re.match(r"^\d+,\d+,\d+,[^;]*;", line) for line in lines if not line.startswith(" "))
+
+
+# The common XIDs and the bucket each is filed under (``ACTIONS``), and so whether it is a host problem. 8, 11 and 13
+# checked against the catalog page's text (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, read
+# 2026-11-23), 79 against the catalog mapping NVIDIA's NVSentinel reads (its syslog health monitor's test data); the
+# others as xid.py's docstring says.
+COMMON = {
+    13: "RESTART_APP",
+    31: "RESTART_APP",
+    43: "RESTART_APP",
+    45: "IGNORE",
+    48: "RESET_GPU",
+    61: "RESET_GPU",
+    62: "RESET_GPU",
+    63: "RESET_GPU",
+    64: "RESET_GPU",
+    74: "RESET_GPU",
+    79: "RESTART_BM",
+    92: "IGNORE",
+    94: "RESTART_APP",
+    95: "RESET_GPU",
+    119: "RESET_GPU",
+    120: "RESET_GPU",
+}
+
+
+@pytest.mark.parametrize(("xid", "bucket"), sorted(COMMON.items()))
+def test_the_common_xids_buckets_and_whether_the_host_must_act(xid, bucket):
+    got, meaning, todo = _xid.action(xid)
+    assert got == bucket and meaning and todo
+    assert (got in _xid.HOST_BUCKETS) is (bucket in ("RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT"))
+    if got == "RESET_GPU":
+        assert "reset" in todo
+    if got == "RESTART_BM":
+        assert "reboot" in todo

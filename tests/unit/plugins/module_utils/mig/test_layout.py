@@ -1,8 +1,8 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""mig/layout.py: mig-parted's vocabulary against discovery's GPUs, A100-40GB placements (NVIDIA's MIG user guide),
-idempotence and the refusals an operator reads."""
+"""mig/layout.py: mig-parted's vocabulary against discovery's GPUs, each model's profiles and placements (NVIDIA's MIG
+user guide), idempotence and the refusals an operator reads."""
 
 from __future__ import annotations
 
@@ -83,13 +83,96 @@ def test_device_filter_by_pci_id_or_model_name_and_untouched_gpus():
 
 
 def test_unknown_profile_is_refused_with_the_offered_ones():
-    layout = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}]
+    layout = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.6gb": 4}}]
     with pytest.raises(_layout.LayoutError) as err:
         _layout.plan([gpu(0)], layout)
     assert str(err.value) == (
-        "GPU 0 (NVIDIA A100-SXM4-40GB) does not offer MIG profile(s) 1g.10gb; it offers 1g.5gb, 2g.10gb, 3g.20gb, "
-        "4g.20gb, 7g.40gb"
+        "GPU 0 (NVIDIA A100-SXM4-40GB) does not offer MIG profile(s) 1g.6gb; it offers 1g.5gb, 1g.5gb+me, 1g.10gb, "
+        "2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
     )
+
+
+# Per model (NVIDIA's MIG user guide, "Supported MIG Profiles"; counts as mig-parted's config-default.yaml): the
+# product name NVML gives, its PCI device id, each profile with the most instances one GPU takes, and one profile
+# of another model that it refuses.
+MODELS = {
+    "A30-24GB": ("NVIDIA A30", "0x20b710de",
+                 {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1}, "1g.5gb"),
+    "A100-40GB": ("NVIDIA A100-PCIE-40GB", "0x20b110de",
+                  {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1,
+                   "7g.40gb": 1}, "7g.80gb"),
+    "A100-80GB": ("NVIDIA A100-SXM4-80GB", "0x20b210de",
+                  {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                   "7g.80gb": 1}, "1g.5gb"),
+    "H100-80GB SXM": ("NVIDIA H100 80GB HBM3", "0x233010de",
+                      {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                       "7g.80gb": 1}, "7g.94gb"),
+    "H100-80GB PCIe": ("NVIDIA H100 PCIe", "0x233110de",
+                       {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                        "7g.80gb": 1}, "1g.12gb"),
+    "H100-94GB NVL": ("NVIDIA H100 NVL", "0x232110de",
+                      {"1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.47gb": 2, "4g.47gb": 1,
+                       "7g.94gb": 1}, "7g.80gb"),
+    "H200-141GB": ("NVIDIA H200", "0x233510de",
+                   {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1,
+                    "7g.141gb": 1}, "1g.23gb"),
+    "H200 NVL": ("NVIDIA H200 NVL", "0x233b10de",
+                 {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1,
+                  "7g.141gb": 1}, "7g.180gb"),
+    "B200": ("NVIDIA B200", "0x290110de",
+             {"1g.23gb": 7, "1g.23gb+me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1,
+              "7g.180gb": 1}, "1g.18gb"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_models_profiles_at_their_most_and_one_more_refused(model):
+    name, pci, most, foreign = MODELS[model]
+    table = _layout.profiles_for(name, pci)
+    assert table is not None and {p: row[4] for p, row in table.items()} == most
+    assert _layout.profiles_for(name) is table  # the product name alone finds the same table
+    for profile, count in most.items():
+        (step,) = _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count}}])
+        assert sorted(p for p, _s in step["create"]) == [profile] * count, profile
+        with pytest.raises(_layout.LayoutError, match="does not fit on one GPU"):
+            _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count + 1}}])
+    with pytest.raises(_layout.LayoutError) as err:
+        _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {foreign: 1}}])
+    assert f"does not offer MIG profile(s) {foreign}; it offers {', '.join(most)}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "pci", "counts"),
+    [
+        # the "balanced" layouts of mig-parted's config-default.yaml, one per model
+        ("NVIDIA A30", "0x20b710de", {"1g.6gb": 2, "2g.12gb": 1}),
+        ("NVIDIA A100-SXM4-80GB", "0x20b210de", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        ("NVIDIA H100 NVL", "0x232110de", {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1}),
+        ("NVIDIA H200", "0x233510de", {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
+        ("NVIDIA B200", "0x290110de", {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1}),
+        # media extensions beside plain instances
+        ("NVIDIA A30", "0x20b710de", {"2g.12gb+me": 1, "1g.6gb": 2}),
+        ("NVIDIA H100 80GB HBM3", "0x233010de", {"1g.10gb+me": 1, "1g.10gb": 6}),
+    ],
+)
+def test_mixed_layouts_fit(name, pci, counts):
+    (step,) = _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": counts}])
+    assert sorted(p for p, _s in step["create"]) == sorted(p for p, n in counts.items() for _i in range(n))
+
+
+def test_the_a30_has_four_compute_slices():
+    table = _layout.profiles_for("NVIDIA A30", "0x20b710de")
+    assert _layout.placements({"2g.12gb": 1, "1g.6gb": 3}, table) is None  # 5 of 4 compute slices
+    assert _layout.placements({"4g.24gb": 1, "1g.6gb": 1}, table) is None
+
+
+def test_the_pci_id_wins_over_the_name():
+    """ "NVIDIA H100 NVL" (94GB) is no H100 80GB, whatever the name holds; an unknown id falls back to the name."""
+    assert _layout.model_of("NVIDIA H100 NVL", "0x232110de") == "H100-94GB"
+    assert _layout.model_of("NVIDIA H100 NVL") == "H100-94GB"
+    assert _layout.model_of("NVIDIA H100 80GB HBM3", "0x233010de") == "H100-80GB"
+    assert _layout.model_of("NVIDIA A100-SXM4-40GB", "0xffff10de") == "A100-SXM4-40GB"
+    assert _layout.model_of("Tesla T4", "0x1eb810de") is None
 
 
 @pytest.mark.parametrize(
@@ -112,7 +195,7 @@ def test_refusals_name_the_entry_and_the_fix(layout, gpus, message):
 
 
 def test_enabled_with_no_instances_on_a_model_without_a_table_is_fine():
-    (step,) = _layout.plan([gpu(0, name="NVIDIA H100 80GB HBM3")], [{"devices": "all", "mig-enabled": True}])
+    (step,) = _layout.plan([gpu(0, name="NVIDIA GH200 480GB", pci="0x234210de")], [{"mig-enabled": True}])
     assert step["set_mig_mode"] is True and step["create"] == [] and step["after"] == "MIG enabled: no instances"
 
 

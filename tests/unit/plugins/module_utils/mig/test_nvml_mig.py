@@ -102,8 +102,9 @@ def test_apply_then_nothing_to_do_then_a_changed_layout_then_off(stub, a100_host
 
 
 def test_a_profile_the_a100_does_not_offer_is_refused_before_any_call(stub, a100_host):
-    out = run(stub, [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}, "device-filter": "A100"}])
-    assert "does not offer MIG profile(s) 1g.10gb; it offers 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb" in out["error"]
+    out = run(stub, [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.6gb": 4}, "device-filter": "A100"}])
+    offered = "it offers 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
+    assert f"does not offer MIG profile(s) 1g.6gb; {offered}" in out["error"]
     assert not (a100_host / "mig-state").exists()
 
 
