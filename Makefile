@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean ee docs-lint
+.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean ee docs-lint docs
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -75,8 +75,11 @@ bench: setup .venv-bench/.installed ## start-path, discovery and fleet timings o
 ee: setup .venv-ee/.installed ## the execution environment's build context (tests/output/ee/context): collection tarball, introspected needs, ansible-builder create (EE_BUILD=1 also builds the image)
 	@$(call run,tests/tools/ee.sh)
 
-docs-lint: .venv-ee/.installed ## antsibull-docs lint-collection-docs --plugin-docs: every plugin's and role's documentation, zero errors
-	@$(call run,env PATH=$(ROOT)/.venv-ee/bin:$(PATH) ANSIBLE_COLLECTIONS_PATH=$(ANSIBLE_COLLECTIONS_PATH):$(VENV)/lib/python$(PYVER)/site-packages .venv-ee/bin/antsibull-docs lint-collection-docs --plugin-docs .)
+docs-lint: .venv-ee/.installed ## antsibull-docs lint-collection-docs --plugin-docs --check-extra-docs-refs: every plugin's and role's documentation and the docsite guides (docs/docsite: RST, labels, plugin references), zero errors
+	@$(call run,env PATH=$(ROOT)/.venv-ee/bin:$(PATH) ANSIBLE_COLLECTIONS_PATH=$(ANSIBLE_COLLECTIONS_PATH):$(VENV)/lib/python$(PYVER)/site-packages .venv-ee/bin/antsibull-docs lint-collection-docs --plugin-docs --check-extra-docs-refs .)
+
+docs: .venv-ee/.installed ## the docsite (antsibull-docs sphinx-init + build, offline): plugin and role pages and the guides of docs/docsite, in tests/output/docsite/build/html
+	@$(call run,env PATH=$(ROOT)/.venv-ee/bin:$(PATH) ANSIBLE_COLLECTIONS_PATH=$(ANSIBLE_COLLECTIONS_PATH):$(VENV)/lib/python$(PYVER)/site-packages tests/tools/docs.sh)
 
 .venv-ee/.installed: requirements/ee.txt
 	$(VENV)/bin/python -m venv .venv-ee

@@ -4,7 +4,8 @@
 """The fleet report of ``playbooks/report.yml``: the model from hostvars, and its renderings.
 
 ``fleet_report_model(hostvars, hosts, generated='', in_run=None, active=None)`` is ``plugin_utils/report.py``'s model;
-``to_report_markdown(model, templates_dir=None)`` and ``to_report_html(model, templates_dir=None)`` render it
+``to_report_markdown(model, templates_dir=None, previous=None)`` and ``to_report_html(model, templates_dir=None,
+previous=None)`` render it
 through the Jinja2 templates of ``playbooks/templates/report/`` or those of ``templates_dir``
 (``plugin_utils/report_render.py``); ``to_report_json(model)`` serialises it. Documentation: the ``.yml``
 files of the same names.
@@ -30,21 +31,35 @@ def fleet_report_model(
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def _render(model: Any, fmt: str, templates_dir: Any) -> str:
+def _previous(previous: Any) -> Any:
+    """The previous model: a dict, or the JSON report's text (parsed here); empty or null: none."""
+    if not previous:
+        return None
+    if isinstance(previous, (str, bytes)):
+        try:
+            return json.loads(previous)
+        except ValueError as exc:
+            raise report.ReportError(
+                f"previous: not a fleet report's JSON ({exc}); remove or restore the previous JSON report"
+            ) from exc
+    return previous
+
+
+def _render(model: Any, fmt: str, templates_dir: Any, previous: Any) -> str:
     try:
-        return report_render.render(model, fmt, str(templates_dir) if templates_dir else None)
+        return report_render.render(model, fmt, str(templates_dir) if templates_dir else None, _previous(previous))
     except report.ReportError as exc:
         raise AnsibleFilterError(f"to_report_{fmt}: {exc}") from exc
 
 
-def to_report_markdown(model: Any, templates_dir: Any = None) -> str:
+def to_report_markdown(model: Any, templates_dir: Any = None, previous: Any = None) -> str:
     """Markdown from ``report.md.j2``; every value escaped for Markdown."""
-    return _render(model, "markdown", templates_dir)
+    return _render(model, "markdown", templates_dir, previous)
 
 
-def to_report_html(model: Any, templates_dir: Any = None) -> str:
-    """A self-contained HTML page from ``report.html.j2`` (inline CSS, no script); every value escaped."""
-    return _render(model, "html", templates_dir)
+def to_report_html(model: Any, templates_dir: Any = None, previous: Any = None) -> str:
+    """A self-contained HTML page from ``report.html.j2`` (inline CSS, SVG and script); every value escaped."""
+    return _render(model, "html", templates_dir, previous)
 
 
 def to_report_json(model: Any) -> str:

@@ -24,6 +24,7 @@ import jinja2
 from markupsafe import Markup
 
 from .report import TEXT_FILTERS, ReportError, check_model, plain
+from .report_fleet import changes, counts
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "report"
 SHIPPED_PREFIX = "shipped"
@@ -81,17 +82,19 @@ def environment(fmt: str, templates_dir: str | Path | None = None) -> jinja2.Env
     return env
 
 
-def render(model: Any, fmt: str, templates_dir: str | Path | None = None) -> str:
+def render(model: Any, fmt: str, templates_dir: str | Path | None = None, previous: Any = None) -> str:
     """The model rendered by the format's template; the document ends with exactly one newline.
 
-    The template sees the model's keys (``generated``, ``summary``, ``summary_line``, ``hosts``, ``problem_groups``)
-    and the whole model as ``report``.
+    The template sees the model's keys (``generated``, ``summary``, ``summary_line``, ``hosts``, ``problem_groups``),
+    the whole model as ``report``, ``counts`` (``report_fleet.counts``) and ``changes`` (``report_fleet.changes``
+    against ``previous``, the previous run's model as its JSON report holds it; None without one).
     """
     data = plain(check_model(model))
     env = environment(fmt, templates_dir)
     name = TEMPLATES[fmt]
+    fleet = {"counts": counts(data), "changes": changes(plain(previous), data)}
     try:
-        text = env.get_template(name).render(data, report=data)
+        text = env.get_template(name).render(data, report=data, **fleet)
     except jinja2.TemplateSyntaxError as exc:
         raise ReportError(f"report template {exc.filename or exc.name or name} line {exc.lineno}: {exc}") from exc
     except jinja2.TemplateError as exc:

@@ -5,7 +5,8 @@
 # by .ci/run. A no-op when everything is there; without root it only says what is missing.
 set -euo pipefail
 packages=(docker.io containerd debootstrap shellcheck gcc libc6-dev make git ca-certificates
-          iproute2 procps xz-utils zstd binutils util-linux)
+          iproute2 procps xz-utils zstd binutils util-linux
+          chromium)  # chromium: the fleet report page's script in a real browser (tests/controller/.../test_report_browser.py)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

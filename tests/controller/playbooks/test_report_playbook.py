@@ -104,9 +104,14 @@ def test_report_templates_dir_through_the_playbook(tmp_path):
     )
     page = (out / "fleet-report.html").read_text()
     assert page == to_report_html(report, templates_dir=templates)
-    assert f"<style>{CSS}</style>" in page and "<script>" not in page and "&lt;script&gt;" in page
+    assert f"<style>{CSS}</style>" in page and page.count("<script>") == 1 and "&lt;script&gt;" in page
     assert page.replace(CSS, "") != to_report_html(report).replace(CSS, "")  # the shipped style is gone
     assert to_report_markdown(report).startswith("# GPU fleet report\n")
+    assert "<p>No previous report to compare with.</p>" in page
+    # The next run compares with this one's JSON report, which it reads before writing its own.
+    proc = run_playbook("-i", "inventory.json", "play.yml", "-e", f"report_dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"<p>Nothing changed since {report['generated']}.</p>" in (out / "fleet-report.html").read_text()
 
 
 def test_a_limited_run_reports_every_host_and_the_others_as_not_in_this_run(tmp_path):

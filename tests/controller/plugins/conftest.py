@@ -179,6 +179,31 @@ EDGE_HOSTVARS = {
     "edge-4": {"ansible_facts": {"nvidia": _nvidia([], {})}, "gpufleet_failed": {"stage": "x", "msg": "a\nb"}},
 }
 EDGE_HOSTS = ["edge-1", "edge-2", "edge-3", "edge-4"]
+MODELS = ("NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA L4")
+
+
+def synthetic_fleet(count, run=1):
+    """Hostvars and host names of ``count`` hosts ``node-000``... for the fleet view (charts, changes, the page's
+    table): host i has ``1 + i % 4`` GPUs of model ``MODELS[i % 3]``, is CPU-only when ``i % 25 == 24`` and
+    down (no facts) when ``i % 50 == 49``; its docker validation fails when ``i % 10 == 3`` (run 1) or
+    ``i % 10 == 7`` (run 2); in run 2 every host with ``i % 4 == 0`` runs driver 550.127.05 (535.261.03 before)."""
+    hostvars, hosts = {}, []
+    for i in range(count):
+        name = f"node-{i:03d}"
+        hosts.append(name)
+        if i % 50 == 49:
+            hostvars[name] = {}
+            continue
+        gpus = [] if i % 25 == 24 else [_gpu(g, MODELS[i % 3]) for g in range(1 + i % 4)]
+        nvidia = _nvidia(gpus, {"docker": {}}, [PROBLEM] if i % 10 == 3 and run == 1 else [])
+        if run == 2 and i % 4 == 0:
+            nvidia["driver"] = dict(nvidia["driver"], installed_version="550.127.05", loaded_version="550.127.05")
+        hostvars[name] = {"ansible_facts": {"nvidia": nvidia}}
+        if gpus:
+            hostvars[name]["gpufleet_validate"] = _val(docker=i % 10 != (3 if run == 1 else 7))
+    return hostvars, hosts
+
+
 GOLDEN = Path(__file__).parent / "plugin_utils" / "fixtures" / "report"
 GENERATED = "2026-01-01 00:00:00 UTC"
 
@@ -186,5 +211,6 @@ GENERATED = "2026-01-01 00:00:00 UTC"
 @pytest.fixture
 def fleet():
     """The inputs as attributes: HOSTVARS/HOSTS (a fleet, rendered with GENERATED), EDGE_HOSTVARS/EDGE_HOSTS,
-    HOSTILE (a GPU name), PROBLEM, and GOLDEN (the renderings of both: fleet.* and edge.*)."""
-    return SimpleNamespace(**{k: v for k, v in globals().items() if k.isupper()})
+    HOSTILE (a GPU name), PROBLEM, GOLDEN (the renderings of both: fleet.* and edge.*), and synthetic(count, run)
+    (a large fleet: synthetic_fleet)."""
+    return SimpleNamespace(**{k: v for k, v in globals().items() if k.isupper()}, synthetic=synthetic_fleet)

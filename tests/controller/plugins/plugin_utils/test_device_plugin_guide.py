@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""docs/kubernetes.md: each pod of the guide would schedule against the role's render for the settings named above it.
+"""docs/kubernetes.md and the docsite's Kubernetes guide (docs/docsite/rst/kubernetes.rst): each pod, job or
+deployment of the guides would schedule against the role's render for the settings named above it.
 
 What the device plugin advertises is worked out here from the rendered ``config.yaml`` by NVIDIA's rules, not by the
 builder's own helper (k8s-device-plugin v0.17.4, read 2026-11-23): internal/rm/rm.go, MIG ``none``/``single`` give
@@ -12,6 +13,7 @@ with ``renameByDefault`` a shared resource is advertised only as ``<name>.shared
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import kubernetes_validate
@@ -20,12 +22,26 @@ import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
 
-GUIDE = Path(__file__).resolve().parents[4] / "docs" / "kubernetes.md"
+DOCS = Path(__file__).resolve().parents[4] / "docs"
+GUIDE = DOCS / "kubernetes.md"
+DOCSITE_GUIDE = DOCS / "docsite" / "rst" / "kubernetes.rst"
 _BLOCK = re.compile(r"<!-- guide: (\{.*?\}) -->\n```yaml\n(.*?)```", re.S)
+# The docsite's form: an RST comment with the settings, then the manifest as an indented yaml code block.
+_RST_BLOCK = re.compile(r"^\.\. guide: (\{.*?\})\n\n\.\. code-block:: yaml\n\n((?:(?:    .*)?\n)+)", re.M)
 
 
 def guide_pods():
     return [(json.loads(meta), yaml.safe_load(body)) for meta, body in _BLOCK.findall(GUIDE.read_text())]
+
+
+def docsite_workloads():
+    found = _RST_BLOCK.findall(DOCSITE_GUIDE.read_text())
+    return [(json.loads(meta), yaml.safe_load(textwrap.dedent(body))) for meta, body in found]
+
+
+def pod_spec(obj):
+    """A Pod's spec, or the pod template's of a Job, Deployment, StatefulSet or DaemonSet."""
+    return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
 
 
 def advertised(config, profiles):
@@ -47,8 +63,20 @@ def test_the_guide_has_a_pod_for_each_sharing_mode():
         assert any(needle in s for s in settings), needle
 
 
-@pytest.mark.parametrize(("meta", "pod"), guide_pods(), ids=[p["metadata"]["name"] for _m, p in guide_pods()])
-def test_guide_pod_schedules_against_the_render(meta, pod):
+def test_the_docsite_guide_has_the_tensorflow_workloads():
+    workloads = docsite_workloads()
+    assert {w["kind"] for _m, w in workloads} == {"Job", "Deployment"}
+    assert all("tensorflow" in c["image"] for _m, w in workloads for c in pod_spec(w)["containers"])
+    # Every yaml block of the page is checked: none slips past the pattern above.
+    assert DOCSITE_GUIDE.read_text().count(".. code-block:: yaml") == len(workloads)
+
+
+ALL = guide_pods() + docsite_workloads()
+
+
+@pytest.mark.parametrize(("meta", "obj"), ALL, ids=[f"{p['kind']}-{p['metadata']['name']}" for _m, p in ALL])
+def test_guide_pod_schedules_against_the_render(meta, obj):
+    pod = {"spec": pod_spec(obj)}
     node = {
         "name": "gpu-1",
         "labels": {"nvidia.com/gpu.present": "true"},
@@ -66,7 +94,7 @@ def test_guide_pod_schedules_against_the_render(meta, pod):
     plugin = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "nvidia-device-plugin")
     for toleration in plugin["spec"]["template"]["spec"]["tolerations"]:
         assert toleration in pod["spec"]["tolerations"]
-    kubernetes_validate.validate(pod, kubernetes_validate.utils.latest_version(), strict=True)
+    kubernetes_validate.validate(obj, kubernetes_validate.utils.latest_version(), strict=True)
     # The role's own validation pod for the same node asks for a resource in the same set.
     pods = [d for d in docs if d["kind"] == "Pod"]
     assert pods and set(pods[0]["spec"]["containers"][0]["resources"]["limits"]) <= names

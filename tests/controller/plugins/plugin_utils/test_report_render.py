@@ -37,12 +37,14 @@ def test_shipped_templates_match_the_golden_files(model, edge_model, fleet, fmt,
 def test_shipped_templates_are_in_the_collection():
     assert report_render.SHIPPED_DIR.parts[-3:] == ("playbooks", "templates", "report")
     names = {p.name for p in report_render.SHIPPED_DIR.iterdir()}
-    assert names == {"report.md.j2", "report.html.j2", "report.css.j2"}
+    assert names == {"report.md.j2", "report.html.j2", "report.css.j2", "report.js.j2"}
 
 
 def test_html_escapes_a_crafted_host_name_and_gpu_name(hostile_model, fleet):
     page = report_render.render(hostile_model, "html")
-    assert "<script" not in page and "<img" not in page and "onerror=alert(1)>" not in page
+    # The one script is the page's own (report.js.j2); no value of a host makes another element.
+    assert page.count("<script") == 1 and "<script>\n\n(function ()" in page
+    assert "<img" not in page and "onerror=alert(1)>" not in page
     escaped = "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
     assert f'<a href="#host-0">{escaped}</a>' in page and f'<h2 id="host-0">{escaped} &mdash;' in page
     assert report_render.html_text(fleet.HOSTILE) in page  # the GPU name
@@ -103,7 +105,7 @@ def test_a_users_template_extends_the_shipped_one(tmp_path, model):
         "{% block title %}Rack 7{% endblock %}{% block style %}{{ super() }}h1{color:red}{% endblock %}",
     )
     page = report_render.render(model, "html", folder)
-    assert "<title>Rack 7</title>" in page and "code{background:#f0f0f0}h1{color:red}</style>" in page
+    assert "<title>Rack 7</title>" in page and "{width:20em}h1{color:red}</style>" in page
     assert '<p class="summary">7 hosts: 4 GPU nodes' in page
 
 
