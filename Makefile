@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check molecule demo build changelog clean ee docs-lint docs
+.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check galaxy-import molecule demo build changelog clean ee docs-lint docs
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -65,6 +65,14 @@ faults: ## fault injection on one simulated fleet (full disk, killed module, nod
 
 build-check: ## build the collection tarball, install it into an empty folder, list its plugins
 	@$(call run,tests/tools/check_build.sh)
+
+galaxy-import: .venv-importer/.installed ## galaxy-importer on the built tarball (ansible-lint and ansible-doc on, offline): zero warnings; require_v1_or_greater from 1.0.0 (GALAXY_IMPORTER_REQUIRE_V1)
+	@$(call run,tests/tools/galaxy_import.sh)
+
+.venv-importer/.installed: requirements/importer.txt
+	$(VENV)/bin/python -m venv .venv-importer
+	.venv-importer/bin/pip install -q --disable-pip-version-check -r requirements/importer.txt
+	touch $@
 
 molecule: ## every molecule scenario, when a Docker engine answers
 	@tests/tools/molecule.sh

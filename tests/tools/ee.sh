@@ -3,8 +3,11 @@
 # `ansible-builder introspect` of the installed collection finds its Python and system needs
 # (meta/execution-environment.yml) and none of the test-only collections' (community.docker: docker, paramiko,
 # requests), then renders extensions/ee/execution-environment.yml into tests/output/ee/context with
-# `ansible-builder create`. Building the image needs the base image's registry and PyPI; with EE_BUILD=1 this
-# also runs `docker build` on the context.
+# `ansible-builder create`. Building that context needs the base image's registry, Galaxy and PyPI.
+# EE_BUILD=1 also builds the image gpufleet-nvidia-ee:latest HERE from tests/ee/execution-environment.yml: the same
+# EE on the simulated fleet's local Debian base image (no registry), with the collection's dependencies packed from
+# the toolchain's ansible package (no Galaxy) and pip through this machine's CA bundle. Docker's layer cache keeps
+# a rebuild to the layers after the collection tarball.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -40,6 +43,23 @@ echo "ee: introspect finds the collection's needs and no test-only collection's"
 test -f "$out/context/_build/collections/gpufleet-nvidia.tar.gz"
 grep -q "ansible-galaxy collection install" "$out/context/Dockerfile"
 echo "ee: build context in $out/context (docker build -f $out/context/Dockerfile -t gpufleet-nvidia-ee $out/context)"
-if [ "${EE_BUILD:-}" = "1" ]; then
-  docker build -f "$out/context/Dockerfile" -t gpufleet-nvidia-ee "$out/context"
-fi
+[ "${EE_BUILD:-}" = "1" ] || exit 0
+
+start=$(date +%s)
+base=$(python -c 'import sys; sys.path.insert(0, "."); from tests.sim import images; print(images.build_base("trixie"))')
+local_dir="$out/local"
+mkdir -p "$local_dir"
+cp /etc/ssl/certs/ca-certificates.crt "$local_dir/ca-certificates.crt"
+cp tests/ee/ee-pkgmgr "$local_dir/ee-pkgmgr"
+# The dependencies (galaxy.yml's and theirs, from the toolchain's ansible package) as collection artifacts, the same
+# bytes on every build (tests/tools/ee_collections.py); local/requirements.yml names them and the collection's tarball.
+deps=$(python tests/tools/ee_collections.py "$site" "$out/collections")
+echo "collections:" > "$local_dir/requirements.yml"
+for dep in gpufleet.nvidia $deps; do
+  echo "  - {name: /build/collections/${dep%%.*}-${dep#*.}.tar.gz, type: file}" >> "$local_dir/requirements.yml"
+done
+"$builder" create -f tests/ee/execution-environment.yml -c "$out/local-context" --output-filename Dockerfile >/dev/null
+docker build -q --force-rm -f "$out/local-context/Dockerfile" --build-arg "EE_BASE_IMAGE=$base" \
+  --build-arg ANSIBLE_GALAXY_CLI_COLLECTION_OPTS=--offline -t gpufleet-nvidia-ee:latest "$out/local-context"
+docker run --rm gpufleet-nvidia-ee:latest ansible-galaxy collection list gpufleet.nvidia
+echo "ee: built gpufleet-nvidia-ee:latest from $base in $(( $(date +%s) - start )) s"

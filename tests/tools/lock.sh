@@ -16,3 +16,4 @@ lock "$(command -v python3.11 || pyenv_py 3.11)" requirements/dev-py311.in requi
 lock "$(command -v python3.8 || pyenv_py 3.8)" requirements/target-py38.in requirements/target-py38.txt
 lock "$(command -v python3.11 || pyenv_py 3.11)" requirements/bench.in requirements/bench.txt  # make bench only
 lock "$(command -v python3.12 || pyenv_py 3.12)" requirements/ee.in requirements/ee.txt  # make ee, make docs-lint
+lock "$(command -v python3.12 || pyenv_py 3.12)" requirements/importer.in requirements/importer.txt  # make galaxy-import

@@ -238,3 +238,51 @@ def test_unreachable_hosts_are_named_with_their_stage_apart_from_hosts_left_out(
     assert "## lost - UNREACHABLE" in markdown and "lost during stage runtime" in markdown
     assert "## out - not in this run" in markdown and "lost during stage discover" in markdown
     assert 'class="unreachable"' in (out / "fleet-report.html").read_text()
+
+
+def test_two_slices_merged_by_report_merge(tmp_path):
+    """AWX job slicing as two --limit runs of the report, each with its own report_name, then playbooks/report_merge.yml
+    (the workflow's last node) on their JSON files: one report of every host, as an unsliced run writes it, and a
+    missing slice file makes the merged summary not ok (report_fail_on_error then fails the job)."""
+    inventory = {
+        "all": {
+            "hosts": HOSTVARS,
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+        }
+    }
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "fake_gpu_facts.py").write_text(FAKE_GPU_FACTS)
+    (tmp_path / "play.yml").write_text(PLAY.format(report=REPO / "playbooks" / "report.yml"))
+    out = tmp_path / "out"
+    for name, limit in (("slice1", "good,cpu"), ("slice2", "bad,down")):
+        args = ["-i", "inventory.json", "play.yml", "--limit", limit, "-e", f"report_dir={out}"]
+        proc = run_playbook(*args, "-e", f"report_name={name}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    merge = REPO / "playbooks" / "report_merge.yml"
+    files = f"{out}/slice1.json, {out}/slice2.json"
+    args = ["-e", f"report_dir={out}", "-e", f"report_merge_files='{files}'"]
+    proc = run_playbook(merge, *args, cwd=tmp_path, ANSIBLE_SHOW_CUSTOM_STATS="1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    merged = json.loads((out / "fleet-report.json").read_text())
+    status = {h["name"]: h["status"] for h in merged["hosts"]}
+    assert status == {"good": "passed", "bad": "failed", "cpu": "cpu_only", "down": "no_facts"}
+    facts = {h: {"ansible_facts": {"nvidia": hv.get("fake_nvidia")}, **hv} for h, hv in HOSTVARS.items()}
+    whole = fleet_report_model(facts, list(HOSTVARS), generated=merged["generated"])
+    assert merged["summary_line"] == whole["summary_line"]
+    assert [s["hosts_run"] for s in merged["merge"]["slices"]] == [2, 2]
+    assert merged["summary_line"] in proc.stdout[proc.stdout.index("CUSTOM STATS") :]
+    assert (out / "fleet-report.html").read_text() == to_report_html(merged)
+    # slice 2 left no report
+    proc = run_playbook(
+        merge,
+        "-e",
+        f"report_dir={out}",
+        "-e",
+        "report_fail_on_error=true",
+        "-e",
+        json.dumps({"report_merge_files": [f"{out}/slice1.json", f"{out}/missing.json"]}),
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert "1 of 2 slices left no report" in proc.stdout
