@@ -31,9 +31,11 @@ unsigned file:// ones (``trusted=yes``: NVIDIA's key 3bf863cc and Canonical's ar
 the contents of NVIDIA's real pinning preferences file are approximated (pin ``<b>.*`` for every package whose name
 has ``nvidia`` or ``cuda-drivers``), the real precompiled module's exact-version dependency on the driver's
 ``nvidia-kernel-common`` is reduced to ``>=``, and Ansible's apt, dpkg_selections and deb822_repository modules are
-not in the loop (the container has no python3-debian for deb822_repository): the commands are apt's own, the ones
-the role's tasks (roles/driver/tasks/apt.yml, apt_cuda_repo.yml) wrap; the cuda-keyring detection is apt_cuda_repo.yml's
-``find`` pattern applied with grep.
+not in the loop in the first three tests: the commands are apt's own, the ones the role's tasks
+(roles/driver/tasks/apt.yml, apt_cuda_repo.yml) wrap; the cuda-keyring detection is apt_cuda_repo.yml's ``find``
+pattern applied with grep (the image has no python3-debian for deb822_repository, so apt_cuda_repo.yml does not run).
+The last test runs roles/driver/tasks/apt.yml itself through Ansible (community.docker connection) for the Ubuntu
+22.04 archive plan: install, holds, a second run with nothing changed, removal.
 """
 
 from __future__ import annotations
@@ -42,11 +44,14 @@ import hashlib
 import re
 import shlex
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -398,3 +403,81 @@ def test_ubuntu_2404_cuda_repository_595_pinning_package_under_a_real_apt(repo):
     assert {debs["unheld"][n] for n in driver} == {C595_NEW}, debs["unheld"]
     assert rc["remove"] == "rc=0", out
     assert not [n for n in debs["remove"] if "nvidia" in n or "cuda" in n], debs["remove"]
+
+
+ROLE_PLAY = """
+- hosts: all
+  gather_facts: false
+  handlers:
+    - name: Driver changed (the role's handlers are not part of this run)
+      ansible.builtin.debug:
+        msg: driver changed
+      listen: gpufleet driver changed
+  tasks:
+    - name: The driver role's apt task file
+      ansible.builtin.include_tasks: "{tasks}/apt.yml"
+"""
+
+
+def test_ubuntu_2204_the_roles_apt_task_file_via_ansible(repo, tmp_path):
+    """roles/driver/tasks/apt.yml itself (Ansible's apt, dpkg_selections, the GPU-in-use gate through gpu_facts)
+    against a container of the node image made Ubuntu 22.04-shaped: install and hold the plan, a second run changes
+    nothing, ``driver_state: absent`` removes every driver package."""
+    image = node_image()
+    facts = {"distribution": "Ubuntu", "distribution_major_version": "22", "kernel": K_OLD, "architecture": "x86_64"}
+    p = plan(facts, {"branch": "580"}, HOPPER_NVSWITCH)
+    name = f"gf-i23-apt-{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "-v", f"{repo}:/repo:ro", "--entrypoint", "sleep", image, "infinity"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        setup = prologue("22", ["deb [trusted=yes] file:/repo/jammy ./"])
+        subprocess.run(["docker", "exec", name, "bash", "-c", "\n".join(setup)], check=True, capture_output=True)
+        inventory = {
+            "all": {
+                "hosts": {
+                    name: {
+                        "ansible_connection": "community.docker.docker",
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                    }
+                },
+                "vars": {
+                    "driver_plan": p,
+                    "driver_hold": True,
+                    "driver_drain": False,
+                    "driver_drain_ignore": [],
+                    "driver_drain_timeout": 60,
+                    "driver_drain_delay": 2,
+                    "driver_apt_cache_valid_time": 3600,
+                },
+            }
+        }
+        (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+        tasks = Path(__file__).resolve().parents[2] / "roles" / "driver" / "tasks"
+        (tmp_path / "play.yml").write_text(ROLE_PLAY.format(tasks=tasks))
+
+        def play(state: str) -> str:
+            res = run_playbook("-i", tmp_path / "inventory.yml", tmp_path / "play.yml", "-e", f"driver_state={state}")
+            out = res.stdout + res.stderr
+            assert res.returncode == 0, out[-6000:]
+            return out
+
+        def dpkg() -> dict[str, str]:
+            query = "dpkg-query -W -f '${db:Status-Abbrev}${Package}\\n' | grep -E '^[ih]i.*nvidia'"
+            res = subprocess.run(
+                ["docker", "exec", name, "bash", "-c", query], capture_output=True, text=True, check=False
+            )
+            return {line[3:].strip(): line[:2] for line in res.stdout.splitlines()}
+
+        play("present")
+        installed = dpkg()
+        assert set(names(p["packages"] + p["module_packages"] + p["fabricmanager"])) <= set(installed), installed
+        assert {n for n, s in installed.items() if s == "hi"} == set(p["hold"]), installed
+        again = play("present")
+        assert re.search(r"changed=0\s", again.split("PLAY RECAP")[1]), again[-3000:]
+        play("absent")
+        assert dpkg() == {}, dpkg()
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
