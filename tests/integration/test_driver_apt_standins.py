@@ -158,7 +158,7 @@ def cuda_repo(root: Path) -> None:
         out = root / "cuda" / "ubuntu2404" / sub
         for v in versions:
             same = f"(= {v})"
-            branch = v.split(".")[0]
+            branch = v.split(".", maxsplit=1)[0]
             deb(
                 out,
                 f"nvidia-driver-pinning-{branch}",
