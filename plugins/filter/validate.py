@@ -16,6 +16,9 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
   libcuda), and what is wrong with it;
 * ``nvidia_smi_gpus(output)`` / ``nvidia_smi_problem(parsed, expected)`` -> what the container's ``nvidia-smi -L``
   listed, and what is wrong with it (the check NVIDIA's install guides give: ``nvidia-smi`` in a container);
+* ``validate_fabric_manager_wait(nvidia, timeout)`` / ``validate_fabric_manager_problem(wait, state)`` -> whether
+  this host has NVSwitches and so must wait (bounded) for Fabric Manager before GPU containers run, and what to say
+  when it did not come up (issue 23);
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
   decision to turn CDI on; the rule itself is ``_runtime_common.reads_cdi``).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterable, Mapping
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import FABRIC_MANAGER_UNIT
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
 
 BEGIN = "GPUFLEET-VALIDATE-BEGIN"
@@ -660,6 +664,47 @@ def required_device_nodes(nvidia: Mapping[str, Any] | None, configured: Iterable
     return nodes
 
 
+# Seconds between two ``systemctl is-active`` reads while waiting for Fabric Manager.
+FABRIC_MANAGER_POLL = 5
+
+
+def fabric_manager_wait(nvidia: Mapping[str, Any] | None, timeout: int | str = 300) -> dict[str, Any]:
+    """What the role waits for before GPU containers run on an NVSwitch host (HGX/DGX): CUDA fails on every GPU
+    (cudaErrorSystemNotReady) until NVIDIA Fabric Manager has configured the switches (Fabric Manager User Guide,
+    docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/). ``needed`` from gpu_facts' ``fabric_manager``
+    (NVSwitches on the PCI bus); ``argv``, ``retries`` and ``delay`` for an ``until`` loop bounded by ``timeout``
+    seconds (at least one read)."""
+    fabric = (nvidia or {}).get("fabric_manager") or {}
+    count = int(fabric.get("nvswitch_count") or 0)
+    seconds = max(0, int(timeout))
+    return {
+        "needed": count > 0,
+        "nvswitch_count": count,
+        "unit": FABRIC_MANAGER_UNIT,
+        "argv": ["systemctl", "is-active", FABRIC_MANAGER_UNIT],
+        "delay": FABRIC_MANAGER_POLL,
+        "retries": max(1, -(-seconds // FABRIC_MANAGER_POLL)),
+        "timeout": seconds,
+    }
+
+
+def fabric_manager_problem(wait: Mapping[str, Any], state: str | None) -> str:
+    """Empty when no wait was needed or the unit is active; else the failure, naming the unit and the fix."""
+    if not wait.get("needed"):
+        return ""
+    state = (state or "").strip().splitlines()[0] if (state or "").strip() else "unknown"
+    if state == "active":
+        return ""
+    unit = wait["unit"]
+    return (
+        f"{wait['nvswitch_count']} NVSwitch(es) on the PCI bus, but {unit} is {state} after waiting"
+        f" {wait['timeout']} s: CUDA fails on every GPU here until Fabric Manager runs. Install"
+        f" nvidia-fabricmanager of the driver's exact version (the driver role does on NVSwitch hosts) and run"
+        f" 'systemctl enable --now {unit}'; 'journalctl -u {unit}' says why it is not running (a version that is"
+        f" not the driver's is refused). A slow start: raise validate_fabric_manager_timeout"
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -670,4 +715,6 @@ class FilterModule:
             "validate_gpu_uuids": gpu_uuids,
             "validate_driver_version": host_driver_version,
             "engine_reads_cdi": reads_cdi,
+            "validate_fabric_manager_wait": fabric_manager_wait,
+            "validate_fabric_manager_problem": fabric_manager_problem,
         }

@@ -405,7 +405,9 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
             out["fabricmanager"] = ["nvidia-fabricmanager", "libnvidia-nscq"] if nvswitch else []
         out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
         _apt_versions(out, base, module, pin, version=version, build_module=build_module)
+        # Fabric Manager must stay at the driver's version: held with it (issue 23's apt stand-in test showed it moved).
         out["hold"] = out["pinning"] + [n for n in base + module if build_module or n not in module]
+        out["hold"] += [n for n in out["fabricmanager"] if n not in out["hold"]]
         out["remove"] = every
         out["dkms_signing"] = "conf.d" if build_module else None  # Debian 12: dkms 3.0.10 (SOURCES["dkms"])
     elif dist == "ubuntu":
@@ -468,6 +470,8 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
         _apt_versions(out, base, module, pin, version=version, build_module=build_module)
         # Never hold the precompiled modules: their flavour metapackage must follow the kernel.
         out["hold"] = out["pinning"] + [n for n in base + module if (build_module and built) or n not in module]
+        # Fabric Manager must stay at the driver's version: held with it.
+        out["hold"] += out["fabricmanager"]
         out["remove"] = every
         if build_module and built:
             # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d and signs with the shim-signed MOK (SOURCES["dkms"]).
@@ -614,6 +618,7 @@ def _cuda_apt_names(
         base = ["libnvidia-compute", "nvidia-utils"] if package_set == "compute" else full
         module = [f"nvidia-dkms{o}"]
         every = ["cuda-drivers*", "nvidia-open*", "nvidia-driver*", "nvidia-dkms*", "libnvidia-compute*"]
+        every.append("nvidia-utils*")  # installed by name, so autoremove keeps it
         return base, module, set(base) | set(module), every
     if package_set == "compute":
         base = [f"nvidia-headless-{branch}{o}", f"nvidia-utils-{branch}"]

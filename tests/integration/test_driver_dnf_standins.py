@@ -2,10 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The driver role's EL plan run by a real dnf (4.14, Debian's) against local repositories built here with
-stand-in RPMs carrying NVIDIA's names, epoch, versions and dependencies, and a modulemd with NVIDIA's streams
-(``open-dkms``, ``<branch>-open``, ``latest-dkms``, ``<branch>-dkms``; NVIDIA/yum-packaging-dkms-nvidia README,
-Driver Installation Guide 620 'Kernel Modules'). ``dkms`` lives in a separate "EPEL" repository.
+"""The driver role's EL plan run by a real dnf (4.14, Debian's) against local repositories built here with stand-in
+RPMs carrying NVIDIA's names, epoch, versions and dependencies, and a modulemd with NVIDIA's streams (
+``open-dkms``, ``<branch>-open``, ``latest-dkms``, ``<branch>-dkms``; NVIDIA/yum-packaging-dkms-nvidia README, Driver
+Installation Guide 620 'Kernel Modules'). ``dkms`` lives in a separate "EPEL" repository.
 
 Everything runs in a throwaway container of a simulated node's image (Debian bookworm) with ``dnf``, ``rpm``,
 ``createrepo-c`` and ``dnf-plugins-core`` installed from Debian's archive, in a ``--installroot``: no fleet.
@@ -13,14 +13,16 @@ Everything runs in a throwaway container of a simulated node's image (Debian boo
 What it shows, for the commands the plan gives: the stream the old role enabled (``latest-open``) does not exist;
 the plan's stream enables and its packages resolve inside it at the branch asked; without EPEL the DKMS module
 package does not resolve; NVIDIA's ``*nvidia*<version>*`` versionlock keeps every driver package (libnvidia-ml,
-nvidia-kmod-common included) through ``dnf upgrade``; RHEL 10's shape (no streams) stays on its branch by the
-``*nvidia*<branch>*`` lock while a newer branch is offered; the plan's removal list leaves no driver package.
+nvidia-kmod-common included) through ``dnf upgrade``, where the same install in a second root with no lock is moved
+to the newer version by the same ``dnf upgrade`` (the control: the lock is what holds); RHEL 10's shape (no
+streams) stays on its branch by the ``*nvidia*<branch>*`` lock while a newer branch is offered; the plan's removal
+list leaves no driver package.
 
 What the stand-ins cannot show: the packages are empty (no DKMS build, no module, no kernel-devel-matched
 resolution against a real kernel), they are unsigned (``gpgcheck`` off: NVIDIA's key D42D0685 is not exercised),
-the repositories are file:// (no mirror, no subscription-manager, no real CRB), RHEL's own platform module
-defaults are absent, and Ansible's dnf and dnf_versionlock modules are not in the loop (the commands are dnf's
-own, the ones the role's tasks wrap).
+the repositories are file:// (no mirror, no subscription-manager, no real CRB), RHEL's own platform module defaults
+are absent, and Ansible's dnf and dnf_versionlock modules are not in the loop (the commands are dnf's own, the ones
+the role's tasks wrap).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
     assert el9["dnf_module_stream"] == "nvidia-driver:580-open" and el10["dnf_module_stream"] is None
     want9 = el9["packages"] + el9["module_packages"] + el9["fabricmanager"]
     want10 = el10["packages"] + el10["module_packages"]
-    r9, r10 = "/root9", "/root10"
+    r9, r10, rc9 = "/root9", "/root10", "/root9c"
     lock = "/etc/dnf/plugins/versionlock.list"
     script = [
         "set -u",
@@ -219,6 +221,11 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
         step("without_epel", f"{dnf(r9, 'cuda')} install {' '.join(want9)}"),
         step("install", f"{dnf(r9, 'cuda', 'epel')} install {' '.join(want9)}"),
         installed(r9, "install"),
+        # control: the same install in a second root, upgraded with no lock, moves to NEW_580
+        step("control_stream", f"{dnf(rc9, 'cuda', 'epel')} module enable {el9['dnf_module_stream']}"),
+        step("control_install", f"{dnf(rc9, 'cuda', 'epel')} install {' '.join(want9)}"),
+        step("control_upgrade", f"{dnf(rc9, 'cuda', 'epel')} upgrade"),
+        installed(rc9, "control"),
         step("lock", f"{dnf(r9, 'cuda', 'epel')} versionlock add {shlex.quote(el9['hold'][0])}"),
         step("upgrade", f"{dnf(r9, 'cuda', 'epel')} upgrade"),
         installed(r9, "upgrade"),
@@ -253,6 +260,9 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
     assert rc["install"] == "rc=0", out
     for name in want9:
         assert rpms["install"][name.rsplit(f"-{OLD_580}", 1)[0]] == OLD_580, rpms["install"]
+    # control: without the lock the same upgrade moves every driver package to NEW_580 (so the lock is what holds)
+    assert rc["control_install"] == "rc=0" and rc["control_upgrade"] == "rc=0", out
+    assert {v for n, v in rpms["control"].items() if n != "dkms"} == {NEW_580}, rpms["control"]
     assert rc["lock"] == "rc=0" and rc["upgrade"] == "rc=0", out
     # NEW_580 is in the stream; the lock keeps every package of the driver at OLD_580
     assert {n: v for n, v in rpms["upgrade"].items() if n != "dkms"} == {

@@ -17,6 +17,8 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
     containerd_ref,
     device_problems,
     dlopen_problem,
+    fabric_manager_problem,
+    fabric_manager_wait,
     gpu_uuids,
     host_driver_version,
     library_problems,
@@ -95,6 +97,8 @@ def test_filters_registered():
         "validate_gpu_uuids",
         "validate_driver_version",
         "engine_reads_cdi",
+        "validate_fabric_manager_wait",
+        "validate_fabric_manager_problem",
     }
     # the runtime role's CDI decision is the module_utils rule itself, not a copy
     assert filters["engine_reads_cdi"]("containerd", "1.7.24~ds1") is True
@@ -654,3 +658,26 @@ def test_host_driver_version():
     )
     assert host_driver_version({"driver": {"loaded_version": None, "installed_version": VERSION}}) == VERSION
     assert host_driver_version({"driver": {}}) is None and host_driver_version(None) is None
+
+
+def test_fabric_manager_wait_only_on_nvswitch_hosts_and_bounded():
+    hgx = {"fabric_manager": {"nvswitch_count": 4, "state": "inactive"}}
+    wait = fabric_manager_wait(hgx, timeout=300)
+    assert wait["needed"] is True
+    assert wait["argv"] == ["systemctl", "is-active", "nvidia-fabricmanager.service"]
+    assert wait["delay"] * wait["retries"] == 300
+    assert fabric_manager_wait(hgx, timeout=7)["retries"] == 2  # rounded up: never shorter than asked
+    assert fabric_manager_wait(hgx, timeout=0)["retries"] == 1  # one read at least
+    assert fabric_manager_wait({"fabric_manager": {"nvswitch_count": 0}})["needed"] is False
+    assert fabric_manager_wait({})["needed"] is False  # facts of a gpu_facts without the key
+
+
+def test_fabric_manager_problem_names_the_unit_state_and_fix():
+    wait = fabric_manager_wait({"fabric_manager": {"nvswitch_count": 2}}, timeout=60)
+    assert fabric_manager_problem(wait, "active\n") == ""
+    for state, shown in (("failed\n", "is failed"), ("", "is unknown"), ("activating", "is activating")):
+        message = fabric_manager_problem(wait, state)
+        assert f"nvidia-fabricmanager.service {shown} after waiting 60 s" in message
+        assert "systemctl enable --now nvidia-fabricmanager.service" in message
+        assert "journalctl -u nvidia-fabricmanager.service" in message
+    assert fabric_manager_problem(fabric_manager_wait({}), "failed") == ""

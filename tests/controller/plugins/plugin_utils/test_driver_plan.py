@@ -400,6 +400,13 @@ def test_nvswitch_hosts_get_fabric_manager_of_the_branch():
         "libnvidia-nscq",
     ]
     assert plan(facts("Rocky", "9"), {"source": "cuda"}, A100)["fabricmanager"] == []
+    # held with the driver (apt): an unheld Fabric Manager moves to a newer version than the driver's
+    assert ubuntu["hold"][-2:] == ["nvidia-fabricmanager-580", "libnvidia-nscq-580"]
+    cuda = plan(facts("Ubuntu", "24"), {"source": "cuda", "branch": "595"}, NVSWITCH)
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= set(cuda["hold"])
+    assert "nvidia-utils*" in cuda["remove"]  # explicitly installed: autoremove would keep it
+    debian = plan(facts("Debian", "12"), {"source": "cuda"}, NVSWITCH)
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= set(debian["hold"])
     with pytest.raises(PlanError, match=r"Fabric Manager.*driver_source=cuda"):
         plan(facts("Debian", "12"), {}, NVSWITCH)
 
