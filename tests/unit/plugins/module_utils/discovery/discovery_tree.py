@@ -265,7 +265,7 @@ def driver_stand_ins(tree, dest_dir, version="535.261.03"):
         f.write("int gpufleet_stand_in;\n")
     os.makedirs(tree.path(LIBDIR), exist_ok=True)
     for soname in DGX_LIBRARIES:
-        stem = soname.split(".so.")[0]
+        stem = soname.split(".so.", maxsplit=1)[0]
         out = tree.path(f"{LIBDIR}/{stem}.so.{version}")
         subprocess.run([gcc, "-shared", "-fPIC", "-nostdlib", f"-Wl,-soname,{soname}", "-o", out, empty_c], check=True)
     for name in ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
