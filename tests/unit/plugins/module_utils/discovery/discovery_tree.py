@@ -199,3 +199,112 @@ def gpu_host(tmp_path, count, stub=None, uvm_major=508):
     if stub:
         tree.nvml_stub(stub)
     return tree
+
+
+# A DGX A100's eight GPUs (bus ids as on a DGX A100: two per PCIe switch, one switch per NUMA pair), each in MIG
+# mode with seven 1g.5gb instances: GPU instance ids 7-13 (the 1g.5gb placements `nvidia-smi mig -lgipp` lists on
+# an A100-SXM4-40GB), one compute instance (ci 0) each.
+DGX_BUS_IDS = ("07", "0f", "47", "4e", "87", "90", "b7", "bd")
+DGX_NVSWITCH_BUS_IDS = ("c4", "c5", "c6", "c7", "c8", "c9")
+DGX_MIG_GI_IDS = (7, 8, 9, 10, 11, 12, 13)
+# Stand-ins for the 535 driver's utility and compute libraries (empty ELF objects with the driver's sonames):
+# enough for the real ldconfig to write the cache entries the CDI spec resolves.
+DGX_LIBRARIES = (
+    "libnvidia-cfg.so.1", "libnvidia-nscq.so.2", "libcuda.so.1", "libcudadebugger.so.1", "libnvidia-opencl.so.1",
+    "libnvidia-ptxjitcompiler.so.1", "libnvidia-allocator.so.1", "libnvidia-pkcs11-openssl3.so.535.261.03",
+    "libnvidia-nvvm.so.4",
+)  # fmt: skip
+CAPS_MAJOR = 237
+
+
+def dgx_stub_config(gpus=8, migs=7, version="535.261.03"):
+    """The stub's config for ``dgx_host``: ``gpus`` A100-SXM4-40GB in MIG mode, ``migs`` 1g.5gb devices each."""
+    entries = []
+    for i in range(gpus):
+        entries.append({
+            "index": i, "minor": i, "name": A100["name"], "uuid": "GPU-a1000000-0000-0000-0000-%012d" % i,
+            "pci_bus_id": "00000000:%s:00.0" % DGX_BUS_IDS[i % 8].upper(), "pci_device_id": A100["pci_device_id"],
+            "pci_subsystem_id": 0x134F10DE, "memory_total": A100["mib"] * MIB, "cc_major": 8, "cc_minor": 0,
+            "architecture": A100["arch"], "brand": 2, "mig_mode": 1 if migs else 0, "max_mig_devices": 7,
+            "lost": False,
+            "mig_devices": [
+                {"slot": k, "name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                 "uuid": "MIG-a1000000-%04d-0000-0000-%012d" % (i, k), "gi_id": DGX_MIG_GI_IDS[k],
+                 "ci_id": 0, "memory_total": 4864 * MIB}
+                for k in range(migs)
+            ],
+        })  # fmt: skip
+    return {
+        "driver_state": "loaded", "driver_version": version, "cuda_version": 12020, "all_devices": 1,
+        "init_error": 0, "gpus": entries,
+    }  # fmt: skip
+
+
+def mig_minors_text(gpus=32):
+    """``/proc/driver/nvidia-caps/mig-minors`` as the driver writes it: every possible capability, ``config 1``,
+    ``monitor 2``, then per GPU minor 15 GPU instances of 8 compute instances each (``gpu0/gi0/access 3`` ...
+    ``gpu31/gi14/ci7/access 4322``: NVIDIA MIG User Guide, "Device Nodes and Capabilities", r535/v580)."""
+    lines = ["config 1", "monitor 2"]
+    minor = 3
+    for gpu in range(gpus):
+        for gi in range(15):
+            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
+            minor += 1
+            for ci in range(8):
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {minor}")
+                minor += 1
+    return "\n".join(lines) + "\n"
+
+
+def driver_stand_ins(tree, dest_dir, version="535.261.03"):
+    """Empty shared objects with the driver's sonames, named ``<lib>.so.<version>``, under the tree's LIBDIR
+    (before ``nvml_stub``, whose ldconfig indexes them); the driver's binaries as empty executables."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    empty_c = os.path.join(dest_dir, "empty.c")
+    with open(empty_c, "w") as f:
+        f.write("int gpufleet_stand_in;\n")
+    os.makedirs(tree.path(LIBDIR), exist_ok=True)
+    for soname in DGX_LIBRARIES:
+        stem = soname.split(".so.", maxsplit=1)[0]
+        out = tree.path(f"{LIBDIR}/{stem}.so.{version}")
+        subprocess.run([gcc, "-shared", "-fPIC", "-nostdlib", f"-Wl,-soname,{soname}", "-o", out, empty_c], check=True)
+    for name in ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
+                 "nvidia-cuda-mps-server"):  # fmt: skip
+        tree.write("/usr/bin/" + name, "#!/bin/sh\nexit 0\n", mode=0o755)
+    return tree
+
+
+def dgx_host(tmp_path, stub, gpus=8, migs=7, work=None):
+    """A DGX-class host: ``gpus`` A100-SXM4-40GB (sysfs, procfs, /dev), six NVSwitches on the PCI bus, MIG on with
+    ``migs`` 1g.5gb instances per GPU (``mig-minors``, ``/dev/nvidia-caps`` nodes of each instance), the driver's
+    utility and compute libraries (stand-ins) and NVML answering through ``stub`` (configure it with
+    ``dgx_stub_config``). ``gpus=1, migs=0`` is the small baseline host."""
+    tree = HostTree(tmp_path)
+    tree.module().proc_version()
+    tree.write(
+        "/proc/devices",
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n%d nvidia-caps\n508 nvidia-uvm\n\nBlock devices:\n"
+        "  8 sd\n" % CAPS_MAJOR,
+    )
+    tree.gpu_nodes(gpus, 508)
+    for i in range(gpus):
+        bus_id = "0000:%s:00.0" % DGX_BUS_IDS[i % 8]
+        tree.pci(bus_id, device="0x20b0", pci_class="0x030200", numa_node=(i // 2) * 2 + 1)
+        tree.proc_gpu(bus_id, A100["name"], "GPU-a1000000-0000-0000-0000-%012d" % i, i)
+    for bus in DGX_NVSWITCH_BUS_IDS if gpus == 8 else ():
+        tree.pci("0000:%s:00.0" % bus, device="0x1af1", pci_class="0x068000", numa_node=7, driver=None)
+    minors = {}
+    for line in mig_minors_text().splitlines():
+        name, minor = line.split()
+        minors[name] = int(minor)
+    tree.write("/proc/driver/nvidia-caps/mig-minors", mig_minors_text())
+    if migs:
+        tree.node("/dev/nvidia-caps/nvidia-cap1", CAPS_MAJOR, 1)
+        tree.node("/dev/nvidia-caps/nvidia-cap2", CAPS_MAJOR, 2)
+    for i in range(gpus):
+        for gi in DGX_MIG_GI_IDS[:migs]:
+            for key in (f"gpu{i}/gi{gi}/access", f"gpu{i}/gi{gi}/ci0/access"):
+                tree.node("/dev/nvidia-caps/nvidia-cap%d" % minors[key], CAPS_MAJOR, minors[key])
+    driver_stand_ins(tree, work or os.path.dirname(tree.root))
+    tree.nvml_stub(stub)
+    return tree

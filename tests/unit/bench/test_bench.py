@@ -1,0 +1,101 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""bench/bench.py's pieces that need no fleet: the DGX host tree its ``dgx`` section times (it must really hold
+8 GPUs with 7 MIG devices each, or the bench would time an empty scan), and the module-execution count it reads
+from the JSON callback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery import discovery_tree as dt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "..", "bench", "bench.py")
+_spec = importlib.util.spec_from_file_location("gpufleet_bench", BENCH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+@pytest.fixture(scope="module")
+def dgx(tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("dgx"))
+    stub = dt.compile_nvml_stub(work)
+    if stub is None:
+        pytest.skip("no C compiler for the NVML stub")
+    saved = os.environ.get("GPUFLEET_SIM_GPUS_JSON")
+    try:
+        yield bench.dgx_trees(work, stub)
+    finally:
+        if saved is None:
+            os.environ.pop("GPUFLEET_SIM_GPUS_JSON", None)
+        else:
+            os.environ["GPUFLEET_SIM_GPUS_JSON"] = saved
+
+
+def test_the_dgx_tree_yields_8_gpus_with_7_mig_devices_each_in_the_spec(dgx, monkeypatch):
+    tree, config = dgx["dgx"]
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", config)
+    facts, spec, text = bench.dgx_scan_and_spec(tree.root)
+    assert facts["sources"]["answered"][0] == "nvml"  # the real NVML path, through the stub
+    assert [g["pci_bus_id"] for g in facts["gpus"]] == ["0000:%s:00.0" % b for b in dt.DGX_BUS_IDS]
+    assert facts["pci_gpu_count"] == 8  # the NVSwitches on the bus are not GPUs
+    assert [(g["mig_mode"], len(g["mig_devices"])) for g in facts["gpus"]] == [("enabled", 7)] * 8
+    devices = {d["name"]: d["containerEdits"]["deviceNodes"] for d in spec["devices"]}
+    migs = [name for name in devices if ":" in name]
+    assert len(migs) == 56 and len([n for n in devices if n.startswith("MIG-")]) == 56
+    # GPU 5's fourth instance: gi 10 ci 0, whose caps minors mig-minors gives (3 + 5*135 + 10*9, and the ci one after)
+    gi_minor = 3 + 5 * 135 + 10 * 9
+    assert [n["path"] for n in devices["5:3"]] == [
+        "/dev/nvidia5",
+        f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
+        f"/dev/nvidia-caps/nvidia-cap{gi_minor + 1}",
+    ]
+    assert [n["path"] for n in devices["all"]] == [f"/dev/nvidia{i}" for i in range(8)]
+    assert "libcuda.so.535.261.03" in text and "nvidia-cap" in text
+
+
+def test_the_baseline_tree_is_one_gpu_without_mig(dgx, monkeypatch):
+    tree, config = dgx["one"]
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", config)
+    facts, spec, _text = bench.dgx_scan_and_spec(tree.root)
+    assert [(g["mig_mode"], g.get("mig_devices") or []) for g in facts["gpus"]] == [("disabled", [])]
+    assert sorted(d["name"] for d in spec["devices"]) == ["0", "GPU-a1000000-0000-0000-0000-000000000000", "all"]
+
+
+def test_mig_minors_follow_the_drivers_numbering():
+    minors = dict(line.split() for line in dt.mig_minors_text().splitlines())
+    # the MIG User Guide's own examples
+    assert (minors["config"], minors["gpu0/gi0/access"], minors["gpu0/gi0/ci2/access"]) == ("1", "3", "6")
+    assert minors["gpu31/gi14/ci7/access"] == "4322"
+
+
+def test_module_executions_from_a_recorded_json_callback_output():
+    with open(os.path.join(HERE, "fixtures", "json-callback.json"), encoding="utf-8") as f:
+        counts = bench.module_executions(f.read())
+    assert counts == {
+        # ping, command, set_fact, stat for "/" (its "/nonexistent" item skipped); the when: false task skipped
+        "gpu-a": {
+            "executed": 4,
+            "on_host": 3,
+            "skipped": 1,
+            "modules": {"ping": 1, "command": 1, "set_fact": 1, "stat": 1},
+        },
+        # command skipped; both stat items ran
+        "gpu-b": {"executed": 4, "on_host": 3, "skipped": 2, "modules": {"ping": 1, "set_fact": 1, "stat": 2}},
+    }
+    note = bench.executions_note("rerun", counts)
+    assert note[1] == (
+        "rerun (gpu-b): 4 executed (3 on the host, the rest controller-only), 2 skipped; stat 2, ping 1, set_fact 1"
+    )
+
+
+def test_a_loop_whose_items_were_all_skipped_counts_as_skipped():
+    doc = {"plays": [{"tasks": [{"hosts": {"h": {"action": "ansible.builtin.stat", "results": [{"skipped": True}]}}}]}]}
+    assert bench.module_executions(json.dumps(doc))["h"] == {"executed": 0, "on_host": 0, "skipped": 1, "modules": {}}
