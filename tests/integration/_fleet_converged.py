@@ -2,17 +2,21 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The fleet one full ``site.yml`` converged, shared by ``test_cri_pods.py`` and ``test_guide_commands.py`` (fixture
-``converged_fleet``): one bring-up and one converge for both (CI time is limited).
+"""The fleet one full ``site.yml`` converged, shared by ``test_cri_pods.py``, ``test_guide_commands.py`` and
+``test_stages_alone.py`` (fixture ``converged_fleet``): one bring-up and one converge for all three (CI time is
+limited).
 
-Four nodes, ``driver_packages: true``, 2 GPUs each, the default engines of each suite:
+Four GPU nodes, ``driver_packages: true``, 2 GPUs each, the default engines of each suite, and a CPU-only node:
 
 * ``cri-bookworm``: docker 20.10, containerd 1.6 (config v2);
 * ``cri-trixie``: docker 26, containerd 1.7, podman 5.4;
 * ``cri-sid``: docker 28, containerd 2.1 (config v3);
 * ``cri-kube`` (trixie) in the inventory group ``kube_nodes``: the toolkit role tells the shim to ignore an
   unprivileged container's ``NVIDIA_VISIBLE_DEVICES`` there and to take the device plugin's volume mounts (design
-  notes, "Security"); the device plugin stage renders its documents (``render_only``).
+  notes, "Security"); the device plugin stage renders its documents (``render_only``);
+* ``cri-cpu`` (bookworm, docker and containerd, no GPU): discovered and reported, never changed. Its configuration
+  trees and packages are recorded (``_host_state.snapshot``) right before ``site.yml`` and right after it, for
+  ``test_stages_alone.py``.
 
 Before ``tests/sim/playbooks/prepare.yml`` and ``site.yml`` (defaults, apart from where the report and the device
 plugin documents go) each node gets what a Kubernetes site would have and the collection does not make: the sandbox
@@ -34,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from tests.integration._host_state import snapshot
+
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
 PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
@@ -47,8 +53,10 @@ FLEET = {
             ("cri-kube", "trixie"),
         )
     ]
+    + [{"name": "cri-cpu", "suite": "bookworm", "engines": ["docker", "containerd"], "gpus": []}]
 }
 KUBE = "cri-kube"
+CPU = "cri-cpu"
 IMAGE = "gpufleet-sim/cri:latest"
 MINI = "gpufleet-sim/mini:latest"
 WAIT = "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); signal.pause()"
@@ -109,7 +117,10 @@ echo "$sandbox"
 
 
 def converge(fleet: Any, tmp: Path) -> None:
-    """Prepare each node, then run prepare.yml and site.yml on the fleet; the report lands in ``tmp/report``."""
+    """Prepare each node, then run prepare.yml and site.yml on the fleet; the report lands in ``tmp/report``.
+
+    Sets ``fleet.converged``: ``kube_inventory`` (the second inventory source, with ``kube_nodes``), ``site`` (the
+    CompletedProcess of site.yml), ``cpu_before_site`` and ``cpu_after_site`` (the CPU-only node's snapshots)."""
     start = time.monotonic()
     with ThreadPoolExecutor(len(fleet.nodes)) as pool:
         preps = dict(zip(fleet.nodes, pool.map(lambda n: fleet.node(n).run(NODE_PREP, timeout=600), fleet.nodes)))
@@ -123,7 +134,10 @@ def converge(fleet: Any, tmp: Path) -> None:
         "report_dir": str(tmp / "report"),
     }
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
+    fleet.converged = {"kube_inventory": kube}
     for playbook in (PREPARE, SITE):
+        if playbook == SITE:
+            fleet.converged["cpu_before_site"] = snapshot(fleet.node(CPU))
         cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "-i", str(kube)]
         proc = subprocess.run(
             [*cmd, "-e", json.dumps(settings), str(playbook)],
@@ -135,5 +149,7 @@ def converge(fleet: Any, tmp: Path) -> None:
         )
         why = f"rc={proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
         assert proc.returncode == 0, f"{playbook.name}: {why}"
+    fleet.converged["site"] = proc
+    fleet.converged["cpu_after_site"] = snapshot(fleet.node(CPU))
     fleet.timings["converge"] = time.monotonic() - start
     print(f"[converged] fleet {fleet.prefix} prepared and converged in {fleet.timings['converge']:.0f}s")

@@ -4,20 +4,26 @@
 
 """Every stage of site.yml runs alone on a fleet an earlier run converged (issue 21).
 
-The fleet is the bookworm half of the molecule scenario's (``extensions/molecule/default/fleet.yml``: a GPU node with
-docker 20.10 and containerd 1.6, a CPU-only node), the one ``site.yml`` is known to converge; the GPU node is also put
-in ``kube_nodes`` (a second inventory source) so that the device_plugin stage runs, in render mode. After
-``tests/sim/playbooks/prepare.yml`` and one full ``site.yml``:
+The fleet is the session's ``converged_fleet`` (``_fleet_converged.py``, shared with ``test_cri_pods.py`` and
+``test_guide_commands.py``, which run first): GPU nodes on bookworm (docker 20.10, containerd 1.6), trixie (docker 26,
+containerd 1.7, podman), sid (docker 28, containerd 2.1), a trixie node in ``kube_nodes`` (a second inventory source)
+so that the device_plugin stage runs, in render mode, and a CPU-only bookworm node. After its
+``tests/sim/playbooks/prepare.yml`` and one full ``site.yml`` (and the pods and containers of the files before this
+one, which must leave nothing a later run would change):
 
-* each stage tag alone (``driver``, ``toolkit``, ``runtime``, ``device_plugin``, ``validate``, ``report``) passes
-  with zero changes on every host: what it needs of an earlier stage it reads from the host (gpu_facts' toolkit,
-  engines, CDI spec), not from a fact of this play;
+* each stage tag alone (``driver``, ``toolkit``, ``runtime``, ``device_plugin``, ``validate``, ``report``), on the
+  bookworm, Kubernetes and CPU-only nodes, passes with zero changes on every host: what it needs of an earlier stage
+  it reads from the host (gpu_facts' toolkit, engines, CDI spec), not from a fact of this play;
 * the README's ``--tags runtime,validate -e gpufleet_hosts=<group>`` and ``--check --diff`` as written (inventory
   aside) pass with zero changes;
 * ``-e '{"driver_hold": "false"}'`` (a string, as an AWX survey sends it) in check mode passes the driver stage;
-* ``--limit`` to the GPU node leaves the CPU node out of the stages, and the report lists it as "not in this run";
+* ``--limit`` to one GPU node leaves the other nodes out of the stages, and the report lists them as "not in this
+  run";
 * check mode writes nothing, and site.yml changes nothing on the CPU-only node: the engines' and CDI's configuration
   trees and ``dpkg -l`` compared before and after (``_host_state.py``).
+
+The driver stage here finds Debian's userspace preinstalled (``driver_packages``); the molecule scenario and
+``test_driver_role.py`` install it through the role.
 """
 
 from __future__ import annotations
@@ -26,21 +32,23 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.integration import _fleet_converged
 from tests.integration._host_state import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
-PREPARE = REPO / "tests" / "sim" / "playbooks" / "prepare.yml"
-GPU, CPU = "gpu-bookworm", "cpu-bookworm"
-_MOLECULE = yaml.safe_load((REPO / "extensions" / "molecule" / "default" / "fleet.yml").read_text())
-FLEET = {"nodes": [node for node in _MOLECULE["nodes"] if node["name"] in (GPU, CPU)]}
+GPU, CPU = "cri-bookworm", _fleet_converged.CPU
+# The runs after the full one are limited to these: docker 20.10 without CDI (the shim's path), the Kubernetes node
+# (trixie: native CDI, podman; the device_plugin stage) and the CPU-only node. The validate stage starts containers
+# on every GPU host it runs on, and the trixie and sid engines are the guides' and CRI tests' before this file.
+HOSTS = (GPU, _fleet_converged.KUBE, CPU)
 STAGES = ("driver", "toolkit", "runtime", "device_plugin", "validate", "report")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -73,11 +81,10 @@ def _changed_tasks(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fleet_runs(sim_fleet_factory, tmp_path_factory):
-    fleet = sim_fleet_factory(FLEET, name="i21")
+def fleet_runs(converged_fleet, tmp_path_factory):
+    fleet = converged_fleet
     tmp = tmp_path_factory.mktemp("stages-alone")
-    kube = tmp / "kube.yml"
-    kube.write_text(yaml.safe_dump({"all": {"children": {"kube_nodes": {"hosts": {GPU: None}}}}}))
+    kube = fleet.converged["kube_inventory"]
     settings = {
         "device_plugin_mode": "render_only",
         "device_plugin_render_dir": str(tmp / "gitops"),
@@ -85,16 +92,17 @@ def fleet_runs(sim_fleet_factory, tmp_path_factory):
     }
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
 
-    def run(playbook: Path, *args: str) -> subprocess.CompletedProcess:
+    def run(playbook: Path, *args: str, limit: str = ",".join(HOSTS)) -> subprocess.CompletedProcess:
         cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "-i", str(kube)]
-        cmd += ["-e", json.dumps(settings), *args, str(playbook)]
-        return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO, env=env)
+        cmd += ["--limit", limit, "-e", json.dumps(settings), *args, str(playbook)]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO, env=env)
+        print(f"[stages-alone] {' '.join(args) or 'site.yml'}: rc={proc.returncode} {time.monotonic() - start:.0f}s")
+        return proc
 
     gpu, cpu = fleet.node(GPU), fleet.node(CPU)
-    runs = {"prepare": run(PREPARE)}
-    runs["cpu_before_site"] = snapshot(cpu)
-    runs["site"] = run(SITE)
-    runs["cpu_after_site"] = snapshot(cpu)
+    runs = {key: fleet.converged[key] for key in ("site", "cpu_before_site", "cpu_after_site")}
+    runs["hosts"], runs["inventory"] = set(HOSTS), set(fleet.nodes)
     if runs["site"].returncode == 0:
         for stage in STAGES:
             runs[stage] = run(SITE, "--tags", stage)
@@ -105,14 +113,13 @@ def fleet_runs(sim_fleet_factory, tmp_path_factory):
         runs["readme_check"] = run(SITE, "--check", "--diff")
         runs["string"] = run(SITE, "--tags", "driver", "--check", "-e", '{"driver_hold": "false"}')
         runs["after_check"] = {GPU: snapshot(gpu), CPU: snapshot(cpu)}
-        runs["limit"] = run(SITE, "--limit", GPU)
+        runs["limit"] = run(SITE, limit=GPU)
         runs["cpu_at_end"] = snapshot(cpu)
         runs["limit_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
     return runs
 
 
 def test_the_full_run_converges(fleet_runs):
-    assert fleet_runs["prepare"].returncode == 0, _why(fleet_runs["prepare"])
     assert fleet_runs["site"].returncode == 0, _why(fleet_runs["site"])
 
 
@@ -141,7 +148,7 @@ def test_each_stage_alone_passes_with_zero_changes(fleet_runs, stage):
     proc = fleet_runs[stage]
     assert proc.returncode == 0, _why(proc)
     recap = _recap(proc)
-    assert {GPU, CPU} <= set(recap), _why(proc)
+    assert set(recap) == fleet_runs["hosts"], _why(proc)
     assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, _changed_tasks(proc))
     if stage != "report":
         # the stage's role ran on the GPU node (not skipped for want of an earlier stage's fact)
@@ -170,7 +177,7 @@ def test_a_limited_run_leaves_the_others_out_and_reports_them(fleet_runs):
     proc = fleet_runs.get("limit") or fleet_runs["site"]
     assert proc.returncode == 0, _why(proc)
     recap = _recap(proc)
-    assert GPU in recap and CPU not in recap, recap
+    assert set(recap) == {GPU}, recap
     status = {h["name"]: h["status"] for h in fleet_runs["limit_report"]["hosts"]}
-    assert status == {GPU: "passed", CPU: "not_in_run"}, status
+    assert status == {name: "passed" if name == GPU else "not_in_run" for name in fleet_runs["inventory"]}, status
     assert fleet_runs["limit_report"]["summary"]["ok"] is True

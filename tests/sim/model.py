@@ -48,7 +48,9 @@ SUITE_ENGINES = {
 ENGINE_PACKAGES = {
     "docker": ["docker.io"],  # + docker-cli from trixie on (a separate, merely recommended, package)
     "containerd": ["containerd"],
-    "podman": ["podman", "crun", "catatonit"],
+    # nftables: netavark (trixie's 1.14 on) sets up podman's default bridge network with the nft program, which
+    # Debian's podman only recommends; without it `podman run` as the guides type it fails ("unable to execute nft").
+    "podman": ["podman", "crun", "catatonit", "nftables"],
 }
 
 
