@@ -119,8 +119,9 @@ echo "$sandbox"
 def converge(fleet: Any, tmp: Path) -> None:
     """Prepare each node, then run prepare.yml and site.yml on the fleet; the report lands in ``tmp/report``.
 
-    Sets ``fleet.converged``: ``kube_inventory`` (the second inventory source, with ``kube_nodes``), ``site`` (the
-    CompletedProcess of site.yml), ``cpu_before_site`` and ``cpu_after_site`` (the CPU-only node's snapshots)."""
+    Sets ``fleet.converged``: ``kube_inventory`` (the second inventory source, with ``kube_nodes``), ``settings`` (the
+    extra vars of the run: where the report and the device plugin's documents went), ``site`` (the CompletedProcess
+    of site.yml), ``cpu_before_site`` and ``cpu_after_site`` (the CPU-only node's snapshots)."""
     start = time.monotonic()
     with ThreadPoolExecutor(len(fleet.nodes)) as pool:
         preps = dict(zip(fleet.nodes, pool.map(lambda n: fleet.node(n).run(NODE_PREP, timeout=600), fleet.nodes)))
@@ -134,7 +135,7 @@ def converge(fleet: Any, tmp: Path) -> None:
         "report_dir": str(tmp / "report"),
     }
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
-    fleet.converged = {"kube_inventory": kube}
+    fleet.converged = {"kube_inventory": kube, "settings": settings}
     for playbook in (PREPARE, SITE):
         if playbook == SITE:
             fleet.converged["cpu_before_site"] = snapshot(fleet.node(CPU))

@@ -85,11 +85,9 @@ def fleet_runs(converged_fleet, tmp_path_factory):
     fleet = converged_fleet
     tmp = tmp_path_factory.mktemp("stages-alone")
     kube = fleet.converged["kube_inventory"]
-    settings = {
-        "device_plugin_mode": "render_only",
-        "device_plugin_render_dir": str(tmp / "gitops"),
-        "report_dir": str(tmp / "report"),
-    }
+    # the converge's settings (its device plugin documents are where a later run must find them unchanged), with a
+    # report folder of this file's own
+    settings = dict(fleet.converged["settings"], report_dir=str(tmp / "report"))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
 
     def run(playbook: Path, *args: str, limit: str = ",".join(HOSTS)) -> subprocess.CompletedProcess:
