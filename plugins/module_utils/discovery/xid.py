@@ -11,16 +11,18 @@ in the kernel ring buffer. ``parse`` reads them out of ``/dev/kmsg`` records (``
 
 What each XID asks of an operator (``ACTIONS``) follows NVIDIA's Xid catalog for Ampere and later
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, its "Resolution Bucket (Immediate
-Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE). Checked on 2026-11-23: XIDs 8, 11 and
-13 against the page's text (RESTART_APP each), 79 (RESTART_BM) against the catalog mapping NVIDIA's NVSentinel reads
-(github.com/NVIDIA/nvsentinel, the syslog health monitor's test data: 79 RESTART_BM, 13 RESTART_APP). The other rows
-could not be read from here (the page's table beyond XID 13 and the downloadable spreadsheet were out of reach): they
-follow NVIDIA's memory documents below and the catalog's descriptions, and must be checked against the spreadsheet
-before they are relied on or changed (tests/unit/.../discovery/test_xid.py pins them). For the memory
-XIDs, NVIDIA's "GPU Memory Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, row
-remapping needs a GPU reset to take effect) and "Dynamic Page Retirement"
-(https://docs.nvidia.com/deploy/dynamic-page-retirement/, XIDs 48, 63, 64). XIDs whose bucket is RESTART_APP or
-IGNORE are an application's fault (or follow another XID): they stay in the facts and are not host problems.
+Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE, and WORKFLOW_<name> where the catalog's
+page gives a procedure). Checked on 2026-11-23: XIDs 8, 11 and 13 against the page's text (RESTART_APP each); every
+row of ``ACTIONS`` but 61 against a copy of the catalog's spreadsheet (Xid-Catalog.xlsx, retrieved 2026-09-15,
+generated into github.com/riteshsonawane1372/gputop internal/gpu/nvidia/xid_catalog.go at 7f2c974; it agrees with
+the page's rows 8, 11 and 13), and 79 (RESTART_BM) against NVIDIA NVSentinel's syslog health monitor test data too.
+61 is a pre-Ampere XID, not in that catalog (kept as NVIDIA's older XID page has it: reset the GPU). The catalog
+files 63 (a row marked for remapping) under IGNORE: the remap itself is reported by NVML's row-remapping counters
+(``gpu_row_remap_pending``, which asks for the reset), not by the log line. For the memory XIDs, NVIDIA's "GPU Memory
+Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, row remapping needs a GPU reset to take
+effect) and "Dynamic Page Retirement" (https://docs.nvidia.com/deploy/dynamic-page-retirement/, XIDs 48, 63, 64).
+XIDs whose bucket is RESTART_APP, IGNORE or WORKFLOW_XID_45 are an application's fault (or follow another XID): they
+stay in the facts and are not host problems.
 
 Standard library only (target Pythons 3.8+).
 """
@@ -52,19 +54,24 @@ ACTIONS: dict[int, tuple[str, str, str]] = {
     8: ("RESTART_APP", "GPU stopped processing", "restart the application"),
     13: ("RESTART_APP", "graphics engine exception", "restart the application; check its code if it recurs"),
     31: ("RESTART_APP", "GPU memory page fault", "restart the application; check its code if it recurs"),
-    43: ("RESTART_APP", "GPU stopped processing (the application hit an error)", "restart the application"),
-    45: ("IGNORE", "preemptive cleanup after an earlier error or a killed application", "look at the XID before it"),
+    43: ("IGNORE", "GPU stopped processing (the application hit an error)", "restart the application"),
+    45: (
+        "WORKFLOW_XID_45",
+        "preemptive cleanup after an earlier error or a killed application",
+        "look at the XID before it",
+    ),
+    46: ("RESET_GPU", "GPU stopped processing (timeout)", "drain the GPU and reset it or reboot"),
     48: (
-        "RESET_GPU",
+        "WORKFLOW_XID_48",
         "double-bit (uncorrectable) ECC error",
         "drain the GPU, then reset it ('nvidia-smi -r -i <index>') or reboot; contact NVIDIA support if it recurs",
     ),
     61: ("RESET_GPU", "internal micro-controller breakpoint/warning", "drain the GPU and reset it or reboot"),
     62: ("RESET_GPU", "internal micro-controller halt", "drain the GPU and reset it or reboot"),
     63: (
-        "RESET_GPU",
+        "IGNORE",
         "a row was marked for remapping (a page for retirement on pre-Ampere GPUs)",
-        "drain the GPU and reset it ('nvidia-smi -r -i <index>') or reboot to activate the remap",
+        "nothing for this line: the row remapping check (gpu_row_remap_pending) asks for the reset while it is pending",
     ),
     64: (
         "RESET_GPU",
@@ -72,7 +79,7 @@ ACTIONS: dict[int, tuple[str, str, str]] = {
         "drain the GPU and reset it; if it recurs the GPU is out of spare rows: contact NVIDIA support (RMA)",
     ),
     74: (
-        "RESET_GPU",
+        "WORKFLOW_NVLINK_ERR",
         "NVLink error",
         "drain the GPU and reset it or reboot; check the NVLink bridges/baseboard if it recurs",
     ),
@@ -92,12 +99,16 @@ ACTIONS: dict[int, tuple[str, str, str]] = {
         "uncontained ECC error (every application on the GPU was stopped)",
         "drain the GPU and reset it ('nvidia-smi -r -i <index>') or reboot",
     ),
+    109: ("RESET_GPU", "context switch timeout", "drain the GPU and reset it or reboot"),
     119: ("RESET_GPU", "GSP RPC timeout", "drain the GPU and reset it or reboot"),
     120: ("RESET_GPU", "GSP error", "drain the GPU and reset it or reboot"),
     140: ("RESET_GPU", "unrecovered ECC error", "drain the GPU and reset it or reboot"),
+    143: ("RESET_GPU", "GPU initialization error", "drain the GPU and reset it or reboot"),
 }
 # Buckets that are the host's concern (a problem), not one application's.
-HOST_BUCKETS = ("RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT")
+# WORKFLOW_XID_48 (a double-bit ECC error) and WORKFLOW_NVLINK_ERR: the catalog's procedures for them end in a GPU
+# reset or a node reboot.
+HOST_BUCKETS = ("RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR")
 
 
 def parse(text: str) -> list[dict[str, Any]]:
