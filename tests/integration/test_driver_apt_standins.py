@@ -214,6 +214,22 @@ def apt_get(*args: str) -> str:
     return "apt-get -y -q --no-install-recommends -o Dpkg::Options::=--force-confnew " + " ".join(args)
 
 
+def held_upgrade_and_control(hold: list[str], source: str) -> list[str]:
+    """Hold ``hold``, add the apt source line ``source`` (newer packages), upgrade; then the control: without the
+    holds the same upgrade. Steps ``hold``, ``update2``, ``upgrade`` (and what it left, ``upgrade``), ``unhold``,
+    ``upgrade_unheld`` (and ``unheld``)."""
+    return [
+        step("hold", "apt-mark hold " + " ".join(hold)),
+        f"echo {shlex.quote(source)} > /etc/apt/sources.list.d/newer.list",
+        step("update2", "apt-get update -q"),
+        step("upgrade", apt_get("--with-new-pkgs upgrade")),
+        installed("upgrade"),
+        step("unhold", "apt-mark unhold " + " ".join(hold)),
+        step("upgrade_unheld", apt_get("--with-new-pkgs upgrade")),
+        installed("unheld"),
+    ]
+
+
 def names(specs: list[str]) -> list[str]:
     return [s.split("=", 1)[0] for s in specs]
 
@@ -283,15 +299,8 @@ def test_ubuntu_2204_archive_plan_under_a_real_apt(repo):
         # the plan: install, hold, a kernel update with a newer driver in the branch
         step("install", apt_get("install", *want)),
         installed("install"),
-        step("hold", "apt-mark hold " + " ".join(p["hold"])),
-        f"echo {shlex.quote(updates)} > /etc/apt/sources.list.d/updates.list",
-        step("update2", "apt-get update -q"),
-        step("upgrade", apt_get("--with-new-pkgs upgrade")),
-        installed("upgrade"),
-        # control: without the holds the same upgrade moves the driver
-        step("unhold", "apt-mark unhold " + " ".join(p["hold"])),
-        step("upgrade_unheld", apt_get("--with-new-pkgs upgrade")),
-        installed("unheld"),
+        # ... and the control: without the holds the same upgrade moves the driver
+        *held_upgrade_and_control(p["hold"], updates),
         step("remove", apt_get("purge --autoremove", *(shlex.quote(r) for r in p["remove"] + p["fabricmanager"]))),
         installed("remove"),
     ]
@@ -373,14 +382,7 @@ def test_ubuntu_2404_cuda_repository_595_pinning_package_under_a_real_apt(repo):
         step("pinning", apt_get("install", *p["pinning"])),
         step("install", apt_get("install", *want, *p["headers"])),
         installed("install"),
-        step("hold", "apt-mark hold " + " ".join(p["hold"])),
-        f"echo 'deb [trusted=yes] {url.rstrip('/')}-new/ /' > /etc/apt/sources.list.d/new.list",
-        step("update2", "apt-get update -q"),
-        step("upgrade", apt_get("--with-new-pkgs upgrade")),
-        installed("upgrade"),
-        step("unhold", "apt-mark unhold " + " ".join(p["hold"])),
-        step("upgrade_unheld", apt_get("--with-new-pkgs upgrade")),
-        installed("unheld"),
+        *held_upgrade_and_control(p["hold"], f"deb [trusted=yes] {url.rstrip('/')}-new/ /"),
         step(
             "remove",
             apt_get("purge --autoremove", *(shlex.quote(r) for r in p["remove"] + p["pinning"] + p["fabricmanager"])),
