@@ -71,7 +71,8 @@ LIBEXEC = "/usr/local/libexec/gpufleet-sec"
 HELPER = LIBEXEC + "/images.py"
 CANARY_LIB = LIBEXEC + "/" + crafted.CANARY_LIB
 PRELOAD = LIBEXEC + "/gfcanary.so"
-SCRIPT = "ls /dev; echo ---; ldconfig -p"
+END = "---end"  # the script's last line: its absence from an exit-0 run's output means the engine lost output
+SCRIPT = f"ls /dev; echo ---; ldconfig -p; echo {END}"
 MUST_START = {1, 4, 5, 6}  # classes whose container must start with its GPU (2 and 3: runc may refuse)
 WORKERS = 8  # runs at once (of 33 tasks; 2 cores: most of a run is waiting on the engines)
 
@@ -197,6 +198,8 @@ class Outcome:
             return [f"did not return within {START_TIMEOUT}s (hang)"]
         if self.rc != 0:
             return [f"did not start or its command failed (rc {self.rc}): {_tail(self.stderr or self.stdout)}"]
+        if END not in self.stdout.splitlines():
+            return [f"its output ends before the script's last line {END!r} (twice): {_tail(self.stdout, 600)}"]
         devs, _sep, cache = self.stdout.partition("---\n")
         listing = devs.split()
         problems = [f"/dev/{g} missing in the container (/dev: {' '.join(listing)})" for g in gpus if g not in listing]
@@ -268,11 +271,17 @@ def _start(node, mode_name: str, attack: str) -> Outcome:
     start = time.monotonic()
     try:
         res = node.run(out.argv, timeout=START_TIMEOUT + 30)
-        if res.rc == 0 and not res.stdout.strip() and not res.stderr.strip() and mode.engine == "docker":
-            # docker's client can lose a short-lived --rm container's output while it exits 0 (seen once in a CI run
-            # on a loaded machine: no output at all; the same case passed 11 of 11 right after). Run it once more:
-            # a container that really prints nothing fails the same way twice.
-            print(f"[security-e2e] {mode_name} {attack or '(ordinary)'}: rc 0, no output; run again", file=sys.stderr)
+        if res.rc == 0 and END not in res.stdout.splitlines():
+            # The engine's client can lose the end of a short-lived --rm container's output while it exits 0: docker
+            # once gave no output at all, containerd 1.6's ctr once dropped everything after `ls /dev` (both in CI
+            # runs on a loaded machine; the same cases passed every time right after). The script's last line tells
+            # a lost tail from a short listing, so run it once more: a container whose own output is wrong fails the
+            # same way twice, and the canary snapshot is taken after both runs.
+            print(
+                f"[security-e2e] {mode_name} {attack or '(ordinary)'}: rc 0 but no {END!r} line (output lost); "
+                f"run again; stdout was {res.stdout[-200:]!r}",
+                file=sys.stderr,
+            )
             out.name = f"{name}-again"
             out.argv = argv(out.name)
             res = node.run(out.argv, timeout=START_TIMEOUT + 30)
