@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The fleet one full ``site.yml`` converged, shared by ``test_cri_pods.py``, ``test_guide_commands.py`` and
-``test_stages_alone.py`` (fixture ``converged_fleet``): one bring-up and one converge for all three (CI time is
-limited).
+"""The fleet one full ``site.yml`` converged, shared by ``test_cri_pods.py``, ``test_guide_commands.py``,
+``test_stages_alone.py`` and ``test_ee_runner.py`` (fixture ``converged_fleet``): one bring-up and one converge for
+all four (CI time is limited).
 
 Four GPU nodes, ``driver_packages: true``, 2 GPUs each, the default engines of each suite, and a CPU-only node:
 

@@ -21,7 +21,7 @@ Fixtures:
   and torn down at the end of the session, for tests that need their own nodes.
 * `converged_fleet` (session): the fleet one full ``site.yml`` with defaults converged (``_fleet_converged.py``:
   bookworm, trixie and sid GPU nodes, a trixie Kubernetes node and a CPU-only node), shared by `test_cri_pods.py`,
-  `test_guide_commands.py` and `test_stages_alone.py`.
+  `test_guide_commands.py`, `test_stages_alone.py` and `test_ee_runner.py`.
 * `nvidia_fleet` (session): NVIDIA's toolkit's fleet (`_fleet_nvidia.py`: a bookworm node without engines for the
   `nvidia` provider through apt, a trixie node for taking a host over from NVIDIA's toolkit and giving it back) with
   the signed stand-in repository (`.repo`), shared by `test_toolkit_nvidia_provider.py` and

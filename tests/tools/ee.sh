@@ -7,15 +7,23 @@
 # EE_BUILD=1 also builds the image gpufleet-nvidia-ee:latest HERE from tests/ee/execution-environment.yml: the same
 # EE on the simulated fleet's local Debian base image (no registry), with the collection's dependencies packed from
 # the toolchain's ansible package (no Galaxy) and pip through this machine's CA bundle. Docker's layer cache keeps
-# a rebuild to the layers after the collection tarball.
+# a rebuild to the layers after the collection tarball, and to none when the tree is the same (the tarball is
+# repacked byte-stable).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 builder=.venv-ee/bin/ansible-builder
 out=tests/output/ee
+# One build at a time: make test builds the image in lane 2 while lane 1's test_ee_runner.py asks for it too
+# (tests/tools/test_all.sh); the later one waits here, then finds every layer cached (the same tree).
+mkdir -p tests/output
+exec 9>tests/output/ee.lock
+flock -n 9 || { echo "ee: another build holds tests/output/ee.lock; waiting for it"; flock 9; }
 rm -rf "$out" && mkdir -p "$out/collections"
 ansible-galaxy collection build --force --output-path "$out/collections" . >/dev/null
 mv "$out"/collections/gpufleet-nvidia-*.tar.gz "$out/collections/gpufleet-nvidia.tar.gz"
+# the same tree, the same bytes (ansible-galaxy stamps the build's time in it): a rebuild of it stays cached
+python tests/tools/ee_collections.py --repack "$out/collections/gpufleet-nvidia.tar.gz"
 
 # Introspect the collection as an EE build installs it: from the tarball, with the dependencies galaxy.yml names
 # (from the toolchain's ansible package: no Galaxy here), and nothing else.
