@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: device_plugin_manifests
 short_description: Kubernetes documents, GitOps files and Helm values of the device_plugin role
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given the C(gpufleet.nvidia.device_plugin) role's settings (its variables without the C(device_plugin_) prefix),

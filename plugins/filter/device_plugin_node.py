@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: device_plugin_node
 short_description: Whether the device plugin acts on a host (a Kubernetes node with a GPU), and why not
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - The one rule for the C(device_plugin) stage, used by C(site.yml) to run the stage and by the C(device_plugin)

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: device_plugin_runtime_problems
 short_description: Why a Kubernetes node's container runtime cannot run NVIDIA's device plugin
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Reads the C(gpufleet_runtime) fact the C(runtime) role publishes and says, in sentences naming the fact and what

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: driver_gpu_gate
 short_description: Whether the driver role may change the driver or reboot while processes hold a GPU
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Reads C(ansible_facts.nvidia.gpu_users) (C(gpufleet.nvidia.gpu_facts)), the processes holding C(/dev/nvidia*)

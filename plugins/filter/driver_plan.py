@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: driver_plan
 short_description: Packages, repository and task file of the driver role for one host
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given Ansible's host facts, the driver role's settings and C(gpu_facts)' C(ansible_facts.nvidia), returns what the

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: kubernetes_node
 short_description: Whether a host is a Kubernetes node (the device plugin stage's rule)
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - The one rule for "this host is a Kubernetes node", used by C(site.yml) to run the C(device_plugin) stage, by the

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: nvidia_toolkit_device_requests
 short_description: Which container device requests NVIDIA's container runtime honours, from its config.toml
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Reads the text of NVIDIA's C(/etc/nvidia-container-runtime/config.toml) and returns its two top-level settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: nvidia_toolkit_packages
 short_description: The package requests of the toolkit role's nvidia provider, from the pin and what is installed
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - NVIDIA's install guide pins the four packages of the container toolkit together

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: runtime_default_problem
 short_description: Why nvidia must not be the default runtime of a host's engines (empty when it may)
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - The runtime role makes C(nvidia) the default runtime of docker, containerd and CRI-O on GPU nodes

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: runtime_fact
 short_description: The C(gpufleet_runtime) fact of the runtime role
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Builds the fact the C(gpufleet.nvidia.runtime) role publishes from the results of its tasks, so that the

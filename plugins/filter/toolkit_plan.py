@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: toolkit_plan
 short_description: The toolkit role's choices for a host (provider, trusted device requests, NVIDIA's repository)
-version_added: 0.1.0
+version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given the C(gpufleet.nvidia.toolkit) role's variables (without their C(toolkit_) prefix), decides what the role

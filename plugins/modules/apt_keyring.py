@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: apt_keyring
 short_description: Install a repository's OpenPGP key as a binary keyring for apt's signed-by
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Fetches a repository's signing key (O(url)) or takes it as given (O(content)), de-armours it when it is
     ASCII-armoured, checks that it is an OpenPGP public key (and, with O(fingerprints), one of those keys), and

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: cdi_spec
 short_description: Write the CDI spec that injects the NVIDIA driver into containers
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Writes a Container Device Interface (CDI) spec of kind C(nvidia.com/gpu) that every CDI-aware engine
     (podman, containerd 1.7 and later, CRI-O, docker 25 and later) reads to give a container its GPUs.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: container_runtime
 short_description: Register an OCI runtime (nvidia) with docker, containerd or CRI-O
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Registers an OCI runtime, by default named C(nvidia), with docker (C(daemon.json)), containerd
     (C(config.toml) version 1, 2 or 3, directly or through a drop-in listed in C(imports)) or CRI-O

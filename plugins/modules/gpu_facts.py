@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_facts
 short_description: Discover NVIDIA GPUs, the driver, device nodes, driver files and container engines
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets C(ansible_facts.nvidia) from what the host under O(root) shows, without changing anything.
   - Works with no driver installed (PCI scan in sysfs), with the driver installed but its kernel module

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: host_lock
 short_description: One run at a time on a host (a lock that a killed run cannot leave behind)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - C(site.yml) takes this lock on every host before its stages write system files and restart engines, and
     releases it before the report, so two runs started together on one host (an AWX schedule overlapping a

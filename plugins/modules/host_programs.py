@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: host_programs
 short_description: Install the collection's host programs (runtime shim, CDI hook, CDI refresh, /dev/char links)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Installs the native container toolkit of this collection on the target, from the module's own payload, so the
     programs on the host are exactly this collection's C(plugins/module_utils) code (one source, no copy in a role).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: mig_layout
 short_description: Partition NVIDIA GPUs with MIG from a layout in mig-parted's vocabulary
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Takes the GPUs the O(layout) names to the MIG mode and MIG instances it asks for, through NVML (ctypes, no
     Python package), as NVIDIA's mig-parted does - a GPU whose instances already match (the same count of each

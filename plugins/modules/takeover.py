@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: takeover
 short_description: Record what taking a host over from NVIDIA's toolkit moves aside, and give it back
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - O(state=present) records the state of NVIDIA's C(nvidia-cdi-refresh) units (enabled, masked, active) before the
     C(gpufleet.nvidia.runtime) role masks them, in the takeover record O(record_path). The CDI specs

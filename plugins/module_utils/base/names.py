@@ -15,4 +15,4 @@ from __future__ import annotations
 SHIM = "gpufleet-container-runtime"
 
 # galaxy.yml's ``version`` (a unit test keeps them equal): ``nvidia-container-cli --version``, ``nvidia-docker version``
-COLLECTION_VERSION = "0.1.0"
+COLLECTION_VERSION = "1.0.0"
