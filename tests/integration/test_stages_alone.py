@@ -18,6 +18,8 @@ one, which must leave nothing a later run would change):
 * the README's ``--tags runtime,validate -e gpufleet_hosts=<group>`` and ``--check --diff`` as written (inventory
   aside) pass with zero changes;
 * ``-e '{"driver_hold": "false"}'`` (a string, as an AWX survey sends it) in check mode passes the driver stage;
+* the stamp's fast path: ``--tags runtime`` skips the current stage; an edit of ``daemon.json`` makes it run and
+  repair; the next run skips again;
 * ``--limit`` to one GPU node leaves the other nodes out of the stages, and the report lists them as "not in this
   run";
 * check mode writes nothing, and site.yml changes nothing on the CPU-only node: the engines' and CDI's configuration
@@ -104,8 +106,23 @@ def fleet_runs(converged_fleet, tmp_path_factory):
     runs = {key: fleet.converged[key] for key in ("site", "cpu_before_site", "cpu_after_site")}
     runs["hosts"], runs["inventory"] = set(HOSTS), set(fleet.nodes)
     if runs["site"].returncode == 0:
+        # the stage's own tasks, not the stamp of the converge (gpufleet_fast_path=false): what they read of an
+        # earlier stage comes from the host
         for stage in STAGES:
-            runs[stage] = run(SITE, "--tags", stage, limit=",".join(STAGE_HOSTS.get(stage, HOSTS)))
+            limit = ",".join(STAGE_HOSTS.get(stage, HOSTS))
+            runs[stage] = run(SITE, "--tags", stage, "-e", "gpufleet_fast_path=false", limit=limit)
+        # The fast path of a rerun: the runtime stage's stamp is current now; an admin's edit of daemon.json that
+        # drops the nvidia runtime makes it not current, the stage runs and puts the runtime back, the next run skips.
+        run(SITE, "--tags", "runtime", limit=GPU)  # stamps anew what the files before this one left
+        runs["stamped"] = run(SITE, "--tags", "runtime", limit=GPU)
+        daemon = json.loads(gpu.run("cat /etc/docker/daemon.json").stdout)
+        daemon.get("runtimes", {}).pop("nvidia", None)
+        if daemon.get("default-runtime") == "nvidia":
+            daemon.pop("default-runtime")
+        gpu.run(f"printf '%s' '{json.dumps(daemon)}' > /etc/docker/daemon.json")
+        runs["drifted"] = run(SITE, "--tags", "runtime", limit=GPU)
+        runs["repaired"] = json.loads(gpu.run("cat /etc/docker/daemon.json").stdout)
+        runs["after_drift"] = run(SITE, "--tags", "runtime", limit=GPU)
         # The README's examples, as written (inventory aside: its rack7 is this inventory's gpu_nodes; the settings
         # above only place the files).
         runs["readme"] = run(SITE, "--tags", "runtime,validate", "-e", "gpufleet_hosts=gpu_nodes")
@@ -154,6 +171,27 @@ def test_each_stage_alone_passes_with_zero_changes(fleet_runs, stage):
         # the stage's role ran on the GPU node (not skipped for want of an earlier stage's fact)
         assert f"Apply the role of the stage {stage}" in proc.stdout, _why(proc)
         assert "Record the failure of the stage" not in proc.stdout, _why(proc)
+
+
+def _role_ran(proc: subprocess.CompletedProcess, stage: str) -> bool:
+    """Whether the stage's role ran (its include was not skipped) on the host of a one-host run."""
+    text = proc.stdout.split(f"TASK [Apply the role of the stage {stage}]", 1)[-1].split("TASK [", 1)[0]
+    return "skipping:" not in text
+
+
+def test_a_rerun_skips_a_current_stage_and_runs_a_drifted_one(fleet_runs):
+    """The stamp's fast path: after the full run, ``--tags runtime`` finds the stage current and skips its role with
+    zero changes; after daemon.json lost the nvidia runtime the stage runs, reports the change and registers the
+    runtime again; the run after that skips it again."""
+    if "after_drift" not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    stamped, drifted, after = fleet_runs["stamped"], fleet_runs["drifted"], fleet_runs["after_drift"]
+    for proc in (stamped, drifted, after):
+        assert proc.returncode == 0, _why(proc)
+    assert not _role_ran(stamped, "runtime") and _recap(stamped)[GPU]["changed"] == 0, _why(stamped)
+    assert _role_ran(drifted, "runtime") and _recap(drifted)[GPU]["changed"] >= 1, _why(drifted)
+    assert "nvidia" in fleet_runs["repaired"].get("runtimes", {}), fleet_runs["repaired"]
+    assert not _role_ran(after, "runtime") and _recap(after)[GPU]["changed"] == 0, _why(after)
 
 
 @pytest.mark.parametrize("run", ["readme", "readme_check"])

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
@@ -67,13 +67,20 @@ UNIT_DIRS = (
 )
 SPEC_LIMIT = 4 << 20
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b")
+_DPKG_FIELD = re.compile(r"(?m)^([A-Za-z-]+): (.*)$")
+
+
+def dpkg_stanzas(status: str | None) -> Iterator[dict[str, str]]:
+    """Each package's stanza of a dpkg status file as ``{field: value}`` (a field's first line; the continuation
+    lines of a multi-line field are left out)."""
+    for stanza in (status or "").split("\n\n"):
+        yield dict(_DPKG_FIELD.findall(stanza))
 
 
 def dpkg_packages(status: str | None, names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     """``{package: full version}`` of the installed ones among ``names`` in a dpkg status file."""
     found = {}
-    for stanza in (status or "").split("\n\n"):
-        fields = dict(re.findall(r"(?m)^([A-Za-z-]+): (.*)$", stanza))
+    for fields in dpkg_stanzas(status):
         if fields.get("Package") in names and fields.get("Status", "").endswith(" installed") and "Version" in fields:
             found[fields["Package"]] = fields["Version"]
     return found

@@ -92,7 +92,8 @@ def test_every_use_of_a_typed_variable_goes_through_its_filter() -> None:
     seen = set()
     for where, expression in expressions():
         for name, filter_ in variables.items():
-            for match in re.finditer(rf"(?<![\w.]){name}(?!\w)", expression):
+            # a name in quotes is a string (the filter's name= argument), not a use
+            for match in re.finditer(rf"(?<![\w.'\"]){name}(?![\w'\"])", expression):
                 seen.add(name)
                 rest = expression[match.end() :]
                 if not re.match(rf"\s*(\|\s*default\([^)]*\)\s*)?\|\s*gpufleet\.nvidia\.{filter_}\b", rest):

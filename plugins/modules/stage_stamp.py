@@ -1,0 +1,256 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: stage_stamp
+short_description: Tell whether a site.yml stage's last run on a host is still current, and stamp a finished run
+version_added: 1.0.0
+description:
+  - The fast path of a no-change C(site.yml) rerun. At the end of a run in which a stage's role ran to the end,
+    O(state=present) writes the stage's stamp under O(dir) - the digest of what the stage is asked (O(inputs)) and
+    of the host as the next run's discovery will find it (O(facts), less what moves on its own - GPU users, Xid
+    events, problems), the state of every file O(paths) names (content digest, type, mode, owner, link target, or
+    absent), of the O(units) (enabled, active) and of the O(packages) (version, hold), and the facts the stage
+    published (O(published)).
+  - O(state=check) recomputes all of that and returns RV(current). Any difference - an edit of an engine's
+    configuration, a lost device node, an apt upgrade, another value of a variable, another driver in the facts -
+    gives RV(current=false) and RV(reason) names it. A stamp that is not current is removed then (outside check
+    mode), so a stage that fails after the check leaves no stamp and the next run runs it in full again.
+  - O(state=absent) removes the stamp (C(uninstall.yml) before a stage removes what it owns), and O(dir) and the
+    folder above it when nothing else is left in them.
+  - The stamp is the collection's bookkeeping, not host configuration - the module never reports a change.
+author:
+  - gpufleet.nvidia contributors (@gpufleet)
+attributes:
+  check_mode:
+    support: full
+    description: O(state=check) reads only; O(state=present) and O(state=absent) write nothing in check mode.
+  diff_mode:
+    support: none
+    description: The stamp is bookkeeping; the module never reports a change.
+  idempotent:
+    support: full
+    description: Never reports a change.
+options:
+  stage:
+    description: The stage (C(driver), C(toolkit), C(runtime), ...); its stamp is V(<dir>/<stage>.json).
+    type: str
+    required: true
+  state:
+    description: C(check) compares, C(present) stamps a finished run, C(absent) removes the stamp.
+    type: str
+    choices: [check, present, absent]
+    default: check
+  inputs:
+    description: What the stage is asked - its role variables and what else it reads.
+    type: raw
+    default: {}
+  facts:
+    description: C(ansible_facts.nvidia) - as this run found it (check), as the next run will (present).
+    type: dict
+    default: {}
+  paths:
+    description:
+      - The files the stage owns, absolute paths; a path with shell wildcards names what matches and the folder it
+        looks in (a new match is a change).
+    type: list
+    elements: str
+    default: []
+  units:
+    description: The systemd units whose enabled and active state the stage owns.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description:
+      - Regular expressions (matched against whole names) of the packages whose version and hold the stage owns, read
+        from dpkg's status file, else from C(rpm -qa).
+    type: list
+    elements: str
+    default: []
+  published:
+    description: The facts the stage published (O(state=present)); a current check returns them as RV(published).
+    type: dict
+    default: {}
+  dir:
+    description: Where the stamps are.
+    type: path
+    default: /var/lib/gpufleet-nvidia/stamps
+"""
+
+EXAMPLES = r"""
+- name: Is the runtime stage's last run still current
+  gpufleet.nvidia.stage_stamp:
+    stage: runtime
+    inputs: {runtime_engines: [docker, containerd]}
+    facts: "{{ ansible_facts.nvidia }}"
+    paths: [/etc/docker/daemon.json, /etc/cdi/nvidia.yaml, "/dev/nvidia*"]
+  register: stamp
+
+- name: Stamp the finished run (at the end of the run, with the host rediscovered)
+  gpufleet.nvidia.stage_stamp:
+    stage: runtime
+    state: present
+    inputs: {runtime_engines: [docker, containerd]}
+    facts: "{{ ansible_facts.nvidia }}"
+    paths: [/etc/docker/daemon.json, /etc/cdi/nvidia.yaml, "/dev/nvidia*"]
+    published: {gpufleet_runtime: "{{ gpufleet_runtime }}"}
+  when: not stamp.current
+"""
+
+RETURN = r"""
+current:
+  description: Whether the stamp holds (O(state=check)); false with O(state=present) and O(state=absent).
+  returned: always
+  type: bool
+reason:
+  description: Why the stamp holds or not, in words (the first file, unit or input that differs).
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json changed since the stamped run
+digest:
+  description: The digest of O(inputs) and O(facts) (the stamp holds it).
+  returned: when state is check or present
+  type: str
+published:
+  description: The facts the stamped run published (empty unless RV(current)).
+  returned: always
+  type: dict
+stamp:
+  description: The stamp's path.
+  returned: always
+  type: str
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.names import COLLECTION_VERSION
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
+
+_STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _units_state(module: AnsibleModule, units: list[str]) -> dict[str, str]:
+    """``{unit: "<UnitFileState> <ActiveState>"}`` from one ``systemctl show``; ``no systemd`` without one."""
+    if not units:
+        return {}
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl or not os.path.isdir("/run/systemd/system"):
+        return {unit: "no systemd" for unit in units}
+    rc, out, err = module.run_command(
+        [systemctl, "show", "--property=Id,LoadState,UnitFileState,ActiveState", "--", *units]
+    )
+    if rc != 0:
+        return {unit: f"systemctl show failed: {err.strip()[:200]}" for unit in units}
+    blocks = out.strip().split("\n\n")
+    found: dict[str, str] = {}
+    for unit, block in zip(units, blocks):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        found[unit] = " ".join(props.get(k, "") for k in ("LoadState", "UnitFileState", "ActiveState"))
+    for unit in units:
+        found.setdefault(unit, "unknown")
+    return found
+
+
+def _packages_state(module: AnsibleModule, patterns: list[str]) -> dict[str, str]:
+    if not patterns:
+        return {}
+    text = read_text(stamp.DPKG_STATUS, tolerant=True, errors="replace")
+    if text is not None:
+        return stamp.dpkg_packages(text, patterns)
+    rpm = module.get_bin_path("rpm")
+    if not rpm:
+        return {}
+    rc, out, err = module.run_command([rpm, "-qa", "--qf", "%{NAME} %{ARCH} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n"])
+    if rc != 0:
+        return {"rpm": f"rpm -qa failed: {err.strip()[:200]}"}
+    return stamp.rpm_packages(out, patterns)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "stage": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
+            "inputs": {"type": "raw", "default": {}},
+            "facts": {"type": "dict", "default": {}},
+            "paths": {"type": "list", "elements": "str", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "published": {"type": "dict", "default": {}},
+            "dir": {"type": "path", "default": stamp.STAMP_DIR},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not _STAGE.match(p["stage"]):
+        module.fail_json(msg=f"stage: {p['stage']!r} is not a stage name (lower-case letters, digits and _)")
+    path = os.path.join(p["dir"], f"{p['stage']}.json")
+    result = {"changed": False, "current": False, "published": {}, "stamp": path}
+
+    if p["state"] == "absent":
+        result["reason"] = "stamp removed" if os.path.lexists(path) else "no stamp"
+        if not module.check_mode and os.path.lexists(path):
+            try:
+                os.unlink(path)
+                # the folder and the collection's state folder above it go with their last file
+                for folder in (p["dir"], os.path.dirname(p["dir"])):
+                    if os.path.isdir(folder) and not os.listdir(folder):
+                        os.rmdir(folder)
+            except OSError as exc:
+                module.fail_json(msg=f"cannot remove the stamp {path}: {exc}; remove it by hand", **result)
+        module.exit_json(**result)
+
+    # check and present: the host's side of the stamp, as it is now
+    try:
+        files = stamp.files_state(p["paths"])
+    except ValueError as exc:
+        module.fail_json(msg=f"paths: {exc}; give the stage's files as absolute paths", **result)
+    try:
+        packages = _packages_state(module, p["packages"])
+    except re.error as exc:
+        module.fail_json(msg=f"packages: {exc}; give regular expressions of package names", **result)
+    units = _units_state(module, p["units"])
+    patterns = p["paths"] + p["packages"]
+    digest = stamp.inputs_digest(p["stage"], COLLECTION_VERSION, p["inputs"], p["facts"])
+    result["digest"] = digest
+
+    if p["state"] == "check":
+        record = stamp.load(read_text(path, tolerant=True))
+        current, why = stamp.compare(record, digest, patterns, files, units, packages_now=packages)
+        result.update(current=current, reason=why)
+        if current:
+            result["published"] = record.get("published") or {}
+        elif record is not None and not module.check_mode:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                module.fail_json(msg=f"cannot remove the stale stamp {path}: {exc}; remove it by hand", **result)
+        module.exit_json(**result)
+
+    record = stamp.build(digest, patterns, files, units, published=p["published"], packages=packages)
+    result["reason"] = "stamped"
+    if not module.check_mode:
+        try:
+            atomic_write(path, stamp.dump(record), 0o600, makedirs=True)
+        except OSError as exc:
+            module.fail_json(
+                msg=f"cannot write the stamp {path}: {exc.strerror or exc}; check {p['dir']} (the next run runs the "
+                "stage in full without it)",
+                **result,
+            )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
