@@ -19,6 +19,10 @@ the targets are reported as met or missed.
   ``gpu_facts`` + ``cdi_spec`` module processes, vs 1 GPU without MIG and a bare ``python3 -IS`` start;
 * fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes
   (``GPUFLEET_BENCH_FLEET_NODES``), with the module executions per host from the JSON callback;
+* scale: a fleet of ``GPUFLEET_BENCH_SCALE_NODES`` + 1 (default 25) light hosts (GPU nodes without engines):
+  ``site.yml`` first run and no-change rerun on 1 and on 24 of them, the per-host marginal wall time and controller
+  CPU (the slope between the two sizes) against a bare ``gather_facts`` play on the same hosts, forks
+  ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, module executions per host;
 * storm (issue 19): ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
   nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
   ``ctr run --runc-binary``, podman's CDI; all GPUs, one by index, one by UUID, none) while the spec and index are
@@ -26,7 +30,7 @@ the targets are reported as met or missed.
   p90, p99, max, against the same mix one at a time with nothing rewritten; every start must see exactly its GPUs.
 
 Environment: ``GPUFLEET_BENCH_PREFIX`` (fleet prefix, default ``gfbench<pid>``), ``GPUFLEET_BENCH_ROUNDS``
-(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,dgx,fleet,storm),
+(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,dgx,fleet,storm,scale),
 ``GPUFLEET_BENCH_KEEP=1`` (keep the fleet for another run), ``GPUFLEET_BENCH_MODULE_UTILS`` (install the
 host programs from another ``module_utils`` folder, e.g. an older commit's, to compare).
 """
@@ -52,7 +56,7 @@ IMAGE = "gpufleet-sim/mini:latest"
 SHIM = "/usr/local/bin/gpufleet-container-runtime"
 SITE = os.path.join(REPO, "playbooks", "site.yml")
 PREPARE = os.path.join(REPO, "tests", "sim", "playbooks", "prepare.yml")
-TARGETS = {"shim_ratio": 1.10, "rerun_fraction": 0.25, "scan_16_s": 0.050}
+TARGETS = {"shim_ratio": 1.10, "rerun_fraction": 0.25, "scan_16_s": 0.050, "rerun_vs_gather": 3.0}
 PREPARE_PLAYBOOK = """
 - hosts: all
   gather_facts: false
@@ -831,6 +835,178 @@ def fleet_rows(prefix, rounds, counts=(1, 2, 3)):
 
 
 # --------------------------------------------------------------------------------------------------
+# Scale: site.yml on a fleet of light hosts, per-host marginal time against a bare gather_facts play.
+
+SCALE_NODE = "  - {name: %s, suite: bookworm, driver_state: loaded, driver_packages: true, engines: [], gpus: 1}\n"
+GATHER_FACTS_PLAY = "- hosts: all\n  gather_facts: true\n  tasks: []\n"
+
+
+def marginal(points):
+    """The per-host marginal cost from ``(hosts, value)`` points (a run's seconds or CPU seconds at each fleet size):
+    the least-squares slope of value over hosts; with two sizes, ``(v2 - v1) / (n2 - n1)``. What a run costs with one
+    host more, its fixed part (playbook parsing, the report, the run's first connection) left out."""
+    points = [(float(n), float(v)) for n, v in points]
+    sizes = {n for n, _v in points}
+    if len(sizes) < 2:
+        raise ValueError("a marginal needs at least two fleet sizes, got %s" % sorted(sizes))
+    mean_n = sum(n for n, _v in points) / len(points)
+    mean_v = sum(v for _n, v in points) / len(points)
+    return sum((n - mean_n) * (v - mean_v) for n, v in points) / sum((n - mean_n) ** 2 for n, _v in points)
+
+
+def _timed(argv, env, timeout=3600):
+    """Run ``argv``; ``(wall seconds, CPU seconds of it and its children on this machine, CompletedProcess)``. The
+    CPU is the controller's: ansible-playbook, its forks and the ``docker exec`` clients of the connection plugin
+    (what the node containers run is not counted)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    out = run(argv, check=False, timeout=timeout, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out
+
+
+def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
+    """``site.yml`` first run and no-change rerun on 1 and ``big`` light hosts (``GPUFLEET_BENCH_SCALE_NODES``) of one
+    fleet of ``big + 1``, against a bare ``gather_facts`` play on the same hosts: ``(rows, notes, info)``.
+
+    A light host is a bookworm GPU node (1 GPU, Debian's 535 userspace installed, driver loaded) without any container
+    engine: every stage runs its normal path for such a host (driver held, toolkit installed, CDI spec and device-node
+    units written, validation reports that no engine is there), nothing starts a container. Host ``s00`` is the 1-host
+    size, ``s01``.. the ``big`` size, so both first runs meet fresh hosts and the fleet comes up once."""
+    names = ["s%02d" % i for i in range(big + 1)]
+    small, large = names[:1], names[1:]
+    config = os.path.join(tempfile.mkdtemp(), "fleet.yml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(GATHER_FACTS_PLAY)
+    gather = f.name
+    env = dict(os.environ, ANSIBLE_FORKS=str(forks), ANSIBLE_STRATEGY="linear")
+    json_env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    info = {"forks": forks, "strategy": "linear", "sizes": [len(small), len(large)], "fleet": len(names)}
+    report_dir = tempfile.mkdtemp()
+    fleet = Fleet("%s-scale" % prefix, config)
+    log("scale: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
+    start_all = time.perf_counter()
+    wall = {k: {len(small): [], len(large): []} for k in ("gather", "first", "rerun")}
+    cpu = {k: {len(small): [], len(large): []} for k in ("gather", "first", "rerun")}
+    executions, changed = {}, {}
+
+    def site(hosts, label):
+        argv = ["ansible-playbook", "-i", fleet.inventory, SITE, "--limit", ",".join(hosts)]
+        argv += ["-e", "report_dir=" + report_dir, "-e", "gpufleet_fail_on_host_failure=false"]
+        log("scale: site.yml %s on %d host(s)" % (label, len(hosts)))
+        w, c, out = _timed(argv, json_env)
+        if out.returncode != 0:
+            raise RuntimeError(
+                "scale: site.yml %s on %d hosts: exit %d\n%s" % (label, len(hosts), out.returncode, out.stdout[-3000:])
+            )
+        doc = json.loads(out.stdout)
+        wall[label][len(hosts)].append(w)
+        cpu[label][len(hosts)].append(c)
+        executions.setdefault(label, {}).update(module_executions(doc))
+        changed.setdefault(label, {}).update({h: s.get("changed", 0) for h, s in (doc.get("stats") or {}).items()})
+
+    def gather_facts(rounds):
+        for _round in range(rounds):
+            for hosts in (small, large):
+                argv = ["ansible-playbook", "-i", fleet.inventory, gather, "--limit", ",".join(hosts)]
+                w, c, out = _timed(argv, env)
+                if out.returncode != 0:
+                    raise RuntimeError(
+                        "scale: gather_facts on %d hosts: exit %d\n%s"
+                        % (len(hosts), out.returncode, out.stdout[-3000:])
+                    )
+                wall["gather"][len(hosts)].append(w)
+                cpu["gather"][len(hosts)].append(c)
+
+    try:
+        fleet.up()
+        info["fleet_up_s"] = round(time.perf_counter() - start_all, 1)
+        log("scale: gather_facts play, %d rounds on 1 and %d hosts" % (gather_rounds, len(large)))
+        gather_facts(1)
+        site(small, "first")
+        site(large, "first")
+        gather_facts(max(1, gather_rounds - 2))
+        site(small, "rerun")
+        site(large, "rerun")
+        gather_facts(1)
+    finally:
+        os.unlink(gather)
+        shutil.rmtree(report_dir, ignore_errors=True)
+        if os.environ.get("GPUFLEET_BENCH_KEEP") != "1":
+            fleet.down()
+    info["section_wall_s"] = round(time.perf_counter() - start_all, 1)
+    info["wall"], info["controller_cpu"] = wall, cpu
+
+    def margins(series):  # one marginal per round, pairing the sizes' samples in order
+        return [marginal([(len(small), a), (len(large), b)]) for a, b in zip(series[len(small)], series[len(large)])]
+
+    how = "per-host marginal = (%d hosts - 1 host) / %d, same fleet; forks %d, strategy linear" % (
+        len(large),
+        len(large) - 1,
+        forks,
+    )
+    rows = []
+    for series, measure in ((wall, "wall time (forks %d, linear)" % forks), (cpu, "controller CPU")):
+        for label, what in (("first", "first run"), ("rerun", "no-change rerun")):
+            row = pair(
+                "scale: site.yml %s, per-host marginal %s" % (what, measure),
+                "s",
+                margins(series[label]),
+                "bare gather_facts play",
+                margins(series["gather"]),
+                note=how,
+            )
+            if series is wall and label == "rerun":
+                row["target"] = TARGETS["rerun_vs_gather"]
+            row["sizes"] = {"value": series[label], "baseline": series["gather"]}
+            rows.append(row)
+    notes = [
+        "scale: a fleet of %d light hosts (bookworm GPU nodes, 1 GPU, Debian's 535 installed, no container engine), "
+        "brought up once in %.0f s; site.yml on host s00 alone and on the %d others (both first runs meet fresh "
+        "hosts; the inventory turns pipelining on), "
+        "a bare gather_facts play on the same host sets; forks %d, strategy linear; per-host marginal = (time on %d "
+        "hosts - time on 1) / %d; controller CPU = this process's children (ansible-playbook, its forks, the docker "
+        "exec clients), not the nodes'; the nodes share this machine's cores with the controller; section wall time "
+        "%.0f s"
+        % (len(names), info["fleet_up_s"], len(large), forks, len(large), len(large) - 1, info["section_wall_s"]),
+        "scale: wall times by size (s): "
+        + "; ".join(
+            "%s %s" % (k, ", ".join("%d hosts %s" % (n, "/".join("%.1f" % x for x in xs)) for n, xs in v.items()))
+            for k, v in wall.items()
+        ),
+        "scale: validation on these hosts reports 'no container engine found to validate' (no engine, by design of "
+        "the light host), so the runs pass gpufleet_fail_on_host_failure=false",
+    ]
+    for label in ("first", "rerun"):
+        per_host = {h: c for h, c in executions[label].items() if h in large}
+        on_host = sorted(c["on_host"] for c in per_host.values())
+        executed = sorted(c["executed"] for c in per_host.values())
+        info.setdefault("module_executions", {})[label] = executions[label]
+        notes.append(
+            "scale: %s, module executions per host over the %d hosts: %s executed (%s on the host; the highest is the "
+            "run's first host, which also carries the run-once report tasks), changed tasks per host %s"
+            % (
+                label,
+                len(per_host),
+                _span(executed),
+                _span(on_host),
+                _span(sorted(changed[label][h] for h in per_host)),
+            )
+        )
+        notes += executions_note("scale %s" % label, {large[0]: executions[label][large[0]]})
+    rows[1]["module_executions"] = {"first run": executions["first"], "no-change rerun": executions["rerun"]}
+    return rows, notes, info
+
+
+def _span(xs):
+    return str(xs[0]) if xs[0] == xs[-1] else "%s-%s (median %s)" % (xs[0], xs[-1], statistics.median(xs))
+
+
+# --------------------------------------------------------------------------------------------------
 # Output
 
 
@@ -895,7 +1071,7 @@ def markdown(result):
 def main():
     prefix = os.environ.get("GPUFLEET_BENCH_PREFIX", "gfbench%d" % os.getpid())
     rounds = int(os.environ.get("GPUFLEET_BENCH_ROUNDS", "15"))
-    sections = "start,shim,discovery,scan,cdi,dgx,fleet,storm"
+    sections = "start,shim,discovery,scan,cdi,dgx,fleet,storm,scale"
     only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", sections).split(",")))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": date, "rounds": rounds, "host": "%d CPUs, load %.2f" % (os.cpu_count(), os.getloadavg()[0])}
@@ -948,6 +1124,12 @@ def main():
         fleet, fleet_notes = fleet_rows(prefix, int(os.environ.get("GPUFLEET_BENCH_FLEET_ROUNDS", "1")), nodes)
         rows += fleet
         result["notes"] += fleet_notes
+    if "scale" in only:
+        big = int(os.environ.get("GPUFLEET_BENCH_SCALE_NODES", "24"))
+        forks = int(os.environ.get("GPUFLEET_BENCH_SCALE_FORKS", "5"))
+        scale, scale_notes, result["scale"] = scale_rows(prefix, big, forks)
+        rows += scale
+        result["notes"] += scale_notes
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
     result["notes"].append("bench process CPU %.1f s" % (self_usage.ru_utime + self_usage.ru_stime))
     for row in rows:
@@ -956,6 +1138,8 @@ def main():
             result["notes"].append("storm: %d failed starts: %s" % (storm["failed_starts"], storm["failures"][:5]))
         if met(row) is False:
             where = "the runc + mounts/devices rows show where the time goes"
+            if row["name"].startswith("scale"):
+                where = "the controller-CPU rows and the module executions in the notes show where the time goes"
             if row["name"].startswith("DGX"):
                 where = "the scan and spec rows split it; the CPU-time rows are free of the machine's load"
             result["notes"].append(f"target missed: {row['name']} ({where})")

@@ -99,3 +99,17 @@ def test_module_executions_from_a_recorded_json_callback_output():
 def test_a_loop_whose_items_were_all_skipped_counts_as_skipped():
     doc = {"plays": [{"tasks": [{"hosts": {"h": {"action": "ansible.builtin.stat", "results": [{"skipped": True}]}}}]}]}
     assert bench.module_executions(json.dumps(doc))["h"] == {"executed": 0, "on_host": 0, "skipped": 1, "modules": {}}
+
+
+def test_the_per_host_marginal_is_the_slope_over_fleet_sizes():
+    # two sizes: (t24 - t1) / 23, the fixed part of a run (parsing, report) left out
+    assert bench.marginal([(1, 40.0), (24, 86.0)]) == pytest.approx(2.0)
+    # more sizes: the least-squares slope (1, 2, 3 hosts at 10, 13, 14 s: 2 s per host)
+    assert bench.marginal([(1, 10.0), (2, 13.0), (3, 14.0)]) == pytest.approx(2.0)
+    # a run that got faster with more hosts (a loaded machine) gives a negative marginal, not a clamped one
+    assert bench.marginal([(1, 68.0), (2, 53.0)]) == pytest.approx(-15.0)
+
+
+def test_a_marginal_needs_two_fleet_sizes():
+    with pytest.raises(ValueError, match="two fleet sizes"):
+        bench.marginal([(24, 80.0), (24, 82.0)])
