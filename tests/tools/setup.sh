@@ -24,6 +24,9 @@ fi
 
 venv_install() {  # venv_install DIR PYTHON LOCK
   local dir=$1 python=$2 lockfile=$3 stamp
+  # The interpreter itself, not DIR's link to it: with DIR/bin first on PATH (the Makefile's), find_python names
+  # DIR's python, which the rm -rf below would take away before the new venv is made from it.
+  python=$(readlink -f "$python")
   stamp="$(sha256sum "$lockfile" | cut -c1-16)-$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$stamp" ]; then
     echo "setup: $dir is current ($lockfile)"; return 0
