@@ -10,8 +10,13 @@ A, baseline...) with its spread (quartiles, min, max, every sample in the JSON).
 the targets are reported as met or missed.
 
 * container start: ``docker run --rm`` through the shim with one GPU vs plain runc on docker 20.10
-  (bookworm) and docker 26 (trixie); podman 5.4 with a CDI device vs without; the shim's own CPU time
-  and peak RSS per ``create`` (``wait4`` rusage) vs a bare ``python3 -IS`` start;
+  (bookworm), 26 (trixie) and 28 (sid), and containerd 1.6 through ``ctr run --runc-binary <shim>``; docker's
+  native CDI with our spec on 26 and 28; podman 5.4 with a CDI device vs without; with
+  ``GPUFLEET_BENCH_NVIDIA_RUNTIME``, on trixie, the shim against NVIDIA's runtime in CDI mode and our spec against
+  NVIDIA's (``nvidia-ctk cdi generate``) through docker's and podman's native CDI;
+* profile: each OCI runtime call of a GPU start (create, start, kill, delete) timed through a wrapper, the shim
+  against runc given the same mounts and devices (docker 26);
+* shim: its own CPU time and peak RSS per ``create`` (``wait4`` rusage) vs a bare ``python3 -IS`` start;
 * discovery: ``ansible -m gpufleet.nvidia.gpu_facts`` vs ``ansible -m ansible.builtin.ping`` on one node;
   the pure ``discover()`` scan for 1, 8 and 16 GPUs (NVML stub) vs the same scan without NVML;
 * CDI generation (``gather`` + ``build_spec`` + ``render``) for Debian's 535 tree vs ``gather`` alone;
@@ -30,7 +35,9 @@ the targets are reported as met or missed.
   p90, p99, max, against the same mix one at a time with nothing rewritten; every start must see exactly its GPUs.
 
 Environment: ``GPUFLEET_BENCH_PREFIX`` (fleet prefix, default ``gfbench<pid>``), ``GPUFLEET_BENCH_ROUNDS``
-(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,shim,discovery,scan,cdi,dgx,fleet,storm,scale),
+(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,profile,shim,discovery,scan,cdi,dgx,fleet,storm,
+scale), ``GPUFLEET_BENCH_NVIDIA_RUNTIME`` (a folder with NVIDIA's ``nvidia-container-runtime``, ``nvidia-ctk`` and
+``nvidia-cdi-hook``, built from its source: the start section's baseline),
 ``GPUFLEET_BENCH_KEEP=1`` (keep the fleet for another run), ``GPUFLEET_BENCH_MODULE_UTILS`` (install the
 host programs from another ``module_utils`` folder, e.g. an older commit's, to compare).
 """
@@ -56,7 +63,28 @@ IMAGE = "gpufleet-sim/mini:latest"
 SHIM = "/usr/local/bin/gpufleet-container-runtime"
 SITE = os.path.join(REPO, "playbooks", "site.yml")
 PREPARE = os.path.join(REPO, "tests", "sim", "playbooks", "prepare.yml")
-TARGETS = {"shim_ratio": 1.10, "rerun_fraction": 0.25, "scan_16_s": 0.050, "rerun_vs_gather": 3.0}
+# Issue 18's targets: a GPU start through the shim within 5% of plain runc and at most 0.85x NVIDIA's runtime in CDI
+# mode; a no-change rerun a quarter of the first run; 8 GPUs x 7 MIG in 50 ms; a rerun per host 3x gather_facts.
+TARGETS = {
+    "shim_ratio": 1.05,
+    "vs_nvidia_cdi": 0.85,
+    "rerun_fraction": 0.25,
+    "scan_16_s": 0.050,
+    "rerun_vs_gather": 3.0,
+}
+NVIDIA_REF = "/opt/nvidia-ref"  # on a bench node: NVIDIA's runtime, nvidia-ctk and nvidia-cdi-hook, when given
+NVIDIA_REF_PROGRAMS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook")
+NVIDIA_REF_KIND = "nvidia-ref.com/gpu"  # NVIDIA's spec under its own kind, beside ours (nvidia.com/gpu)
+NVIDIA_REF_CONFIG = """# NVIDIA's runtime as a bench baseline (bench/bench.py): CDI mode, its own spec's kind
+[nvidia-container-runtime]
+mode = "cdi"
+runtimes = ["runc"]
+[nvidia-container-runtime.modes.cdi]
+default-kind = "%s"
+spec-dirs = ["/etc/cdi"]
+[nvidia-ctk]
+path = "%s/nvidia-ctk"
+""" % (NVIDIA_REF_KIND, NVIDIA_REF)
 PREPARE_PLAYBOOK = """
 - hosts: all
   gather_facts: false
@@ -177,6 +205,75 @@ def prepare_gpu_nodes(fleet, nodes):
         raise RuntimeError("preparing the nodes failed:\n" + out.stdout[-3000:])
 
 
+def nvidia_reference():
+    """The folder of NVIDIA's own programs to compare against (``GPUFLEET_BENCH_NVIDIA_RUNTIME``), or None.
+
+    Built by whoever runs the bench from NVIDIA's source (``go build ./cmd/nvidia-container-runtime
+    ./cmd/nvidia-ctk ./cmd/nvidia-cdi-hook`` in a checkout of NVIDIA/nvidia-container-toolkit, vendored modules, no
+    network); nothing of NVIDIA's is committed or built by this repository."""
+    folder = os.environ.get("GPUFLEET_BENCH_NVIDIA_RUNTIME")
+    if not folder:
+        return None
+    missing = [p for p in NVIDIA_REF_PROGRAMS if not os.access(os.path.join(folder, p), os.X_OK)]
+    if missing:
+        raise RuntimeError(f"GPUFLEET_BENCH_NVIDIA_RUNTIME={folder}: no executable {', '.join(missing)} there")
+    return folder
+
+
+def prepare_nvidia_reference(fleet, node, folder):
+    """NVIDIA's runtime registered beside ours on ``node`` as docker's runtime ``nvidia-ref``, in CDI mode, with
+    the spec ``nvidia-ctk cdi generate`` writes for the node's GPUs under the kind ``nvidia-ref.com/gpu`` (so the
+    engines' CDI registries hold both specs without a conflict). -> ``nvidia-ctk --version``'s first line."""
+    container = f"{fleet.prefix}-{node}"
+    fleet.exec(node, ["mkdir", "-p", NVIDIA_REF])
+    for program in NVIDIA_REF_PROGRAMS:
+        run(["docker", "cp", os.path.join(folder, program), f"{container}:{NVIDIA_REF}/{program}"])
+    # The runtime reads its config from NVIDIA_CTK_CONFIG_FILE_PATH or /etc/nvidia-container-runtime/config.toml;
+    # docker passes a runtime no environment of its own, so the bench node gets the file (nothing of ours reads it
+    # there: the shim's settings are its own).
+    fleet.put(node, "/etc/nvidia-container-runtime/config.toml", NVIDIA_REF_CONFIG)
+    vendor, klass = NVIDIA_REF_KIND.split("/")
+    fleet.exec(
+        node,
+        [
+            f"{NVIDIA_REF}/nvidia-ctk",
+            "cdi",
+            "generate",
+            "--vendor",
+            vendor,
+            "--class",
+            klass,
+            "--nvidia-cdi-hook-path",
+            f"{NVIDIA_REF}/nvidia-cdi-hook",
+            "--output",
+            "/etc/cdi/nvidia-ref.yaml",
+        ],
+        timeout=300,
+    )
+    playbook = textwrap.dedent(
+        f"""
+        - hosts: {node}
+          gather_facts: false
+          tasks:
+            - name: Register NVIDIA's runtime beside ours
+              gpufleet.nvidia.container_runtime:
+                engine: docker
+                name: nvidia-ref
+                path: {NVIDIA_REF}/nvidia-container-runtime
+                restart: true
+        """
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(playbook)
+    try:
+        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=600)
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(f"registering NVIDIA's runtime on {node} failed:\n" + out.stdout[-3000:])
+    return fleet.exec(node, [f"{NVIDIA_REF}/nvidia-ctk", "--version"]).stdout.strip().splitlines()[0]
+
+
 # --------------------------------------------------------------------------------------------------
 # Container start (inside a node: the engines are there)
 
@@ -203,7 +300,10 @@ def container_start(fleet, node, engine, variants, rounds):
     return json.loads(out.stdout)
 
 
-def docker_start_rows(fleet, node, label, rounds):
+def docker_start_rows(fleet, node, label, rounds, *, cdi=False, nvidia=False):
+    """``docker run --rm`` through the shim with 1 GPU and without, against plain runc; with ``cdi`` (the engine
+    reads CDI specs itself) also docker's native CDI with our spec; with ``nvidia`` (``prepare_nvidia_reference``
+    ran on the node) NVIDIA's runtime in CDI mode and docker's native CDI with NVIDIA's spec."""
     base = ["docker", "run", "--rm", "--network", "none"]
     variants = {
         "runc": [*base, IMAGE, "true"],
@@ -220,9 +320,15 @@ def docker_start_rows(fleet, node, label, rounds):
             if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
                 same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
     variants["runc-same-mounts"] = [*base, *same, IMAGE, "true"]
+    if cdi:
+        variants["cdi-ours"] = [*base, "--device", "nvidia.com/gpu=0", IMAGE, "true"]
+    if nvidia:
+        variants["nvidia-cdi"] = [*base, "--runtime=nvidia-ref", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"]
+        if cdi:
+            variants["cdi-nvidia"] = [*base, "--device", NVIDIA_REF_KIND + "=0", IMAGE, "true"]
     t = container_start(fleet, node, "docker", variants, rounds)
     target = TARGETS["shim_ratio"]
-    return [
+    rows = [
         pair(f"{label}: docker run --rm, shim + 1 GPU", "s", t["shim-gpu"], "plain runc", t["runc"], target=target),
         pair(f"{label}: docker run --rm, shim, no GPU", "s", t["shim-nogpu"], "plain runc", t["runc"]),
         pair(
@@ -234,13 +340,215 @@ def docker_start_rows(fleet, node, label, rounds):
             note="the injection itself: the rest of the shim's overhead is its own processes",
         ),
     ]
+    if nvidia:
+        rows.append(
+            pair(
+                f"{label}: docker run --rm, shim + 1 GPU",
+                "s",
+                t["shim-gpu"],
+                "NVIDIA's runtime, CDI mode, 1 GPU",
+                t["nvidia-cdi"],
+                target=TARGETS["vs_nvidia_cdi"],
+            )
+        )
+        rows.append(
+            pair(
+                f"{label}: docker run --rm, NVIDIA's runtime, CDI mode, 1 GPU",
+                "s",
+                t["nvidia-cdi"],
+                "plain runc",
+                t["runc"],
+            )
+        )
+    if cdi:
+        rows.append(
+            pair(
+                f"{label}: docker run --rm --device nvidia.com/gpu=0 (our spec)",
+                "s",
+                t["cdi-ours"],
+                "plain runc",
+                t["runc"],
+            )
+        )
+    if cdi and nvidia:
+        rows.append(
+            pair(
+                f"{label}: docker run --rm --device <kind>=0, our spec",
+                "s",
+                t["cdi-ours"],
+                "NVIDIA's spec (nvidia-ctk cdi generate)",
+                t["cdi-nvidia"],
+                target=1.0,
+            )
+        )
+    return rows
 
 
-def podman_start_rows(fleet, node, label, rounds):
+TRACE_DIR = "/usr/local/libexec/gfbench"
+TRACE_WRAPPER = """#!/bin/sh
+# bench/bench.py: times one OCI runtime call (the runtime's whole run, its children included) into a log line
+t0=$(date +%%s%%N)
+%(real)s "$@"
+rc=$?
+t1=$(date +%%s%%N)
+cmd=other
+for a; do case "$a" in create|start|delete|kill|state|features) cmd=$a; break;; esac; done
+echo "$cmd $t0 $t1 $rc" >> %(log)s
+exit $rc
+"""
+TRACE_PLAYBOOK = """
+- hosts: %(node)s
+  gather_facts: false
+  tasks:
+    - name: Register the timing wrappers as docker runtimes
+      gpufleet.nvidia.container_runtime:
+        engine: docker
+        name: "{{ item.name }}"
+        path: "{{ item.path }}"
+        restart: true
+      loop:
+        - {name: gfbench-shim, path: %(dir)s/shim}
+        - {name: gfbench-runc, path: %(dir)s/runc}
+"""
+
+
+def trace_calls(log_text):
+    """A timing wrapper's log (``TRACE_WRAPPER``) as ``{call: [seconds, ...]}``; a failed create or start is an error
+    (a kill or delete of a container that is already gone may fail, as it does under plain runc)."""
+    calls = {}
+    for line in log_text.splitlines():
+        cmd, t0, t1, rc = line.split()
+        if rc != "0" and cmd in {"create", "start"}:
+            raise RuntimeError(f"a traced runtime call failed: {line}")
+        calls.setdefault(cmd, []).append((int(t1) - int(t0)) / 1e9)
+    return calls
+
+
+def start_profile_rows(fleet, node, label, rounds):
+    """Where a GPU start's time goes: each OCI runtime call docker makes (create, start, kill, delete, state),
+    timed by a wrapper around our launcher (1 GPU) and around runc given the same mounts and devices; the calls
+    that differ carry the shim's cost, the rest of ``docker run`` is the engine's own."""
+    runc = fleet.exec(node, "command -v runc").stdout.strip()
+    for name, real in (("shim", SHIM), ("runc", runc)):
+        text = TRACE_WRAPPER % {"real": real, "log": f"{TRACE_DIR}/{name}.log"}
+        fleet.put(node, f"{TRACE_DIR}/{name}", text)
+    fleet.exec(node, ["chmod", "755", f"{TRACE_DIR}/shim", f"{TRACE_DIR}/runc"])
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(TRACE_PLAYBOOK % {"node": node, "dir": TRACE_DIR})
+    try:
+        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=600)
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(f"registering the timing wrappers on {node} failed:\n" + out.stdout[-3000:])
+    index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
+    same = []
+    for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
+        same += ["--device={}".format(d.get("hostPath", d["path"])) for d in edit.get("deviceNodes") or ()]
+        for m in edit.get("mounts") or ():
+            if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
+                same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
+    base = ["docker", "run", "--rm", "--network", "none"]
+    variants = {
+        "shim": [*base, "--runtime=gfbench-shim", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
+        "runc": [*base, "--runtime=gfbench-runc", *same, IMAGE, "true"],
+    }
+    fleet.exec(node, f"rm -f {TRACE_DIR}/*.log")
+    totals = container_start(fleet, node, "docker", variants, rounds)
+    calls = {name: trace_calls(fleet.exec(node, f"cat {TRACE_DIR}/{name}.log").stdout) for name in variants}
+    rows = []
+    for cmd in ("create", "start", "kill", "delete", "state"):
+        shim, plain = calls["shim"].get(cmd), calls["runc"].get(cmd)
+        if not shim or not plain:
+            continue
+        rows.append(
+            pair(
+                f"{label}: profile, one OCI '{cmd}' call, shim + 1 GPU",
+                "s",
+                shim,
+                "runc + the same mounts/devices",
+                plain,
+                note=f"calls per start: {len(shim) / (rounds + 1):.1f} and {len(plain) / (rounds + 1):.1f}",
+            )
+        )
+    rows.append(
+        pair(
+            f"{label}: profile, whole docker run --rm through the timing wrapper, shim + 1 GPU",
+            "s",
+            totals["shim"],
+            "runc + the same mounts/devices",
+            totals["runc"],
+        )
+    )
+    return rows
+
+
+def cdi_generate_rows(fleet, node, label, rounds):
+    """The CDI spec made on the node from the live driver: ``gpufleet-cdi-refresh --force`` (discovery, the spec and
+    index rendered and written, as at boot) against ``nvidia-ctk cdi generate --output`` (``prepare_nvidia_reference``),
+    both into ``/tmp``."""
+    vendor, klass = NVIDIA_REF_KIND.split("/")
+    ctk = [f"{NVIDIA_REF}/nvidia-ctk", "--quiet", "cdi", "generate", "--vendor", vendor, "--class", klass]
+    ctk += ["--nvidia-cdi-hook-path", f"{NVIDIA_REF}/nvidia-cdi-hook", "--output", "/tmp/gfbench-nvidia-ref.yaml"]
+    # ours with the defaults cdi_spec had, written to /tmp as nvidia-ctk's is (the live spec and index stay as they are)
+    config = {"path": "/tmp/gfbench-ours.yaml", "index_path": "/tmp/gfbench-ours.json"}
+    fleet.put(node, "/tmp/gfbench-cdi-refresh.json", json.dumps(config))
+    ours = ["/usr/local/bin/gpufleet-cdi-refresh", "--config", "/tmp/gfbench-cdi-refresh.json", "--force"]
+    variants = {"ours": ours, "nvidia": ctk}
+    t = container_start(fleet, node, "cdi", variants, rounds)
+    return [
+        pair(
+            f"{label}: CDI spec from the live driver, gpufleet-cdi-refresh --force",
+            "s",
+            t["ours"],
+            "nvidia-ctk cdi generate",
+            t["nvidia"],
+        )
+    ]
+
+
+def ctr_start_rows(fleet, node, label, rounds):
+    """containerd through ``ctr run --rm --runc-binary <shim>`` with 1 GPU against plain ``ctr run --rm`` (runc):
+    the path of a containerd without CDI (1.6) or a CRI with the shim as its runtime binary."""
+    fleet.exec(node, f"docker save {IMAGE} | ctr -n gfbench images import - >/dev/null", timeout=600)
+    ref = "docker.io/" + IMAGE
+    ctr = ["ctr", "-n", "gfbench", "run", "--rm"]
+    variants = {
+        "runc": [*ctr, ref, "gfbench-runc", "true"],
+        "shim-gpu": [*ctr, "--runc-binary", SHIM, "--env", "NVIDIA_VISIBLE_DEVICES=0", ref, "gfbench-shim", "true"],
+    }
+    t = container_start(fleet, node, "containerd", variants, rounds)
+    return [
+        pair(
+            f"{label}: ctr run --rm --runc-binary <shim>, 1 GPU",
+            "s",
+            t["shim-gpu"],
+            "plain ctr run --rm (runc)",
+            t["runc"],
+            target=TARGETS["shim_ratio"],
+        )
+    ]
+
+
+def podman_start_rows(fleet, node, label, rounds, nvidia=False):
     base = ["podman", "run", "--rm", "--network", "none"]
     variants = {"plain": [*base, IMAGE, "true"], "cdi": [*base, "--device", "nvidia.com/gpu=0", IMAGE, "true"]}
+    if nvidia:
+        variants["cdi-nvidia"] = [*base, "--device", NVIDIA_REF_KIND + "=0", IMAGE, "true"]
     t = container_start(fleet, node, "podman", variants, rounds)
-    return [pair(f"{label}: podman run --rm --device nvidia.com/gpu=0", "s", t["cdi"], "no device", t["plain"])]
+    rows = [pair(f"{label}: podman run --rm --device nvidia.com/gpu=0", "s", t["cdi"], "no device", t["plain"])]
+    if nvidia:
+        rows.append(
+            pair(
+                f"{label}: podman run --rm --device <kind>=0, our spec",
+                "s",
+                t["cdi"],
+                "NVIDIA's spec (nvidia-ctk cdi generate)",
+                t["cdi-nvidia"],
+                target=1.0,
+            )
+        )
+    return rows
 
 
 SHIM_RUSAGE = textwrap.dedent(
@@ -1071,31 +1379,55 @@ def markdown(result):
 def main():
     prefix = os.environ.get("GPUFLEET_BENCH_PREFIX", "gfbench%d" % os.getpid())
     rounds = int(os.environ.get("GPUFLEET_BENCH_ROUNDS", "15"))
-    sections = "start,shim,discovery,scan,cdi,dgx,fleet,storm,scale"
+    sections = "start,profile,shim,discovery,scan,cdi,dgx,fleet,storm,scale"
     only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", sections).split(",")))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": date, "rounds": rounds, "host": "%d CPUs, load %.2f" % (os.cpu_count(), os.getloadavg()[0])}
     result["rows"], result["notes"] = [], []
     rows = result["rows"]
-    if only & {"start", "shim", "discovery", "storm"}:
+    if only & {"start", "profile", "shim", "discovery", "storm"}:
         fleet = Fleet(prefix, os.path.join(HERE, "fleet.yml"))
         log(f"fleet {prefix} up ({fleet.config})")
         fleet.up()
         try:
-            prepare_gpu_nodes(fleet, ["b-bookworm", "b-trixie"])
-            versions = {
-                n: fleet.exec(n, "docker version -f '{{.Server.Version}}'").stdout.strip()
-                for n in ("b-bookworm", "b-trixie")
-            }
+            gpu_nodes = ["b-bookworm", "b-trixie", "b-sid"]
+            prepare_gpu_nodes(fleet, gpu_nodes)
+            versions = {n: fleet.exec(n, "docker version -f '{{.Server.Version}}'").stdout.strip() for n in gpu_nodes}
             versions["podman"] = fleet.exec("b-trixie", "podman --version").stdout.split()[-1]
+            versions["containerd"] = fleet.exec("b-bookworm", "containerd --version").stdout.split()[2]
+            nvidia = nvidia_reference()
+            if nvidia and "start" in only:
+                log(f"NVIDIA's runtime from {nvidia} on b-trixie")
+                versions["nvidia"] = prepare_nvidia_reference(fleet, "b-trixie", nvidia)
+                result["notes"].append(
+                    "NVIDIA's runtime: {} (GPUFLEET_BENCH_NVIDIA_RUNTIME), CDI mode, on b-trixie beside ours, its spec "
+                    "from nvidia-ctk cdi generate under the kind {}".format(versions["nvidia"], NVIDIA_REF_KIND)
+                )
+            elif "start" in only:
+                result["notes"].append(
+                    "NVIDIA's runtime: not compared (set GPUFLEET_BENCH_NVIDIA_RUNTIME to a folder with its "
+                    "nvidia-container-runtime, nvidia-ctk and nvidia-cdi-hook)"
+                )
             result["versions"] = versions
             if "start" in only:
                 log("container start, docker {} (bookworm)".format(versions["b-bookworm"]))
                 rows += docker_start_rows(fleet, "b-bookworm", "docker {}".format(versions["b-bookworm"]), rounds)
+                log("container start, containerd {} (bookworm)".format(versions["containerd"]))
+                rows += ctr_start_rows(fleet, "b-bookworm", "containerd {}".format(versions["containerd"]), rounds)
                 log("container start, docker {} (trixie)".format(versions["b-trixie"]))
-                rows += docker_start_rows(fleet, "b-trixie", "docker {}".format(versions["b-trixie"]), rounds)
+                label = "docker {}".format(versions["b-trixie"])
+                rows += docker_start_rows(fleet, "b-trixie", label, rounds, cdi=True, nvidia=bool(nvidia))
+                log("container start, docker {} (sid)".format(versions["b-sid"]))
+                rows += docker_start_rows(fleet, "b-sid", "docker {}".format(versions["b-sid"]), rounds, cdi=True)
+                if nvidia:
+                    log("CDI spec generation on b-trixie, ours and nvidia-ctk's")
+                    rows += cdi_generate_rows(fleet, "b-trixie", "b-trixie (2 GPUs)", rounds)
                 log("container start, podman {}".format(versions["podman"]))
-                rows += podman_start_rows(fleet, "b-trixie", "podman {}".format(versions["podman"]), rounds)
+                label = "podman {}".format(versions["podman"])
+                rows += podman_start_rows(fleet, "b-trixie", label, rounds, nvidia=bool(nvidia))
+            if "profile" in only:
+                log("where a GPU start's time goes, docker {} (trixie)".format(versions["b-trixie"]))
+                rows += start_profile_rows(fleet, "b-trixie", "docker {}".format(versions["b-trixie"]), rounds)
             if "shim" in only:
                 log("shim CPU and memory")
                 rows += shim_rows(fleet, "b-bookworm", "bookworm", rounds * 2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -113,3 +114,29 @@ def test_the_per_host_marginal_is_the_slope_over_fleet_sizes():
 def test_a_marginal_needs_two_fleet_sizes():
     with pytest.raises(ValueError, match="two fleet sizes"):
         bench.marginal([(24, 80.0), (24, 82.0)])
+
+
+def test_the_timing_wrapper_runs_the_runtime_and_logs_each_call(tmp_path):
+    """The profile's wrapper, run by the real /bin/sh around a stand-in runtime, as docker calls a runtime."""
+    runtime = tmp_path / "runtime"
+    runtime.write_text('#!/bin/sh\necho "runtime: $*"\ncase "$*" in *fail*) exit 3;; esac\n')
+    runtime.chmod(0o755)
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(bench.TRACE_WRAPPER % {"real": str(runtime), "log": str(log)})
+    wrapper.chmod(0o755)
+    argv_create = ["--root", "/run/docker/runtime-runc/moby", "--log", "/x/create/log.json", "create", "--bundle", "b"]
+    out = subprocess.run([str(wrapper), *argv_create, "c1"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0
+    assert out.stdout == "runtime: " + " ".join([*argv_create, "c1"]) + "\n"  # arguments passed through unchanged
+    assert subprocess.run([str(wrapper), "--root", "r", "start", "c1"], check=False).returncode == 0
+    assert subprocess.run([str(wrapper), "delete", "--force", "fail"], capture_output=True, check=False).returncode == 3
+    calls = bench.trace_calls(log.read_text())
+    assert sorted(calls) == ["create", "delete", "start"]  # the subcommand, not the --log path's "create"
+    assert all(len(v) == 1 and 0 < v[0] < 5 for v in calls.values())
+
+
+def test_a_failed_create_in_the_profile_is_an_error_a_failed_delete_is_not():
+    assert bench.trace_calls("delete 1000000000 1002000000 1\n") == {"delete": [0.002]}
+    with pytest.raises(RuntimeError, match="create"):
+        bench.trace_calls("create 1000000000 1020000000 1\n")
