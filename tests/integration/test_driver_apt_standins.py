@@ -52,10 +52,11 @@ import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
 from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+from tests.sim.images import ensure_images
 
 pytestmark = pytest.mark.integration
 
-IMAGE_PREFIX = "gpufleet-sim/node:bookworm-noengine-"
+BOOKWORM_NOENGINE = ("bookworm", (), False)  # suite, engines, driver packages (tests/sim/images.py)
 ARCH = "amd64"
 K_OLD, K_NEW = "5.15.0-125-generic", "5.15.0-126-generic"
 U_OLD, U_NEW = "580.95.05-0ubuntu0.22.04.1", "580.105.08-0ubuntu0.22.04.1"
@@ -71,14 +72,9 @@ CUDA_LIST = "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list"
 
 
 def node_image() -> str:
-    tags = subprocess.run(
-        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    # the image without Debian's NVIDIA userspace (the -drv- one carries 535)
-    found = [t for t in tags if t.startswith(IMAGE_PREFIX) and "-drv-" not in t]
-    if not found:
-        pytest.skip(f"no {IMAGE_PREFIX}* image without a driver (built by the first bookworm fleet)")
-    return found[0]
+    """The bookworm node image without engines and without Debian's NVIDIA userspace, built here when missing (the
+    fleets build it too, but this test must not depend on running after one of them: a fresh CI machine)."""
+    return ensure_images([BOOKWORM_NOENGINE])[BOOKWORM_NOENGINE]
 
 
 def deb(out: Path, name: str, version: str, depends: str = "", files: dict[str, str] | None = None) -> None:

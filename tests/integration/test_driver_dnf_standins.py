@@ -34,10 +34,11 @@ import subprocess
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import plan
+from tests.sim.images import ensure_images
 
 pytestmark = pytest.mark.integration
 
-IMAGE_PREFIX = "gpufleet-sim/node:bookworm-noengine-"
+BOOKWORM_NOENGINE = ("bookworm", (), False)  # suite, engines, driver packages (tests/sim/images.py)
 EPOCH = 3
 OLD_580, NEW_580, V595 = "580.95.05", "580.105.08", "595.71.05"
 OPEN_SET = [
@@ -85,13 +86,9 @@ NVSWITCH_HOPPER = {
 
 
 def node_image() -> str:
-    tags = subprocess.run(
-        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    found = [t for t in tags if t.startswith(IMAGE_PREFIX)]
-    if not found:
-        pytest.skip(f"no {IMAGE_PREFIX}* image (built by the first bookworm fleet)")
-    return found[0]
+    """The bookworm node image without engines and without Debian's NVIDIA userspace, built here when missing (the
+    fleets build it too, but this test must not depend on running after one of them: a fresh CI machine)."""
+    return ensure_images([BOOKWORM_NOENGINE])[BOOKWORM_NOENGINE]
 
 
 def spec(name: str, version: str, requires: list[str]) -> str:
