@@ -996,7 +996,8 @@ def dgx_rows(rounds):
             argv += ["--output", os.path.join(work, "ctk.yaml")]
             out = run(argv, check=False, env=ctk_env, timeout=120)
             if out.returncode != 0:
-                rows.append({"name": "DGX: nvidia-ctk cdi generate", "skipped": f"{ctk} failed: {out.stderr[-300:]}"})
+                why = " ".join(out.stderr.strip().splitlines()[-1:])[-300:]  # one line: it is a table cell
+                rows.append({"name": "DGX: nvidia-ctk cdi generate", "skipped": f"{ctk} failed: {why}"})
             else:
                 both = _time_argvs({"ctk": [argv], "ours": variants["dgx"]}, rounds, ctk_env)
                 rows.append(
@@ -1469,8 +1470,8 @@ def main():
             storm = row["storm"]
             result["notes"].append("storm: %d failed starts: %s" % (storm["failed_starts"], storm["failures"][:5]))
         if met(row) is False:
-            where = "the runc + mounts/devices rows show where the time goes"
-            if row["name"].startswith("scale"):
+            where = "the runc + mounts/devices and profile rows show where the time goes"
+            if row["name"].startswith(("scale", "fleet")):
                 where = "the controller-CPU rows and the module executions in the notes show where the time goes"
             if row["name"].startswith("DGX"):
                 where = "the scan and spec rows split it; the CPU-time rows are free of the machine's load"
