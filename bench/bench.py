@@ -195,14 +195,32 @@ def prepare_gpu_nodes(fleet, nodes):
     for proc in procs:
         if proc.wait(600) != 0:
             raise RuntimeError("gpufleet-sim-mini-image failed")
+    run_playbook(fleet, PREPARE_PLAYBOOK, "preparing the nodes", timeout=900)
+
+
+def run_playbook(fleet, text, what, timeout=600):
+    """``ansible-playbook`` on the fleet's inventory with the playbook ``text``; RuntimeError naming ``what``."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
-        f.write(PREPARE_PLAYBOOK)
+        f.write(text)
     try:
-        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=900)
+        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=timeout)
     finally:
         os.unlink(f.name)
     if out.returncode != 0:
-        raise RuntimeError("preparing the nodes failed:\n" + out.stdout[-3000:])
+        raise RuntimeError(f"{what} failed:\n" + out.stdout[-3000:])
+
+
+def gpu0_docker_args(fleet, node):
+    """docker's ``--device``/``-v`` arguments for the very device nodes and (utility, compute) mounts the shim injects
+    for GPU 0, read from the node's CDI index: runc given what the shim gives, without the shim."""
+    index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
+    same = []
+    for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
+        same += ["--device={}".format(d.get("hostPath", d["path"])) for d in edit.get("deviceNodes") or ()]
+        for m in edit.get("mounts") or ():
+            if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
+                same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
+    return same
 
 
 def nvidia_reference():
@@ -263,14 +281,7 @@ def prepare_nvidia_reference(fleet, node, folder):
                 restart: true
         """
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
-        f.write(playbook)
-    try:
-        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=600)
-    finally:
-        os.unlink(f.name)
-    if out.returncode != 0:
-        raise RuntimeError(f"registering NVIDIA's runtime on {node} failed:\n" + out.stdout[-3000:])
+    run_playbook(fleet, playbook, f"registering NVIDIA's runtime on {node}")
     return fleet.exec(node, [f"{NVIDIA_REF}/nvidia-ctk", "--version"]).stdout.strip().splitlines()[0]
 
 
@@ -312,14 +323,7 @@ def docker_start_rows(fleet, node, label, rounds, *, cdi=False, nvidia=False):
     }
     # Where the time goes: runc given the very mounts and device nodes the shim injects for GPU 0 (by
     # docker's -v/--device, no shim, no hook): what any injection costs, before the shim's own processes.
-    index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
-    same = []
-    for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
-        same += ["--device={}".format(d.get("hostPath", d["path"])) for d in edit.get("deviceNodes") or ()]
-        for m in edit.get("mounts") or ():
-            if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
-                same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
-    variants["runc-same-mounts"] = [*base, *same, IMAGE, "true"]
+    variants["runc-same-mounts"] = [*base, *gpu0_docker_args(fleet, node), IMAGE, "true"]
     if cdi:
         variants["cdi-ours"] = [*base, "--device", "nvidia.com/gpu=0", IMAGE, "true"]
     if nvidia:
@@ -433,21 +437,8 @@ def start_profile_rows(fleet, node, label, rounds):
         text = TRACE_WRAPPER % {"real": real, "log": f"{TRACE_DIR}/{name}.log"}
         fleet.put(node, f"{TRACE_DIR}/{name}", text)
     fleet.exec(node, ["chmod", "755", f"{TRACE_DIR}/shim", f"{TRACE_DIR}/runc"])
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
-        f.write(TRACE_PLAYBOOK % {"node": node, "dir": TRACE_DIR})
-    try:
-        out = run(["ansible-playbook", "-i", fleet.inventory, f.name], check=False, timeout=600)
-    finally:
-        os.unlink(f.name)
-    if out.returncode != 0:
-        raise RuntimeError(f"registering the timing wrappers on {node} failed:\n" + out.stdout[-3000:])
-    index = json.loads(fleet.exec(node, "cat /etc/gpufleet/cdi-nvidia.json").stdout)
-    same = []
-    for edit in (index.get("containerEdits") or {}, index["devices"]["0"]):
-        same += ["--device={}".format(d.get("hostPath", d["path"])) for d in edit.get("deviceNodes") or ()]
-        for m in edit.get("mounts") or ():
-            if set(index.get("mountCapabilities", {}).get(m["containerPath"], ())) <= {"utility", "compute"}:
-                same += ["-v", "{}:{}:ro".format(m["hostPath"], m["containerPath"])]
+    run_playbook(fleet, TRACE_PLAYBOOK % {"node": node, "dir": TRACE_DIR}, f"registering the timing wrappers on {node}")
+    same = gpu0_docker_args(fleet, node)
     base = ["docker", "run", "--rm", "--network", "none"]
     variants = {
         "shim": [*base, "--runtime=gfbench-shim", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
