@@ -85,6 +85,7 @@ spec-dirs = ["/etc/cdi"]
 [nvidia-ctk]
 path = "%s/nvidia-ctk"
 """ % (NVIDIA_REF_KIND, NVIDIA_REF)
+DOCKER_RUN = ("docker", "run", "--rm", "--network", "none")  # every timed docker start
 PREPARE_PLAYBOOK = """
 - hosts: all
   gather_facts: false
@@ -238,6 +239,15 @@ def nvidia_reference():
     return folder
 
 
+def nvidia_ctk_generate(output, quiet=False):
+    """``nvidia-ctk cdi generate`` on a bench node: NVIDIA's spec for the node's GPUs under ``NVIDIA_REF_KIND``, its
+    hooks calling the copied ``nvidia-cdi-hook``, written to ``output``."""
+    vendor, klass = NVIDIA_REF_KIND.split("/")
+    argv = [f"{NVIDIA_REF}/nvidia-ctk", *(["--quiet"] if quiet else []), "cdi", "generate"]
+    argv += ["--vendor", vendor, "--class", klass, "--nvidia-cdi-hook-path", f"{NVIDIA_REF}/nvidia-cdi-hook"]
+    return [*argv, "--output", output]
+
+
 def prepare_nvidia_reference(fleet, node, folder):
     """NVIDIA's runtime registered beside ours on ``node`` as docker's runtime ``nvidia-ref``, in CDI mode, with
     the spec ``nvidia-ctk cdi generate`` writes for the node's GPUs under the kind ``nvidia-ref.com/gpu`` (so the
@@ -250,24 +260,7 @@ def prepare_nvidia_reference(fleet, node, folder):
     # docker passes a runtime no environment of its own, so the bench node gets the file (nothing of ours reads it
     # there: the shim's settings are its own).
     fleet.put(node, "/etc/nvidia-container-runtime/config.toml", NVIDIA_REF_CONFIG)
-    vendor, klass = NVIDIA_REF_KIND.split("/")
-    fleet.exec(
-        node,
-        [
-            f"{NVIDIA_REF}/nvidia-ctk",
-            "cdi",
-            "generate",
-            "--vendor",
-            vendor,
-            "--class",
-            klass,
-            "--nvidia-cdi-hook-path",
-            f"{NVIDIA_REF}/nvidia-cdi-hook",
-            "--output",
-            "/etc/cdi/nvidia-ref.yaml",
-        ],
-        timeout=300,
-    )
+    fleet.exec(node, nvidia_ctk_generate("/etc/cdi/nvidia-ref.yaml"), timeout=300)
     playbook = textwrap.dedent(
         f"""
         - hosts: {node}
@@ -315,21 +308,20 @@ def docker_start_rows(fleet, node, label, rounds, *, cdi=False, nvidia=False):
     """``docker run --rm`` through the shim with 1 GPU and without, against plain runc; with ``cdi`` (the engine
     reads CDI specs itself) also docker's native CDI with our spec; with ``nvidia`` (``prepare_nvidia_reference``
     ran on the node) NVIDIA's runtime in CDI mode and docker's native CDI with NVIDIA's spec."""
-    base = ["docker", "run", "--rm", "--network", "none"]
     variants = {
-        "runc": [*base, IMAGE, "true"],
-        "shim-gpu": [*base, "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
-        "shim-nogpu": [*base, "--runtime=nvidia", IMAGE, "true"],
+        "runc": [*DOCKER_RUN, IMAGE, "true"],
+        "shim-gpu": [*DOCKER_RUN, "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
+        "shim-nogpu": [*DOCKER_RUN, "--runtime=nvidia", IMAGE, "true"],
     }
     # Where the time goes: runc given the very mounts and device nodes the shim injects for GPU 0 (by
     # docker's -v/--device, no shim, no hook): what any injection costs, before the shim's own processes.
-    variants["runc-same-mounts"] = [*base, *gpu0_docker_args(fleet, node), IMAGE, "true"]
+    variants["runc-same-mounts"] = [*DOCKER_RUN, *gpu0_docker_args(fleet, node), IMAGE, "true"]
     if cdi:
-        variants["cdi-ours"] = [*base, "--device", "nvidia.com/gpu=0", IMAGE, "true"]
+        variants["cdi-ours"] = [*DOCKER_RUN, "--device", "nvidia.com/gpu=0", IMAGE, "true"]
     if nvidia:
-        variants["nvidia-cdi"] = [*base, "--runtime=nvidia-ref", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"]
+        variants["nvidia-cdi"] = [*DOCKER_RUN, "--runtime=nvidia-ref", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"]
         if cdi:
-            variants["cdi-nvidia"] = [*base, "--device", NVIDIA_REF_KIND + "=0", IMAGE, "true"]
+            variants["cdi-nvidia"] = [*DOCKER_RUN, "--device", NVIDIA_REF_KIND + "=0", IMAGE, "true"]
     t = container_start(fleet, node, "docker", variants, rounds)
     target = TARGETS["shim_ratio"]
     rows = [
@@ -439,10 +431,9 @@ def start_profile_rows(fleet, node, label, rounds):
     fleet.exec(node, ["chmod", "755", f"{TRACE_DIR}/shim", f"{TRACE_DIR}/runc"])
     run_playbook(fleet, TRACE_PLAYBOOK % {"node": node, "dir": TRACE_DIR}, f"registering the timing wrappers on {node}")
     same = gpu0_docker_args(fleet, node)
-    base = ["docker", "run", "--rm", "--network", "none"]
     variants = {
-        "shim": [*base, "--runtime=gfbench-shim", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
-        "runc": [*base, "--runtime=gfbench-runc", *same, IMAGE, "true"],
+        "shim": [*DOCKER_RUN, "--runtime=gfbench-shim", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true"],
+        "runc": [*DOCKER_RUN, "--runtime=gfbench-runc", *same, IMAGE, "true"],
     }
     fleet.exec(node, f"rm -f {TRACE_DIR}/*.log")
     totals = container_start(fleet, node, "docker", variants, rounds)
@@ -478,9 +469,7 @@ def cdi_generate_rows(fleet, node, label, rounds):
     """The CDI spec made on the node from the live driver: ``gpufleet-cdi-refresh --force`` (discovery, the spec and
     index rendered and written, as at boot) against ``nvidia-ctk cdi generate --output`` (``prepare_nvidia_reference``),
     both into ``/tmp``."""
-    vendor, klass = NVIDIA_REF_KIND.split("/")
-    ctk = [f"{NVIDIA_REF}/nvidia-ctk", "--quiet", "cdi", "generate", "--vendor", vendor, "--class", klass]
-    ctk += ["--nvidia-cdi-hook-path", f"{NVIDIA_REF}/nvidia-cdi-hook", "--output", "/tmp/gfbench-nvidia-ref.yaml"]
+    ctk = nvidia_ctk_generate("/tmp/gfbench-nvidia-ref.yaml", quiet=True)
     # ours with the defaults cdi_spec had, written to /tmp as nvidia-ctk's is (the live spec and index stay as they are)
     config = {"path": "/tmp/gfbench-ours.yaml", "index_path": "/tmp/gfbench-ours.json"}
     fleet.put(node, "/tmp/gfbench-cdi-refresh.json", json.dumps(config))
@@ -1462,8 +1451,10 @@ def main():
             result["notes"].append("storm: %d failed starts: %s" % (storm["failed_starts"], storm["failures"][:5]))
         if met(row) is False:
             where = "the runc + mounts/devices and profile rows show where the time goes"
-            if row["name"].startswith(("scale", "fleet")):
+            if row["name"].startswith("scale"):
                 where = "the controller-CPU rows and the module executions in the notes show where the time goes"
+            if row["name"].startswith("fleet"):
+                where = "the module executions per host in the notes show where the time goes"
             if row["name"].startswith("DGX"):
                 where = "the scan and spec rows split it; the CPU-time rows are free of the machine's load"
             result["notes"].append(f"target missed: {row['name']} ({where})")
