@@ -23,6 +23,7 @@ import os
 import re
 import stat
 
+from ..base.jsonio import loads
 from .nvidia_toolkit import dpkg_stanzas
 
 TYPE_CHECKING = False
@@ -194,7 +195,7 @@ def load(text: str | None) -> dict | None:
     if not text:
         return None
     try:
-        record = json.loads(text)
+        record = loads(text, what="stage stamp")  # every malformed text is a ValueError, deep nesting too
     except ValueError:
         return None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
