@@ -21,6 +21,8 @@ Two layouts exist and a file may hold both, old first:
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 
 from ..base.record import record
 
@@ -45,6 +47,10 @@ _ARCH_BY_REQUIRED = {
     0x0900: "armhf",
 }
 
+# ldconfig names each entry after the soname link it makes in the library's folder (a file name, at most
+# NAME_MAX, 255 bytes) and points it at a path: PATH_MAX (4096) bounds every string of a real cache.
+MAX_STRING_BYTES = 4096
+
 # The cache's own endianness byte (new format, since glibc 2.33).
 _ENDIAN_UNSET, _ENDIAN_INVALID, _ENDIAN_LITTLE, _ENDIAN_BIG = 0, 1, 2, 3
 
@@ -65,9 +71,11 @@ def entry_arch(flags: int) -> str:
 def _cstring(data: bytes, offset: int, where: str) -> str:
     if offset >= len(data):
         raise LdCacheError(f"string offset {offset} past the end of the cache ({len(data)} bytes) in {where}")
-    end = data.find(b"\0", offset)
+    end = data.find(b"\0", offset, offset + MAX_STRING_BYTES + 1)
     if end < 0:
-        raise LdCacheError(f"unterminated string at offset {offset} in {where}")
+        raise LdCacheError(
+            f"a string of more than {MAX_STRING_BYTES} bytes, or unterminated, at offset {offset} in {where}"
+        )
     return data[offset:end].decode("utf-8", "surrogateescape")
 
 
@@ -160,6 +168,13 @@ def read_ld_so_cache(path: str) -> list[LdCacheEntry]:
 # sorts after them. The image's own entries, its string table and its extension directory (generator,
 # glibc-hwcaps subdirectories) are kept byte for byte; only their offsets move by the size the entry
 # table grew. Checked against glibc's own ``ldconfig -p`` and loader in the tests.
+#
+# The image writes the cache, so every step is linear in its size, whatever its contents: the entry table is
+# read and rebased as arrays, each of the image's names is looked at once (at most MAX_STRING_BYTES of it),
+# the binary search compares our own short names with names of that bound, and digit runs compare in time
+# linear in their length. A cache that breaks a rule glibc's ldconfig never breaks (a string offset outside
+# the string table, a name longer than a file name can be, a section outside the file) is an LdCacheError,
+# and the caller writes the driver's entries alone.
 
 EXTENSION_MAGIC = 0xEAA42174
 HWCAP_EXTENSION = 1 << 62
@@ -168,14 +183,32 @@ MAX_CACHE_BYTES = 8 << 20  # the biggest real caches are a few hundred KiB
 FLAGS_BY_ARCH = {arch: FLAG_ELF_LIBC6 | required for required, arch in _ARCH_BY_REQUIRED.items()}
 _EXT_HEADER = struct.Struct("<II")
 _EXT_SECTION = struct.Struct("<IIII")
+_WORDS = _NEW_ENTRY.size // 4  # an entry as uint32 words: flags, key, value, osversion, hwcap low, hwcap high
 
 
 def _signed(byte: int) -> int:
     return byte - 256 if byte > 127 else byte
 
 
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def _digits_end(text: bytes, at: int, size: int) -> int:
+    while at < size and 48 <= text[at] <= 57:
+        at += 1
+    return at
+
+
 def libcmp(p1: bytes, p2: bytes) -> int:
-    """glibc's ``_dl_cache_libcmp`` on two byte strings: <0, 0 or >0."""
+    """glibc's ``_dl_cache_libcmp`` on two byte strings: <0, 0 or >0, in time linear in their lengths.
+
+    glibc accumulates a digit run in an ``int`` (``val = val * 10 + digit``), which wraps at 32 bits: the
+    value is the run's number modulo 2**32, which only its last 32 digits decide (10**32 is a multiple of
+    2**32), and a difference of two values is taken in an ``int`` too. Below 2**31, every real version
+    number, that is the plain numeric order; above it, it is the order the loader and ldconfig use.
+    """
     i = j = 0
     n1, n2 = len(p1), len(p2)
     while i < n1:
@@ -184,15 +217,12 @@ def libcmp(p1: bytes, p2: bytes) -> int:
         if 48 <= c1 <= 57:
             if not 48 <= c2 <= 57:
                 return 1
-            v1 = v2 = 0
-            while i < n1 and 48 <= p1[i] <= 57:
-                v1 = v1 * 10 + p1[i] - 48
-                i += 1
-            while j < n2 and 48 <= p2[j] <= 57:
-                v2 = v2 * 10 + p2[j] - 48
-                j += 1
+            e1, e2 = _digits_end(p1, i, n1), _digits_end(p2, j, n2)
+            v1 = _int32(int(p1[max(i, e1 - 32) : e1]))
+            v2 = _int32(int(p2[max(j, e2 - 32) : e2]))
             if v1 != v2:
-                return -1 if v1 < v2 else 1
+                return _int32(v1 - v2)
+            i, j = e1, e2
         elif 48 <= c2 <= 57:
             return -1
         elif c1 != c2:
@@ -201,6 +231,28 @@ def libcmp(p1: bytes, p2: bytes) -> int:
             i += 1
             j += 1
     return -_signed(p2[j]) if j < n2 else 0
+
+
+def _words(data: bytes, start: int, count: int) -> array:
+    """``count`` little-endian uint32 words of ``data`` from ``start``."""
+    words = array("I", data[start : start + 4 * count])
+    if sys.byteorder == "big":
+        words.byteswap()
+    return words
+
+
+def _le_bytes(words: array) -> bytes:
+    if sys.byteorder == "big":
+        words = array("I", words)
+        words.byteswap()
+    return words.tobytes()
+
+
+def _check_offsets(offsets: array, low: int, high: int, what: str) -> None:
+    """Every offset in ``[low, high)``, or LdCacheError (C-speed ``min``/``max`` over the array)."""
+    if offsets and (min(offsets) < low or max(offsets) >= high):
+        bad = next(o for o in offsets if not low <= o < high)
+        raise LdCacheError(f"{what}: string offset {bad} outside the string table ({low}..{high})")
 
 
 def _new_part(data: bytes) -> tuple[bytes, bool]:
@@ -218,13 +270,31 @@ def _new_part(data: bytes) -> tuple[bytes, bool]:
         # writes one there), with the entries that point into it.
         return data[new_at:], False
     # Old layout only: the same entries in the new layout (string offsets re-based on the new header).
+    old = _words(data, 16, nlibs * 3)  # flags, key, value
+    for column in (1, 2):
+        _check_offsets(old[column::3], 0, len(data) - strings, "old-format entry")
     table = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
-    records = bytearray()
-    for i in range(nlibs):
-        flags, key, value = _OLD_ENTRY.unpack_from(data, 16 + i * _OLD_ENTRY.size)
-        records += _NEW_ENTRY.pack(flags, key + table, value + table, 0, 0)
+    new = array("I", bytes(4 * nlibs * _WORDS))
+    new[0::_WORDS] = old[0::3]
+    new[1::_WORDS] = array("I", [key + table for key in old[1::3]])
+    new[2::_WORDS] = array("I", [value + table for value in old[2::3]])
     head = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, nlibs, len(data) - strings, _ENDIAN_LITTLE, 0)
-    return head + bytes(records) + data[strings:], False
+    return head + _le_bytes(new) + data[strings:], False
+
+
+def _names(part: bytes, keys: array) -> list[bytes]:
+    """Each entry's library name, read once per distinct offset and at most ``MAX_STRING_BYTES`` of it."""
+    seen: dict[int, bytes] = {}
+    names = []
+    for index, key in enumerate(keys):
+        name = seen.get(key)
+        if name is None:
+            end = part.find(b"\0", key, key + MAX_STRING_BYTES + 1)
+            if end < 0:
+                raise LdCacheError(f"entry {index}: a name of more than {MAX_STRING_BYTES} bytes, or no end")
+            name = seen[key] = part[key:end]
+        names.append(name)
+    return names
 
 
 def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) -> bytes:
@@ -245,7 +315,11 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     table_end = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
     if table_end > len(part):
         raise LdCacheError(f"cache claims {nlibs} entries but has room for {(len(part) - 48) // 24}")
-    table = part[_NEW_HEADER.size : table_end]
+    words = _words(part, _NEW_HEADER.size, nlibs * _WORDS)
+    for column in (1, 2):
+        _check_offsets(words[column::_WORDS], table_end, len(part), "entry")
+    names = _names(part, words[1::_WORDS])
+    flags = [_int32(word) for word in words[0::_WORDS]]
     tail = bytearray(part[table_end:])
     sections: list[tuple[int, int, int, int]] = []
     if keep_extension and ext_offset:
@@ -253,76 +327,75 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     else:
         ext_offset = 0
 
-    def name_at(index: int) -> bytes:
-        offset = struct.unpack_from("<I", table, index * _NEW_ENTRY.size + 4)[0]
-        end = part.find(b"\0", offset)
-        if offset >= len(part) or end < 0:
-            raise LdCacheError(f"entry {index}: string offset {offset} outside the cache")
-        return part[offset:end]
-
-    def flags_at(index: int) -> int:
-        return struct.unpack_from("<i", table, index * _NEW_ENTRY.size)[0]
-
     def before(new_name: bytes, new_flags: int, index: int) -> bool:
         """glibc's ``compare(entry, new) > 0``: the new entry goes before ``entry``."""
-        order = libcmp(new_name, name_at(index))
-        return order > 0 or (order == 0 and flags_at(index) < new_flags)
+        order = libcmp(new_name, names[index])
+        return order > 0 or (order == 0 and flags[index] < new_flags)
 
-    dropped: set[int] = set()
-    if not sections:  # entries that point into an extension directory that is not kept
-        dropped.update(i for i in range(nlibs) if struct.unpack_from("<Q", table, i * 24 + 16)[0] & HWCAP_EXTENSION)
+    replaced: set[tuple[bytes, int]] = set()
     additions: list[tuple[int, bytes, int, bytes]] = []
     for soname, path, arch in libraries:
-        name, flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
-        if flags is None or b"\0" in name or "\0" in path:
+        name, arch_flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
+        if arch_flags is None or b"\0" in name or "\0" in path or not 0 < len(name) <= MAX_STRING_BYTES:
             raise LdCacheError(f"cannot add {soname!r} ({arch}) to ld.so.cache")
         lo, hi = 0, nlibs
         while lo < hi:
             mid = (lo + hi) // 2
-            if before(name, flags, mid):
+            if before(name, arch_flags, mid):
                 hi = mid
             else:
                 lo = mid + 1
-        # The same name sorts just before the insertion point, among the names libcmp finds equal to it (digit runs
-        # compare by value: lib0 and lib00 are equal), which may come between (found by the property tests).
-        probe = lo - 1
-        while probe >= 0 and libcmp(name_at(probe), name) == 0:
-            if flags_at(probe) == flags and name_at(probe) == name:
-                dropped.add(probe)
-            probe -= 1
-        additions.append((lo, name, flags, path.encode("utf-8", "surrogateescape")))
+        replaced.add((name, arch_flags))
+        additions.append((lo, name, arch_flags, path.encode("utf-8", "surrogateescape")))
+    # The image's entries for the same library and arch, wherever they are (digit runs compare by value, so
+    # lib0 and lib00 are one name to libcmp and may sit in either order: found by the property tests), and
+    # entries that point into an extension directory that is not kept.
+    dropped = [i for i, name in enumerate(names) if (name, flags[i]) in replaced]
+    if not sections:
+        dropped += [i for i, high in enumerate(words[5::_WORDS]) if high & (HWCAP_EXTENSION >> 32)]
 
     # Our entries among themselves: the order ldconfig gives equal-hwcap entries.
     additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
-    count = nlibs - len(dropped) + len(additions)
+    count = nlibs - len(set(dropped)) + len(additions)
     shift = (count - nlibs) * _NEW_ENTRY.size
-    new_strings = bytearray()
+    kept = array("I", words)
+    if shift:
+        for column in (1, 2):
+            kept[column::_WORDS] = array("I", [offset + shift for offset in words[column::_WORDS]])
+    kept_bytes = _le_bytes(kept)
     strings_at = table_end + shift + len(tail)
+    new_strings = bytearray()
     out_table = bytearray()
     cursor = 0
-    for position, name, flags, path in [*additions, (nlibs, None, None, None)]:
-        for index in range(cursor, position):
-            if index in dropped:
-                continue
-            flags_i, key, value, osversion, hwcap = _NEW_ENTRY.unpack_from(table, index * _NEW_ENTRY.size)
-            out_table += _NEW_ENTRY.pack(flags_i, key + shift, value + shift, osversion, hwcap)
-        cursor = max(cursor, position)
-        if name is None:
-            break
+    # Walk the table once: an addition is written before entry `position`, a dropped entry is skipped.
+    events = sorted([(position, 0, rank) for rank, (position, *_rest) in enumerate(additions)] + [
+        (index, 1, 0) for index in set(dropped)
+    ])  # fmt: skip
+    for index, is_drop, rank in events:
+        if index > cursor:
+            out_table += kept_bytes[cursor * _NEW_ENTRY.size : index * _NEW_ENTRY.size]
+            cursor = index
+        if is_drop:
+            cursor = index + 1
+            continue
+        _position, name, entry_flags, path = additions[rank]
         key = strings_at + len(new_strings)
         new_strings += name + b"\0"
         value = strings_at + len(new_strings)
         new_strings += path + b"\0"
-        out_table += _NEW_ENTRY.pack(flags, key, value, 0, 0)
+        out_table += _NEW_ENTRY.pack(entry_flags, key, value, 0, 0)
+    out_table += kept_bytes[cursor * _NEW_ENTRY.size :]
     for tag, _flags, offset, size in sections:
         if tag == 1:  # glibc-hwcaps: an array of string offsets, rebased
-            for at in range(offset - table_end, offset - table_end + size, 4):
-                struct.pack_into("<I", tail, at, struct.unpack_from("<I", tail, at)[0] + shift)
+            at = offset - table_end
+            offsets = _words(bytes(tail), at, size // 4)
+            _check_offsets(offsets, table_end, len(part), "glibc-hwcaps section")
+            tail[at : at + size] = _le_bytes(array("I", [o + shift for o in offsets]))
     if sections:
         at = ext_offset - table_end
         struct.pack_into("<II", tail, at, EXTENSION_MAGIC, len(sections))
-        for i, (tag, flags, offset, size) in enumerate(sections):
-            _EXT_SECTION.pack_into(tail, at + 8 + i * 16, tag, flags, offset + shift, size)
+        for i, (tag, section_flags, offset, size) in enumerate(sections):
+            _EXT_SECTION.pack_into(tail, at + 8 + i * 16, tag, section_flags, offset + shift, size)
         ext_offset += shift
     header = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, count, len_strings + len(new_strings), _ENDIAN_LITTLE, ext_offset)
     return header + bytes(out_table) + bytes(tail) + bytes(new_strings)
@@ -337,6 +410,8 @@ def _extension_sections(part: bytes, offset: int) -> list[tuple[int, int, int, i
         raise LdCacheError(f"malformed extension directory at {offset}")
     sections = [_EXT_SECTION.unpack_from(part, offset + 8 + i * 16) for i in range(count)]
     table_end = _NEW_HEADER.size + struct.unpack_from("<I", part, 20)[0] * _NEW_ENTRY.size
+    if offset < table_end:
+        raise LdCacheError(f"extension directory at {offset} inside the entry table")
     for tag, _flags, start, size in sections:
         if start < table_end or start + size > len(part) or (tag == 1 and (start % 4 or size % 4)):
             raise LdCacheError(f"extension section {tag} at {start}+{size} outside the cache")

@@ -127,6 +127,7 @@ def test_rejects_string_offset_out_of_range():
 
 # ---------------------------------------------------------------- writing (ldconfig never runs: images could aim it)
 
+import functools  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 
@@ -136,6 +137,11 @@ from hypothesis import strategies as st  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.ldcache import (  # noqa: E402
     add_entries,
     libcmp,
+)
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.cdi.crafted_ldcache import (  # noqa: E402
+    WORST_CASES,
+    crafted,
+    worst_case,
 )
 
 LDCONFIG = "/sbin/ldconfig"
@@ -289,3 +295,130 @@ def test_generated_entries_are_added_in_glibcs_order_once(names, empty):
         (e.soname, e.path, e.flags) for e in listed
     ]
     assert len(again) - len(out) <= sum(len(n) + len(p) + 2 for n, p, _a in entries)
+
+
+# ------------------------------------------------- crafted caches: the image writes them, the merge must stay linear
+
+LIBCUDA = [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "x86_64")]
+
+
+@pytest.mark.parametrize("shape", sorted(WORST_CASES))
+def test_worst_case_shapes_merge_or_fall_back(shape):
+    """Each shape the bench times (``make bench``, section ldcache): the driver's libcuda in the result."""
+    _merged_or_fallback(worst_case(shape))
+
+
+def _merged_or_fallback(data):
+    """What the hook does: the merge, or the driver's entries alone when the image's cache cannot be read."""
+    try:
+        out = add_entries(data, LIBCUDA)
+    except LdCacheError:
+        out = add_entries(b"", LIBCUDA)
+    assert [e.path for e in parse_ld_so_cache(out) if e.soname == "libcuda.so.1"] == [LIBCUDA[0][1]]
+    return out
+
+
+def test_a_name_longer_than_a_path_is_the_fallback():
+    """libcuda.so.<300,000 digits> (47 s in the old merge): no real cache holds a name past PATH_MAX."""
+    with pytest.raises(LdCacheError, match="more than 4096 bytes"):
+        add_entries(crafted([b"libcuda.so." + b"7" * 300_000, b"libc.so.6"]), LIBCUDA)
+
+
+def test_value_equal_names_up_to_the_name_bound_are_merged_once():
+    """Names equal by value but not by bytes (libcuda.so.0…01), as many as fit 8 MiB at the longest name a cache
+    may hold: each is read once, the exact one is replaced, the others are kept in their place."""
+    names = [b"libcuda.so." + b"0" * (4000 - i) + b"1" for i in range(2000)] + [b"libcuda.so.1"]
+    data = crafted(names)
+    assert len(data) < 8 << 20
+    out = parse_ld_so_cache(add_entries(data, LIBCUDA))
+    assert len(out) == len(names)
+    assert [e.path for e in out if e.soname == "libcuda.so.1"] == [LIBCUDA[0][1]]
+    assert [e.soname.encode() for e in out if e.soname != "libcuda.so.1"] == names[:-1]
+
+
+@pytest.mark.parametrize("offset", [0xFFFFFFF0, 0xFFFFFFFF, 10, 1 << 31])
+def test_string_offsets_outside_the_string_table_are_the_fallback(offset):
+    """Offsets past the file, or into the header and entry table, would be moved out of range (a struct.error:
+    "internal error") or onto other bytes when the table grows."""
+    data = crafted([b"libz.so.1", b"libc.so.6"], key_offsets=[offset, offset])
+    with pytest.raises(LdCacheError, match="outside the string table"):
+        add_entries(data, LIBCUDA)
+    _merged_or_fallback(data)
+
+
+def test_old_layout_offsets_outside_the_file_are_the_fallback():
+    old = struct.pack("<11s1xI", b"ld.so-1.7.0", 1) + struct.pack("<iII", 0x0303, 0xFFFFFFF0, 0) + b"libz.so.1\0"
+    with pytest.raises(LdCacheError, match="old-format entry"):
+        add_entries(old, LIBCUDA)
+
+
+def test_glibc_hwcaps_offsets_outside_the_file_are_the_fallback():
+    """An extension directory whose glibc-hwcaps section lists a string offset near 2**32."""
+    base = bytearray(crafted([b"libz.so.1"]))
+    ext_at = (len(base) + 3) & ~3
+    base += b"\0" * (ext_at - len(base))
+    section_at = ext_at + 8 + 16
+    base += struct.pack("<II", 0xEAA42174, 1) + struct.pack("<IIII", 1, 0, section_at, 4)
+    base += struct.pack("<I", 0xFFFFFFF8)
+    struct.pack_into("<I", base, 32, ext_at)  # extension_offset
+    with pytest.raises(LdCacheError, match="glibc-hwcaps"):
+        add_entries(bytes(base), LIBCUDA)
+
+
+def test_libcmp_wraps_digit_runs_at_32_bits_as_glibc_does():
+    """glibc adds up a digit run in an int: 4294967297 is 1 to it, and only the last 32 digits of a run count."""
+    assert libcmp(b"libw.so.4294967297", b"libw.so.2") < 0
+    assert libcmp(b"libw.so.4294967297", b"libw.so.1") == 0
+    assert libcmp(b"libw.so." + b"9" * 100_000 + b"0" * 32, b"libw.so.0") == 0
+    assert libcmp(b"libw.so.2147483648", b"libw.so.2147483647") > 0  # INT_MIN - INT_MAX wraps to 1
+    assert libcmp(b"libw.so.9", b"libw.so.10") < 0
+
+
+@needs_ldconfig
+def test_names_with_huge_numbers_land_where_glibc_ldconfig_puts_them(tmp_path):
+    """Digit runs past 2**31 and 2**32: ldconfig sorts them with the same wrapping comparison the merge uses."""
+    src = tmp_path / "x.c"
+    src.write_text("int x(void) { return 0; }\n")
+    root = tmp_path / "root"
+    lib = root / "opt" / "lib"
+    lib.mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "ld.so.conf").write_text("/opt/lib\n")
+    first = ["libw.so.2", "libw.so.3000000000", "libw.so.7"]
+    second = ["libw.so.4294967297", "libw.so.2147483648", "libw.so." + "9" * 40, "libw.so.5"]
+    _make_libs(lib, first, src)
+    before = _ldconfig_cache(root)
+    _make_libs(lib, second, src)
+    reference = _ldconfig_cache(root)
+    ours = add_entries(before, [(name, f"/opt/lib/{name}", "x86_64") for name in second])
+    assert [(e.soname, e.path) for e in parse_ld_so_cache(ours)] == [
+        (e.soname, e.path) for e in parse_ld_so_cache(reference)
+    ]
+
+
+_DIGIT_RUNS = st.text("0123456789", min_size=1, max_size=40)
+_CRAFTED_NAMES = st.one_of(
+    _SONAMES.map(str.encode),
+    _DIGIT_RUNS.map(lambda d: b"libcuda.so." + d.encode()),  # value-equal spellings of libcuda's numbers
+    st.integers(4000, 5000).map(lambda n: b"libcuda.so." + b"0" * n + b"1"),  # around the name bound
+    st.binary(min_size=1, max_size=30).map(lambda b: b.replace(b"\0", b"")).filter(bool),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_CRAFTED_NAMES, max_size=40),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 200), st.sampled_from([0, 10, 0x7FFFFFFF, 0xFFFFFFF0, 0xFFFFFFFF])), max_size=3),
+)
+def test_crafted_caches_merge_or_fall_back(names, sort, corrupt):
+    """Fuzz: crafted names (value-equal digit runs, names around the bound, any bytes), in ldconfig's order or
+    not, some string offsets overwritten: the merge lists the driver's libcuda once, or raises LdCacheError and
+    the fallback does; never another exception."""
+    if sort:
+        names = sorted(names, key=functools.cmp_to_key(libcmp), reverse=True)
+    data = bytearray(crafted(names))
+    for index, offset in corrupt:
+        if index < len(names):
+            struct.pack_into("<I", data, 48 + 24 * index + 4 + 4 * (offset & 1), offset)
+    _merged_or_fallback(bytes(data))
