@@ -20,6 +20,8 @@ the targets are reported as met or missed.
 * discovery: ``ansible -m gpufleet.nvidia.gpu_facts`` vs ``ansible -m ansible.builtin.ping`` on one node;
   the pure ``discover()`` scan for 1, 8 and 16 GPUs (NVML stub) vs the same scan without NVML;
 * CDI generation (``gather`` + ``build_spec`` + ``render``) for Debian's 535 tree vs ``gather`` alone;
+* ldcache (no fleet): the merge of an image's ``ld.so.cache`` with the driver's libraries (or its fallback) for each
+  crafted worst-case shape of ``tests/unit/.../cdi/crafted_ldcache.py`` (up to 8 MiB) vs this machine's own cache;
 * DGX (no fleet): 8 GPUs x 7 MIG instances scanned and the CDI spec generated, in-process and as the
   ``gpu_facts`` + ``cdi_spec`` module processes, vs 1 GPU without MIG and a bare ``python3 -IS`` start;
 * fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes
@@ -35,8 +37,8 @@ the targets are reported as met or missed.
   p90, p99, max, against the same mix one at a time with nothing rewritten; every start must see exactly its GPUs.
 
 Environment: ``GPUFLEET_BENCH_PREFIX`` (fleet prefix, default ``gfbench<pid>``), ``GPUFLEET_BENCH_ROUNDS``
-(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,profile,shim,discovery,scan,cdi,dgx,fleet,storm,
-scale), ``GPUFLEET_BENCH_NVIDIA_RUNTIME`` (a folder with NVIDIA's ``nvidia-container-runtime``, ``nvidia-ctk`` and
+(default 15), ``GPUFLEET_BENCH_ONLY`` (comma list of sections: start,profile,shim,discovery,scan,cdi,ldcache,dgx,fleet,
+storm,scale), ``GPUFLEET_BENCH_NVIDIA_RUNTIME`` (a folder with NVIDIA's ``nvidia-container-runtime``, ``nvidia-ctk`` and
 ``nvidia-cdi-hook``, built from its source: the start section's baseline),
 ``GPUFLEET_BENCH_KEEP=1`` (keep the fleet for another run), ``GPUFLEET_BENCH_MODULE_UTILS`` (install the
 host programs from another ``module_utils`` folder, e.g. an older commit's, to compare).
@@ -777,6 +779,43 @@ def cdi_rows(rounds):
     ]
 
 
+def ldcache_rows(rounds):
+    """The merge of an image's ``ld.so.cache`` with the driver's libraries, as the CDI hook and the shim do it (the
+    fallback, the driver's entries alone, where the image's cache cannot be merged), for the crafted shapes of
+    ``crafted_ldcache`` against this machine's own cache, interleaved; no fleet."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.ldcache import LdCacheError, add_entries
+    from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.cdi import crafted_ldcache as crafted
+
+    def merge(data):
+        try:
+            return add_entries(data, crafted.DRIVER_LIBRARIES), "merged"
+        except LdCacheError:
+            return add_entries(b"", crafted.DRIVER_LIBRARIES), "fallback"
+
+    with open("/etc/ld.so.cache", "rb") as f:
+        normal = f.read()
+    rows = []
+    for shape in crafted.WORST_CASES:
+        data = crafted.worst_case(shape)
+        outcome = merge(data)[1]
+        times = {"shape": [], "normal": []}
+        for _round in range(max(rounds, 15)):
+            for name, cache in (("shape", data), ("normal", normal)):
+                start = time.process_time()
+                merge(cache)
+                times[name].append(time.process_time() - start)
+        rows.append(
+            pair(
+                f"ld.so.cache merge (CPU), {shape} ({len(data) / (1 << 20):.1f} MiB, {outcome})",
+                "s",
+                times["shape"],
+                f"this machine's cache ({len(normal) >> 10} KiB)",
+                times["normal"],
+            )
+        )
+    return rows
+
+
 # --------------------------------------------------------------------------------------------------
 # Discovery at the high end (issue 18): a DGX-class host tree, no fleet.
 
@@ -1360,7 +1399,7 @@ def markdown(result):
 def main():
     prefix = os.environ.get("GPUFLEET_BENCH_PREFIX", "gfbench%d" % os.getpid())
     rounds = int(os.environ.get("GPUFLEET_BENCH_ROUNDS", "15"))
-    sections = "start,profile,shim,discovery,scan,cdi,dgx,fleet,storm,scale"
+    sections = "start,profile,shim,discovery,scan,cdi,ldcache,dgx,fleet,storm,scale"
     only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", sections).split(",")))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": date, "rounds": rounds, "host": "%d CPUs, load %.2f" % (os.cpu_count(), os.getloadavg()[0])}
@@ -1427,6 +1466,9 @@ def main():
     if "cdi" in only:
         log("CDI generation")
         rows += cdi_rows(rounds)
+    if "ldcache" in only:
+        log("ld.so.cache merge, crafted caches against a real one (no fleet)")
+        rows += ldcache_rows(rounds)
     if "dgx" in only:
         log("discovery and CDI spec, 8 GPUs x 7 MIG (no fleet)")
         dgx, dgx_notes = dgx_rows(rounds)
