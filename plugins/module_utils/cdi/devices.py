@@ -39,6 +39,9 @@ CAPS_DIR_MODE = 0o755
 # nvidia-modprobe's NV_DEVICE_FILE_MODE / _UID / _GID and its "modify" default.
 DEFAULT_FILE_PARAMS = {"uid": 0, "gid": 0, "mode": 0o666, "modify": True}
 
+# The nodes besides /dev/nvidia<N> that take the driver's DeviceFileUID/GID/Mode (the uvm pair is always 0666).
+GROUPED_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset")
+
 DeviceNode = record("DeviceNode", ("path", "major", "minor"))
 # A node to make, with the owner and mode it must have.
 DeviceFile = record("DeviceFile", ("node", "uid", "gid", "mode"))
@@ -211,3 +214,149 @@ def node_fingerprint(nodes: list[DeviceNode]) -> str:
     """A short stable digest of a set of device nodes (path, major, minor): what the CDI spec was made from."""
     lines = sorted(f"{n.path} {int(n.major)}:{int(n.minor)}" for n in nodes)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# The device-file parameters when the driver is not loaded: the nvidia module's options in modprobe.d.
+#
+# modprobe.d(5), kmod's libkmod/libkmod-config.c ``default_config_paths`` (as Debian 12's libkmod2 lists them,
+# checked 2026-11-27): ``*.conf`` files in /etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d, then
+# /usr/lib/modprobe.d and /lib/modprobe.d; a file name in an earlier directory hides the same name in a later one; the
+# files are read in the lexical order of their names; ``#`` starts a comment, a trailing ``\`` continues a line;
+# ``options <module> <name>=<value>...`` lines add up and, for a name given twice, the kernel keeps the last (it parses
+# the options left to right). The nvidia module's ``NVreg_DeviceFileUID``, ``...GID``, ``...Mode`` and
+# ``NVreg_ModifyDeviceFiles`` are ``uint`` module parameters: the kernel's ``kstrtouint(value, 0)`` reads ``0x..`` as
+# hex, a leading ``0`` as octal (``0660``), anything else as decimal (``432``). The kernel command line
+# (``nvidia.NVreg_...``) is not read here.
+MODPROBE_DIRS = (
+    "/etc/modprobe.d",
+    "/run/modprobe.d",
+    "/usr/local/lib/modprobe.d",
+    "/usr/lib/modprobe.d",
+    "/lib/modprobe.d",
+)
+# the module parameter -> the key of ``parse_device_file_params``
+_MODULE_PARAMS = {
+    "NVreg_DeviceFileUID": "uid",
+    "NVreg_DeviceFileGID": "gid",
+    "NVreg_DeviceFileMode": "mode",
+    "NVreg_ModifyDeviceFiles": "modify",
+}
+# A modprobe.d directory holds a few dozen small files; more, or larger, is not configuration.
+_MODPROBE_MAX_FILES = 512
+_MODPROBE_MAX_BYTES = 1 << 20
+
+
+def parse_kernel_uint(text: str) -> int | None:
+    """A module parameter's value as the kernel reads a ``uint`` (``kstrtouint`` base 0), or None if it is none."""
+    value = text.strip()
+    if value[:2].lower() == "0x":
+        digits, base = value[2:], 16
+    elif value.startswith("0") and len(value) > 1:
+        digits, base = value[1:], 8
+    else:
+        digits, base = value, 10
+    if not digits or any(c not in "0123456789abcdefABCDEF"[: base + (6 if base == 16 else 0)] for c in digits):
+        return None
+    number = int(digits, base)
+    return number if number < 1 << 32 else None
+
+
+def parse_modprobe_options(texts: list[str], module: str = "nvidia") -> dict[str, str]:
+    """The ``options <module> ...`` of modprobe.d files (their texts in the order modprobe reads them) ->
+    ``{parameter: value}``, the last value of a parameter given twice kept."""
+    options: dict[str, str] = {}
+    for text in texts:
+        for line in (text or "").replace("\\\n", " ").splitlines():
+            words = line.split()
+            if len(words) < 2 or words[0] != "options" or words[1].replace("-", "_") != module:
+                continue
+            for word in words[2:]:
+                if word.startswith("#"):
+                    break
+                name, sep, value = word.partition("=")
+                if sep:
+                    options[name] = value.strip('"')
+    return options
+
+
+def params_from_modprobe(texts: list[str]) -> dict[str, int | bool]:
+    """``parse_device_file_params``' dict from the nvidia module's modprobe.d options (what the module will take when
+    it loads); what is absent or unreadable keeps nvidia-modprobe's default."""
+    params: dict[str, int | bool] = dict(DEFAULT_FILE_PARAMS)
+    for name, value in parse_modprobe_options(texts).items():
+        key = _MODULE_PARAMS.get(name)
+        number = parse_kernel_uint(value) if key else None
+        if number is None:
+            continue
+        if key == "modify":
+            params[key] = number == 1
+        else:
+            params[key] = number & 0o777 if key == "mode" else number
+    return params
+
+
+def modprobe_files(root: str = "/") -> list[str]:
+    """The ``*.conf`` files of the modprobe.d directories under ``root``, in the order modprobe reads them (a name in
+    an earlier directory hides the same name in a later one)."""
+    chosen: dict[str, str] = {}
+    for directory in MODPROBE_DIRS:
+        full = os.path.join(root, directory.lstrip("/"))
+        try:
+            names = sorted(os.listdir(full))[:_MODPROBE_MAX_FILES]
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".conf") and name not in chosen:
+                chosen[name] = os.path.join(full, name)
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def read_device_file_params(root: str = "/", proc_dir: str | None = None) -> dict[str, int | bool | str]:
+    """The device-file parameters of the host under ``root``: the loaded driver's
+    (``<proc>/driver/nvidia/params``, ``proc_dir`` defaulting to ``<root>/proc``), else what its modprobe.d options
+    will give it when it loads, else nvidia-modprobe's defaults. ``source`` says which."""
+    proc = proc_dir if proc_dir is not None else os.path.join(root, "proc")
+    params_file = os.path.join(proc, "driver", "nvidia", "params")
+    text = _read_small(params_file)
+    if text is not None:
+        return dict(parse_device_file_params(text), source=params_file[len(root.rstrip("/")) :] or params_file)
+    texts = []
+    for path in modprobe_files(root):
+        content = _read_small(path)
+        if content is not None:
+            texts.append(content)
+    params = params_from_modprobe(texts)
+    source = "modprobe.d" if params != DEFAULT_FILE_PARAMS else "default"
+    return dict(params, source=source)
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MODPROBE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > _MODPROBE_MAX_BYTES:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def world_accessible(mode: int) -> bool:
+    """Whether anyone may read and write a device file of this mode."""
+    return mode & 0o006 == 0o006
+
+
+def additional_gids(params: dict | None) -> list[int]:
+    """The groups a container's process needs to open the GPU device files these parameters make: the files' group
+    when they are not readable and writable by anyone and the group is not root's.
+
+    NVIDIA's rule (NVIDIA/nvidia-container-toolkit ``internal/edits/device.go`` ``getAdditionalGIDs``, main at commit
+    d34b3046 of 2026-08-21; CHANGELOG "Add support for injecting additional GIDs" under v1.19.0-rc.4, first released
+    in v1.19.0 of 2026-03-10): no GID or GID 0 -> none; mode readable and writable by others -> none; else the
+    node's GID."""
+    p = dict(DEFAULT_FILE_PARAMS, **(params or {}))
+    gid, mode = int(p["gid"]), int(p["mode"])
+    if gid == 0 or world_accessible(mode):
+        return []
+    return [gid]

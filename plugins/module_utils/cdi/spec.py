@@ -20,7 +20,17 @@ Where things go in the container:
 * binaries: ``/usr/bin/<name>``; loader config files, GSP firmware, IPC sockets: their own paths.
 
 Version rules (CDI ``specs-go/version.go``): device names starting with a digit and ``hostPath`` on
-device nodes need 0.5.0, top-level ``annotations`` need 0.6.0; nothing here needs more. ``cdi_version``
+device nodes need 0.5.0, top-level ``annotations`` need 0.6.0, ``additionalGids`` in container edits need 0.7.0
+(``requiresV070``, container-device-interface v0.7.0 of 2024-03-16; read at cncf-tags/container-device-interface
+commit 05ae4b5b, 2026-11-27). ``cdi_version`` 0.7.0 is written only for a host whose device files are not open to
+everyone (``device_files``: the driver's ``NVreg_DeviceFileGID``/``...Mode``, such as 0660 for group ``video``): the
+GPU device nodes then carry the host's owner, group and mode, and the spec's ``containerEdits`` carry
+``additionalGids: [<group>]``, so the container's process (any user) is in the group that may open them, as NVIDIA's
+specs do from nvidia-container-toolkit 1.19.0 (``devices.additional_gids``). Below 0.7.0 (an engine on the host reads
+no newer, ``runtime.common.cdi_spec_version``) the spec keeps the nodes as it always wrote them (no owner, group or
+mode: the engine's CDI library makes them owned by the container's user and runc gives them mode 0666), so a
+non-root container keeps its GPU there; the index, which the shim reads and no engine parses, always carries the
+host's owner and mode and the group. ``cdi_version``
 0.6.0 (the default) carries the driver version, CUDA version and device-node fingerprint as annotations;
 0.5.0 (for engines whose CDI library reads no more: podman before 4.7, ``runtime.common.cdi_spec_version``)
 has no place for them in the spec, so the index keeps them (``specAnnotations``) and the YAML rendering writes
@@ -39,12 +49,16 @@ from typing import Any
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
 from .devices import (
+    GROUPED_NODES,
+    additional_gids,
     control_nodes,
     gpu_minor_of,
     node_fingerprint,
     parse_mig_minors,
     parse_proc_devices,
+    read_device_file_params,
     scan_device_nodes,
+    world_accessible,
 )
 from .driver_files import (
     CAPABILITIES,
@@ -59,7 +73,9 @@ from .driver_files import (
 
 KIND = "nvidia.com/gpu"
 CDI_VERSION = "0.6.0"
-CDI_VERSIONS = ("0.5.0", "0.6.0")  # what build_spec writes (runtime.common.CDI_SPEC_VERSIONS says the same)
+CDI_VERSIONS = ("0.5.0", "0.6.0", "0.7.0")  # what build_spec writes (runtime.common.CDI_SPEC_VERSIONS says the same)
+# The first version with ``additionalGids`` (container-device-interface specs-go/version.go ``requiresV070``).
+ADDITIONAL_GIDS_VERSION = "0.7.0"
 DRIVER_VERSION_ANNOTATION = "gpufleet.nvidia/driver-version"
 CUDA_VERSION_ANNOTATION = "gpufleet.nvidia/cuda-version"
 # ``devices.node_fingerprint`` of the NVIDIA device nodes the spec was made from: the boot-time refresh renders the
@@ -151,6 +167,23 @@ def _node(path: str, dev_root: str) -> dict[str, str]:
     return entry
 
 
+def node_owner(device_files: dict[str, Any] | None) -> dict[str, int] | None:
+    """The ``fileMode``/``uid``/``gid`` a GPU device node gets in a container when the host's device files are not
+    open to everyone (``device_files``: ``devices.read_device_file_params``), else None (the nodes stay as before)."""
+    if not device_files or world_accessible(int(device_files.get("mode", 0o666))):
+        return None
+    return {"fileMode": int(device_files["mode"]), "uid": int(device_files["uid"]), "gid": int(device_files["gid"])}
+
+
+def _with_owner(edits: dict[str, Any], owner: dict[str, int]) -> dict[str, Any]:
+    """A copy of ``edits`` whose device nodes carry ``owner`` where it applies."""
+    copy = json.loads(json.dumps(edits))
+    for node in copy.get("deviceNodes") or ():
+        if node["path"] in GROUPED_NODES or gpu_minor_of(node["path"]) is not None:
+            node.update(owner)
+    return copy
+
+
 def _gpu_names(gpu: dict[str, Any], strategy: tuple[str, ...]) -> list[str]:
     names = []
     if "index" in strategy:
@@ -178,6 +211,7 @@ def build_spec(
     extra_mounts: tuple[tuple[str, str, str], ...] | list[tuple[str, str, str]] = (),
     node_fingerprint: str | None = None,
     cdi_version: str = CDI_VERSION,
+    device_files: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(spec, index)`` for the GPUs and driver files given.
 
@@ -187,6 +221,9 @@ def build_spec(
     ``dev_root``: where those live *in host terms* (what the engine will open). ``extra_mounts``:
     ``(hostPath, containerPath, capability)`` triples (the MPS pipe directory). ``node_fingerprint``: the
     ``devices.node_fingerprint`` of the nodes found (``gather`` gives it), recorded as ``NODES_ANNOTATION``.
+    ``device_files``: the driver's device-file parameters (``devices.read_device_file_params``; ``gather`` gives
+    them): when the files are not open to everyone, the index's GPU nodes carry their owner and mode and its edits
+    the group (``additionalGids``), and so does the spec at ``cdi_version`` 0.7.0 (the module docstring).
     """
     if cdi_version not in CDI_VERSIONS:
         raise ValueError(f"cdi_version: {cdi_version!r} is not one this collection writes ({', '.join(CDI_VERSIONS)})")
@@ -306,6 +343,16 @@ def build_spec(
     spec = {"cdiVersion": cdi_version, "kind": KIND}
     if cdi_version != CDI_VERSIONS[0]:
         spec["annotations"] = annotations
+    owner = node_owner(device_files)
+    gids = additional_gids(device_files) if owner else []
+    index_devices = {d["name"]: d["containerEdits"] for d in devices}
+    index_common = common
+    if owner:
+        index_devices = {name: _with_owner(edits, owner) for name, edits in index_devices.items()}
+        index_common = dict(_with_owner(common, owner), **({"additionalGids": gids} if gids else {}))
+        if _version_tuple(cdi_version) >= _version_tuple(ADDITIONAL_GIDS_VERSION):
+            devices = [dict(d, containerEdits=index_devices[d["name"]]) for d in devices]
+            common = index_common
     spec.update(devices=devices, containerEdits=common)
     index = {
         "gpufleetIndex": INDEX_FORMAT,
@@ -313,14 +360,18 @@ def build_spec(
         "driverVersion": str(driver_version),
         "cudaVersion": cuda_version,
         "capabilities": [c for c in CAPABILITIES if c in wanted],
-        "devices": {d["name"]: d["containerEdits"] for d in devices},
+        "devices": index_devices,
         "aliases": aliases,
-        "containerEdits": common,
+        "containerEdits": index_common,
         "mountCapabilities": mount_caps,
     }
     if "annotations" not in spec:
         index["specAnnotations"] = annotations
     return spec, index
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -334,6 +385,7 @@ def gather(
     capabilities: str | list | tuple | None = None,
     gpus: list[dict[str, Any]] | None = None,
     driver_version: str | None = None,
+    proc_dir: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Read what ``build_spec`` needs from a host (or a host mounted at ``root``).
 
@@ -341,7 +393,8 @@ def gather(
     ``gpus`` defaults to one GPU per ``/dev/nvidia<N>`` node found (index = order, minor = N), for a
     caller without ``gpu_facts``. Control nodes: ``/dev/nvidiactl`` always (a GPU container without it
     is useless, and a missing one must fail loudly at start), the uvm pair when the module registered
-    its major or the nodes exist, ``/dev/nvidia-modeset`` when it exists.
+    its major or the nodes exist, ``/dev/nvidia-modeset`` when it exists. The device-file parameters come from
+    ``<proc_dir>/driver/nvidia/params`` (``proc_dir`` defaults to ``<root>/proc``), else the modprobe.d options.
     Returns ``(driver_version, keyword arguments for build_spec)``.
     """
     capabilities = parse_capabilities(capabilities if capabilities is not None else "all")
@@ -380,6 +433,7 @@ def gather(
         "mig_minors": mig_minors,
         "extra_mounts": extra,
         "node_fingerprint": node_fingerprint(list(present.values())),
+        "device_files": read_device_file_params(root, proc_dir),
     }
 
 

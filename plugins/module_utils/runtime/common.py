@@ -85,8 +85,12 @@ def reads_cdi(engine: str, version: str | None) -> bool:
 
 # The CDI spec versions ``cdi_spec`` writes (``cdi_version``): 0.5.0 is the first with ``hostPath`` on device nodes and
 # device names that start with a digit (both needed), 0.6.0 the first with top-level ``annotations``
-# (container-device-interface v0.6.0, specs-go/config.go and pkg/cdi/version.go ``requiresV060``).
-CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0")
+# (container-device-interface v0.6.0, specs-go/config.go and pkg/cdi/version.go ``requiresV060``), 0.7.0 the first with
+# ``additionalGids`` in container edits (container-device-interface v0.7.0 of 2024-03-16, specs-go/config.go
+# "AdditionalGIDs ... Added in v0.7.0" and ``requiresV070``; read at cncf-tags/container-device-interface commit
+# 05ae4b5b, 2026-11-27). A library refuses a spec whose cdiVersion it does not know (pkg/cdi/spec.go
+# ``validateVersion``) and, before v0.7, parses strictly, so an unknown ``additionalGids`` key fails the whole spec.
+CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0", "0.7.0")
 # The first version of each engine whose vendored container-device-interface reads cdiVersion 0.6.0. Before it the
 # library is v0.5.x: pkg/cdi/spec.go accepts cdiVersion 0.1.0 to 0.5.0 only (``validSpecVersions``) and parses with
 # ``yaml.UnmarshalStrict``, which refuses the unknown ``annotations`` key (container-device-interface v0.5.3 and
@@ -94,16 +98,30 @@ CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0")
 # containerd v1.7.11 v0.5.4, v1.7.12 v0.6.1; cri-o v1.27.0 v0.5.4, v1.28.0 v0.6.0. docker reads CDI from 25.0,
 # which vendors v0.6 (moby/moby#45933).
 CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (1, 28, 0), "docker": (25, 0, 0)}
+# The first version of each engine whose vendored container-device-interface reads cdiVersion 0.7.0 (and applies
+# ``additionalGids`` to ``process.user.additionalGids``: pkg/cdi/container-edits.go ``Apply`` from v0.7.0). From each
+# engine's go.mod (moby: vendor.mod) at its release tags, read 2026-11-27: moby v26.0.2 CDI v0.6.2, v26.1.0 v0.7.1,
+# v28.0.0 v0.8.0; podman v5.0.3 v0.6.2, v5.1.0 v0.7.2, v5.4.0 v0.8.0; containerd v1.7.15 v0.6.2, v1.7.16 v0.7.2,
+# v2.0.0 v0.8.0, v2.1.0 v1.0.1; cri-o v1.29.13 v0.6.2, v1.30.0 v0.7.2.
+CDI_0_7_MIN_VERSIONS = {"podman": (5, 1, 0), "containerd": (1, 7, 16), "crio": (1, 30, 0), "docker": (26, 1, 0)}
+# cdiVersion -> the first engine versions that read it (0.5.0: every engine that reads CDI at all)
+CDI_MIN_READERS = {"0.6.0": CDI_0_6_MIN_VERSIONS, "0.7.0": CDI_0_7_MIN_VERSIONS}
 
 
-def cdi_spec_version(engines: dict | None) -> tuple[str, list[str]]:
-    """``(cdi_version, held_back_by)``: the newest spec version (``CDI_SPEC_VERSIONS``) that every engine found on the
-    host that reads CDI specs accepts, and the engines (``"podman 4.3.1"``) that held it at 0.5.0.
+def cdi_spec_version(engines: dict | None, wanted: str = "0.6.0") -> tuple[str, list[str]]:
+    """``(cdi_version, held_back_by)``: the newest spec version up to ``wanted`` (one of ``CDI_SPEC_VERSIONS``) that
+    every engine found on the host that reads CDI specs accepts, and the engines (``"podman 4.3.1"``) that held it
+    below ``wanted``.
 
-    ``engines`` is ``gpu_facts``' ``engines`` (``discovery.engines.detect``): ``{name: {installed, version}}``. An
-    engine that reads no CDI spec at its version does not count; podman of an unknown version counts as old.
+    ``wanted`` is 0.7.0 only where the spec needs ``additionalGids`` (device files not open to everyone), else 0.6.0:
+    a host whose spec needs nothing newer keeps the bytes it had. ``engines`` is ``gpu_facts``' ``engines``
+    (``discovery.engines.detect``): ``{name: {installed, version}}``. An engine that reads no CDI spec at its version
+    does not count; an engine of unknown version counts as old.
     """
+    if wanted not in CDI_SPEC_VERSIONS:
+        raise ValueError(f"wanted: {wanted!r} is not one of {', '.join(CDI_SPEC_VERSIONS)}")
     held = []
+    chosen = CDI_SPEC_VERSIONS.index(wanted)
     for name, info in sorted((engines or {}).items()):
         if not isinstance(info, dict) or not info.get("installed"):
             continue
@@ -111,10 +129,17 @@ def cdi_spec_version(engines: dict | None) -> tuple[str, list[str]]:
         if not reads_cdi(name, version):
             continue
         parsed = parse(strip_epoch(version))
-        minimum = CDI_0_6_MIN_VERSIONS.get(name)
-        if minimum and (parsed is None or parsed < minimum):
+        reads = 0
+        for position, candidate in enumerate(CDI_SPEC_VERSIONS[1:], start=1):
+            minimum = CDI_MIN_READERS[candidate].get(name)
+            if minimum is None or (parsed is not None and parsed >= minimum):
+                reads = position
+            else:
+                break
+        if reads < CDI_SPEC_VERSIONS.index(wanted):
             held.append(f"{name} {version or '(version unknown)'}")
-    return (CDI_SPEC_VERSIONS[0] if held else CDI_SPEC_VERSIONS[-1]), held
+        chosen = min(chosen, reads)
+    return CDI_SPEC_VERSIONS[chosen], held
 
 
 def line_of(text: str, needle: str, start: int = 0) -> int | None:
