@@ -21,8 +21,6 @@ Two layouts exist and a file may hold both, old first:
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
 
 from ..base.record import record
 
@@ -170,7 +168,7 @@ def read_ld_so_cache(path: str) -> list[LdCacheEntry]:
 # table grew. Checked against glibc's own ``ldconfig -p`` and loader in the tests.
 #
 # The image writes the cache, so every step is linear in its size, whatever its contents: the entry table is
-# read and rebased as arrays, each of the image's names is looked at once (at most MAX_STRING_BYTES of it),
+# unpacked and rebased as lists of words, each of the image's names is looked at once (at most MAX_STRING_BYTES of it),
 # the binary search compares our own short names with names of that bound, and digit runs compare in time
 # linear in their length. A cache that breaks a rule glibc's ldconfig never breaks (a string offset outside
 # the string table, a name longer than a file name can be, a section outside the file) is an LdCacheError,
@@ -233,23 +231,18 @@ def libcmp(p1: bytes, p2: bytes) -> int:
     return -_signed(p2[j]) if j < n2 else 0
 
 
-def _words(data: bytes, start: int, count: int) -> array:
+# (``struct`` rather than ``array``: this runs in every GPU container start, and ``array`` costs 3 ms to import.)
+def _words(data: bytes, start: int, count: int) -> list[int]:
     """``count`` little-endian uint32 words of ``data`` from ``start``."""
-    words = array("I", data[start : start + 4 * count])
-    if sys.byteorder == "big":
-        words.byteswap()
-    return words
+    return list(struct.unpack_from(f"<{count}I", data, start))
 
 
-def _le_bytes(words: array) -> bytes:
-    if sys.byteorder == "big":
-        words = array("I", words)
-        words.byteswap()
-    return words.tobytes()
+def _le_bytes(words: list[int]) -> bytes:
+    return struct.pack(f"<{len(words)}I", *words)
 
 
-def _check_offsets(offsets: array, low: int, high: int, what: str) -> None:
-    """Every offset in ``[low, high)``, or LdCacheError (C-speed ``min``/``max`` over the array)."""
+def _check_offsets(offsets: list[int], low: int, high: int, what: str) -> None:
+    """Every offset in ``[low, high)``, or LdCacheError (C-speed ``min``/``max`` over the list)."""
     if offsets and (min(offsets) < low or max(offsets) >= high):
         bad = next(o for o in offsets if not low <= o < high)
         raise LdCacheError(f"{what}: string offset {bad} outside the string table ({low}..{high})")
@@ -274,15 +267,15 @@ def _new_part(data: bytes) -> tuple[bytes, bool]:
     for column in (1, 2):
         _check_offsets(old[column::3], 0, len(data) - strings, "old-format entry")
     table = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
-    new = array("I", bytes(4 * nlibs * _WORDS))
+    new = [0] * (nlibs * _WORDS)
     new[0::_WORDS] = old[0::3]
-    new[1::_WORDS] = array("I", [key + table for key in old[1::3]])
-    new[2::_WORDS] = array("I", [value + table for value in old[2::3]])
+    new[1::_WORDS] = [key + table for key in old[1::3]]
+    new[2::_WORDS] = [value + table for value in old[2::3]]
     head = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, nlibs, len(data) - strings, _ENDIAN_LITTLE, 0)
     return head + _le_bytes(new) + data[strings:], False
 
 
-def _names(part: bytes, keys: array) -> list[bytes]:
+def _names(part: bytes, keys: list[int]) -> list[bytes]:
     """Each entry's library name, read once per distinct offset and at most ``MAX_STRING_BYTES`` of it."""
     seen: dict[int, bytes] = {}
     names = []
@@ -358,10 +351,10 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
     count = nlibs - len(set(dropped)) + len(additions)
     shift = (count - nlibs) * _NEW_ENTRY.size
-    kept = array("I", words)
+    kept = list(words)
     if shift:
         for column in (1, 2):
-            kept[column::_WORDS] = array("I", [offset + shift for offset in words[column::_WORDS]])
+            kept[column::_WORDS] = [offset + shift for offset in words[column::_WORDS]]
     kept_bytes = _le_bytes(kept)
     strings_at = table_end + shift + len(tail)
     new_strings = bytearray()
@@ -390,7 +383,7 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
             at = offset - table_end
             offsets = _words(bytes(tail), at, size // 4)
             _check_offsets(offsets, table_end, len(part), "glibc-hwcaps section")
-            tail[at : at + size] = _le_bytes(array("I", [o + shift for o in offsets]))
+            tail[at : at + size] = _le_bytes([o + shift for o in offsets])
     if sections:
         at = ext_offset - table_end
         struct.pack_into("<II", tail, at, EXTENSION_MAGIC, len(sections))
