@@ -297,7 +297,16 @@ def inline_hook(config: dict, bundle: str) -> bool:
     (the mounts ``inject`` applied). The work cannot depend on the bind mounts being in place: the soname
     links may dangle until runc mounts the files, and the cache only names paths. True when the hook
     entry was replaced; any failure fails the start (one line), as the hook would.
+
+    Not in a user namespace (``linux.uidMappings``: docker's ``userns-remap``, a Kubernetes pod with
+    ``hostUsers: false``, ``ctr run --uidmap``): there the hook entry stays, and runc runs it inside the
+    container's user namespace (OCI: createContainer hooks run in the container's namespaces), so what it
+    writes belongs to the container's root. Written from here, as the host's root, the cache, the soname
+    links and any folder made for them would be owned by an id the container does not map (``nobody``), and
+    a folder made here would be closed to the container's root (docs/security.md, "User namespaces").
     """
+    if (config.get("linux") or {}).get("uidMappings"):
+        return False
     hooks = (config.get("hooks") or {}).get("createContainer") or []
     ours = [h for h in hooks if os.path.basename(str(h.get("path", ""))) == HOOK_NAME]
     if len(ours) != 1:
