@@ -58,6 +58,10 @@ def engine_packages(suite: str, engine: str) -> list[str]:
     pkgs = list(ENGINE_PACKAGES[engine])
     if engine == "docker" and suite != "bookworm":
         pkgs.append("docker-cli")
+    if engine == "podman" and suite != "bookworm":
+        # Rootless podman 5 (tests/integration/test_userns.py), as a host that installs podman with its recommends
+        # has it: newuidmap/newgidmap for the user's subordinate ids, and pasta, its default rootless network.
+        pkgs += ["uidmap", "passt"]
     return pkgs
 
 
