@@ -24,7 +24,8 @@ if not os.path.isdir(_LINK):
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
-# CI=true: a skipped integration test fails unless tests/ci_allowed_skips.txt allows it (tests/ci_skips.py).
+# CI=true: a skipped test fails unless tests/ci_allowed_skips.txt allows it (tests/ci_skips.py), in every suite: unit,
+# unit-py38, controller, integration and faults all run under this file.
 _spec = importlib.util.spec_from_file_location("gpufleet_ci_skips", os.path.join(REPO_ROOT, "tests", "ci_skips.py"))
 _ci_skips = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_ci_skips)
