@@ -435,6 +435,8 @@ _CONFIG_SHAPE = (
     (("process", "env"), list, str),
     (("process", "capabilities"), dict, None),
     (("process", "capabilities", "bounding"), list, str),
+    (("process", "user"), dict, None),
+    (("process", "user", "additionalGids"), list, int),
     (("root",), dict, None),
     (("root", "path"), str, None),
     (("mounts",), list, dict),
@@ -445,7 +447,7 @@ _CONFIG_SHAPE = (
     (("linux", "resources", "devices"), list, dict),
     (("annotations",), dict, None),
 )
-_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
 
 
 def check_config(config: object, what: str = "config.json") -> dict:
@@ -554,6 +556,19 @@ def _stat_node(path: str) -> tuple[int, int]:
     return os.major(st.st_rdev), os.minor(st.st_rdev)
 
 
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
+
+
+def _node_owner(node: dict) -> dict:
+    """The ``fileMode``/``uid``/``gid`` of a device node in the container: the index's (the host's device-file
+    parameters, where they are not root:root 0666), else 0666 root:root."""
+    mode, uid, gid = node.get("fileMode"), node.get("uid"), node.get("gid")
+    if not (_is_id(mode) and mode <= 0o777 and _is_id(uid) and _is_id(gid)):
+        return {"fileMode": 0o666, "uid": 0, "gid": 0}
+    return {"fileMode": mode, "uid": uid, "gid": gid}
+
+
 def apply_edits(
     config: dict,
     edits: list[dict],
@@ -566,8 +581,11 @@ def apply_edits(
     Device nodes go to ``linux.devices`` and to the ``linux.resources.devices`` allow list with the
     major/minor the host node has now (``stat_node(hostPath)``); mounts whose required capabilities
     (``mount_capabilities[containerPath]``, a list) are not all in ``capabilities`` are skipped; hooks
-    and env are appended. Everything is de-duplicated (by path, destination, hook, env key), so applying
-    the same edits twice, or after a CDI-aware engine did, changes nothing.
+    and env are appended. A node is made with the owner, group and mode the index gives it (the host's
+    device-file parameters, ``cdi/spec.node_owner``), else root:root 0666; the edits' ``additionalGids`` (the group
+    of device files not open to everyone) join ``process.user.additionalGids``, so the container's user may open
+    them, as the CDI library does for a CDI-aware engine. Everything is de-duplicated (by path, destination, hook,
+    env key, group), so applying the same edits twice, or after a CDI-aware engine did, changes nothing.
     """
     mount_capabilities = mount_capabilities or {}
     wanted = set(capabilities)
@@ -597,9 +615,7 @@ def apply_edits(
                     raise RequestError(f"GPU device node {host} is missing on this host ({reason})") from None
             if path not in have_paths:
                 have_paths.add(path)
-                devices.append(
-                    {"path": path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666, "uid": 0, "gid": 0}
-                )
+                devices.append({"path": path, "type": "c", "major": major, "minor": minor, **_node_owner(node)})
             if ("c", major, minor) not in have_allow:
                 have_allow.add(("c", major, minor))
                 allow.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})
@@ -632,6 +648,11 @@ def apply_edits(
     if hooks:
         config["hooks"] = hooks
     process["env"] = env
+    gids = [g for edit in edits for g in edit.get("additionalGids") or () if _is_id(g) and g != 0]
+    if gids:
+        user = process.setdefault("user", {"uid": 0, "gid": 0})
+        have = user.get("additionalGids") or []
+        user["additionalGids"] = have + [g for g in dict.fromkeys(gids) if g not in have]
     return config
 
 
