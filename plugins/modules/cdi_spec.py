@@ -123,15 +123,24 @@ options:
     type: str
   cdi_version:
     description:
-      - The spec's C(cdiVersion). C(0.6.0) carries the driver version, CUDA version and device-node fingerprint as
+      - The spec's C(cdiVersion). C(0.7.0) is needed where the driver's device files are not readable and writable by
+        everyone (the nvidia module's C(NVreg_DeviceFileGID)/C(NVreg_DeviceFileMode), such as C(0660) for group
+        C(video); read from C(/proc/driver/nvidia/params), else the C(options nvidia) lines of C(modprobe.d)): the GPU
+        device nodes then carry the host's owner, group and mode, and the spec's C(additionalGids) puts the
+        container's process in that group, so a non-root container opens its GPU as a member of the group would on
+        the host. Engines that read it - docker 26.1, podman 5.1, containerd 1.7.16, CRI-O 1.30 and later.
+      - C(0.6.0) carries the driver version, CUDA version and device-node fingerprint as
         top-level annotations. C(0.5.0) is for engines whose CDI library reads no newer spec (podman before 4.7,
         such as Debian 12's 4.3; containerd before 1.7.12; CRI-O before 1.28); it has no annotations, so the YAML
         spec carries those stamps as comment lines under its header (C(0.5.0) with O(format=json) is refused).
       - V(auto) picks the newest version that every engine found on the host (installed, at a version that reads CDI
-        specs) reads, as C(gpu_facts) finds the engines and their versions; a podman of unknown version counts as
-        old.
+        specs) reads, up to C(0.7.0) where the device files need it and C(0.6.0) elsewhere, as C(gpu_facts) finds the
+        engines and their versions; a podman of unknown version counts as old. Below C(0.7.0) the spec keeps the
+        nodes as before (the engine makes them mode 0666 and owned by the container's user, so non-root containers
+        keep their GPU, without the host's group and mode); RV(cdi_version_reason) names the engines that held it.
+      - The shim's index (O(index_path)) always carries the host's owner, group and mode and the group.
     type: str
-    choices: [auto, "0.5.0", "0.6.0"]
+    choices: [auto, "0.5.0", "0.6.0", "0.7.0"]
     default: auto
 notes:
   - Regenerate the spec after every driver change; compare C(driver_version) with the annotation to find stale specs.
@@ -187,10 +196,19 @@ cdi_version:
   type: str
   sample: "0.6.0"
 cdi_version_reason:
-  description: Why that version (the engines that held V(auto) at C(0.5.0), or the value given).
+  description: Why that version (the engines that held V(auto) below C(0.6.0) or below the C(0.7.0) the device files
+    need, or the value given).
   returned: when state is present
   type: str
   sample: "auto: podman 4.3.1+ds1-8+deb12u1 reads cdiVersion 0.5.0 at most"
+device_files:
+  description:
+    - The driver's device-file parameters the spec follows - C(uid), C(gid), C(mode) (octal text), C(source)
+      (C(/proc/driver/nvidia/params), C(modprobe.d) or C(default)) - and C(additional_gids), the groups a container's
+      process is given (empty where the files are open to everyone).
+  returned: when state is present
+  type: dict
+  sample: {uid: 0, gid: 44, mode: "0660", source: modprobe.d, additional_gids: [44]}
 devices:
   description: The device names in the spec (qualify them as C(nvidia.com/gpu=<name>)).
   returned: when state is present
@@ -225,6 +243,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import
     stale_temporaries,
 )
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.devices import world_accessible
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import NoGpuError, generate
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
@@ -232,7 +251,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
     HOOK_PATH,
 )
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discovered_gpus
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import device_files, discovered_gpus
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.engines import detect as detect_engines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_toolkit import (
     cdi_specs,
@@ -243,14 +262,27 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refre
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import CDI_SPEC_VERSIONS, cdi_spec_version
 
 
-def _cdi_version(module: AnsibleModule, p: dict) -> tuple[str, str]:
-    """The cdiVersion to write, and why (``auto``: from the engines found under the root, as gpu_facts finds them)."""
+def _cdi_version(module: AnsibleModule, p: dict, files: dict) -> tuple[str, str]:
+    """The cdiVersion to write, and why (``auto``: from the engines found under the root, as gpu_facts finds them, up
+    to 0.7.0 where the device files ``files`` are not open to everyone)."""
     if p["cdi_version"] != "auto":
         return p["cdi_version"], "given"
     engines = detect_engines(p["root"], run_command=module.run_command)
-    version, held = cdi_spec_version(engines)
+    grouped = not world_accessible(int(files["mode"], 8))
+    version, held = cdi_spec_version(engines, "0.7.0" if grouped else "0.6.0")
+    need = ""
+    if grouped:
+        need = f"the device files are mode {files['mode']} for group {files['gid']} ({files['source']})"
+    if held and grouped:
+        return version, (
+            f"auto: {need}, which needs cdiVersion 0.7.0 (additionalGids), but {', '.join(held)} reads cdiVersion "
+            f"{version} at most: CDI containers get the device nodes as before (mode 0666, owned by the container's "
+            "user), not the host's group and mode; upgrade those engines to carry them"
+        )
     if held:
         return version, f"auto: {', '.join(held)} reads cdiVersion {version} at most"
+    if grouped:
+        return version, f"auto: {need}: additionalGids gives containers the group; every engine found reads 0.7.0"
     return version, "auto: every engine found reads it"
 
 
@@ -300,7 +332,8 @@ def main() -> None:
         module.exit_json(**result)
 
     p = dict(p)
-    p["cdi_version"], reason = _cdi_version(module, p)
+    files = device_files(root)
+    p["cdi_version"], reason = _cdi_version(module, p, files)
     try:
         version, spec, spec_text, index, index_text = generate(p, discovered_gpus)
     except NoGpuError as exc:
@@ -341,6 +374,7 @@ def main() -> None:
         cuda_version=index["cudaVersion"],
         cdi_version=spec["cdiVersion"],
         cdi_version_reason=reason,
+        device_files=files,
         devices=names,
         spec=spec,
     )

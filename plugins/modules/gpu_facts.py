@@ -397,6 +397,16 @@ ansible_facts:
               description: Installed and loaded versions differ.
               type: bool
               returned: always
+            device_files:
+              description:
+                - The owner, group and mode the driver gives its device files (the nvidia module's
+                  C(NVreg_DeviceFileUID)/C(GID)/C(Mode)) - C(uid), C(gid), C(mode) (octal text), C(source)
+                  (C(/proc/driver/nvidia/params) while the driver is loaded, else C(modprobe.d), else C(default):
+                  root, root, 0666) - and C(additional_gids), the group a container's process is given to open them
+                  (empty where everyone may; M(gpufleet.nvidia.cdi_spec)).
+              type: dict
+              returned: always
+              sample: {uid: 0, gid: 44, mode: "0660", source: modprobe.d, additional_gids: [44]}
             sources:
               description: For each field above, the source that gave it.
               type: dict

@@ -27,7 +27,13 @@ from typing import Any, Callable
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
-from ..cdi.devices import parse_proc_devices, scan_device_nodes
+from ..cdi.devices import (
+    additional_gids,
+    parse_proc_devices,
+    read_device_file_params,
+    scan_device_nodes,
+    world_accessible,
+)
 from ..cdi.driver_files import (
     BINARY_DIRS,
     CAPABILITIES,
@@ -331,6 +337,7 @@ def discover(
         "uvm_loaded": bool(loaded and uvm_loaded),
         "cuda_version": cuda_version,
         "reboot_required": bool(installed_version and loaded_version and installed_version != loaded_version),
+        "device_files": device_files(root),
         "sources": driver_sources,
     }
 
@@ -393,6 +400,20 @@ def discover(
         shadowed=_toolkit.shadowed(root, toolkit_bindir),
     )
     return facts
+
+
+def device_files(root: str = "/") -> dict[str, Any]:
+    """``driver.device_files``: the owner, group and mode the driver gives its device files, where that was read, and
+    the groups a container's process needs to open them (``cdi.devices``)."""
+    params = read_device_file_params(root)
+    mode = int(params["mode"])
+    return {
+        "uid": int(params["uid"]),
+        "gid": int(params["gid"]),
+        "mode": f"{mode:04o}",
+        "source": params["source"],
+        "additional_gids": [] if world_accessible(mode) else additional_gids(params),
+    }
 
 
 # NVSwitch PCI functions: NVIDIA's vendor id, class "bridge, other" (0x0680xx), as lspci lists them on HGX/DGX boards.

@@ -263,3 +263,60 @@ def test_a_temporary_left_by_a_killed_write_is_removed_by_the_next_run(module_ru
     assert sorted(result["removed_temporary_files"]) == sorted(str(p) for p in leftovers)
     assert not any(p.exists() for p in leftovers) and admin.read_text() == "mine\n"
     assert not call()[1]["changed"]
+
+
+def _installed(tmp, **packages):
+    """Engines under the root as discovery finds them: a binary in /usr/bin and the package in dpkg's status."""
+    (tmp / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    (tmp / "var" / "lib" / "dpkg").mkdir(parents=True, exist_ok=True)
+    status = ""
+    for binary, (package, version) in packages.items():
+        path = tmp / "usr" / "bin" / binary
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        status += f"Package: {package}\nStatus: install ok installed\nVersion: {version}\n\n"
+    (tmp / "var" / "lib" / "dpkg" / "status").write_text(status)
+
+
+def test_device_files_for_a_group_ask_for_0_7_with_additional_gids(module_run):
+    """options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660 (issue 34): with podman 5.4 the spec is 0.7.0
+    with the group; with Debian 12's podman 4.3 it stays 0.5.0 as before and the reason says what is missing."""
+    call, tmp, _version = module_run
+    (tmp / "etc" / "modprobe.d").mkdir(parents=True)
+    (tmp / "etc" / "modprobe.d" / "nvidia.conf").write_text(
+        "options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660\n"
+    )
+    _installed(tmp, podman=("podman", "5.4.2+ds1-2"))
+    code, result = call()
+    assert code == 0 and result["cdi_version"] == "0.7.0", result
+    assert result["device_files"] == {
+        "uid": 0,
+        "gid": 44,
+        "mode": "0660",
+        "source": "modprobe.d",
+        "additional_gids": [44],
+    }
+    assert "mode 0660 for group 44 (modprobe.d)" in result["cdi_version_reason"]
+    spec = yaml.safe_load((tmp / "etc" / "cdi" / "nvidia.yaml").read_text())
+    assert spec["cdiVersion"] == "0.7.0" and spec["containerEdits"]["additionalGids"] == [44]
+    ctl = next(n for n in spec["containerEdits"]["deviceNodes"] if n["path"] == "/dev/nvidiactl")
+    assert (ctl["fileMode"], ctl["uid"], ctl["gid"]) == (0o660, 0, 44)
+    assert not call()[1]["changed"]
+
+    _installed(tmp, podman=("podman", "4.3.1+ds1-8+deb12u1"))
+    code, result = call()
+    assert code == 0 and result["changed"] and result["cdi_version"] == "0.5.0", result
+    assert "podman 4.3.1 reads cdiVersion 0.5.0 at most" in result["cdi_version_reason"]
+    assert "not the host's group and mode" in result["cdi_version_reason"]
+    text = (tmp / "etc" / "cdi" / "nvidia.yaml").read_text()
+    assert "additionalGids" not in text and "fileMode" not in text
+    index = json.loads((tmp / "etc" / "gpufleet" / "cdi-nvidia.json").read_text())
+    assert index["containerEdits"]["additionalGids"] == [44]
+
+
+def test_default_device_files_keep_0_6(module_run):
+    call, tmp, _version = module_run
+    _installed(tmp, docker=("docker.io", "28.5.2+dfsg4-5"))
+    code, result = call()
+    assert code == 0 and result["cdi_version"] == "0.6.0"
+    assert result["device_files"]["additional_gids"] == [] and result["device_files"]["source"] == "default"

@@ -81,6 +81,7 @@ def test_host_without_gpus(tmp_path):
         "uvm_loaded": False,
         "cuda_version": None,
         "reboot_required": False,
+        "device_files": {"uid": 0, "gid": 0, "mode": "0666", "source": "default", "additional_gids": []},
         "sources": {},
     }
     assert facts["problems"] == [] and facts["warnings"] == []

@@ -63,3 +63,38 @@ def _engines(**versions):
 )
 def test_cdi_spec_version_is_what_every_engine_reads(engines, version, held):
     assert cdi_spec_version(engines) == (version, held)
+
+
+@pytest.mark.parametrize(
+    ("engines", "version", "held"),
+    [
+        # Debian 13 (docker 26.1.5, containerd 1.7.24, podman 5.4.2) and sid (docker 28.5.2, containerd 2.1.9) read 0.7
+        (_engines(docker="26.1.5+dfsg1-9+deb13u1", containerd="1.7.24~ds1-6", podman="5.4.2+ds1-2"), "0.7.0", []),
+        (_engines(docker="28.5.2+dfsg4-5", containerd="2.1.9~ds1-5"), "0.7.0", []),
+        # Debian 12: podman 4.3.1 holds it at 0.5.0; docker 20.10 and containerd 1.6 read no CDI and do not count
+        (_engines(docker="20.10.24", containerd="1.6.20", podman="4.3.1"), "0.5.0", ["podman 4.3.1"]),
+        # the first versions whose vendored container-device-interface is v0.7 (go.mod / vendor.mod at the tags)
+        (_engines(docker="26.0.2"), "0.6.0", ["docker 26.0.2"]),
+        (_engines(docker="26.1.0"), "0.7.0", []),
+        (_engines(podman="5.0.3"), "0.6.0", ["podman 5.0.3"]),
+        (_engines(podman="5.1.0"), "0.7.0", []),
+        (_engines(containerd="1.7.15"), "0.6.0", ["containerd 1.7.15"]),
+        (_engines(containerd="1.7.16"), "0.7.0", []),
+        (_engines(containerd="2.0.0"), "0.7.0", []),
+        (_engines(crio="1.29.13"), "0.6.0", ["crio 1.29.13"]),
+        (_engines(crio="1.30.0"), "0.7.0", []),
+        (_engines(crio="1.30.0", containerd="1.7.11"), "0.5.0", ["containerd 1.7.11"]),
+        (_engines(podman=None), "0.5.0", ["podman (version unknown)"]),
+        ({}, "0.7.0", []),
+    ],
+)
+def test_cdi_spec_version_with_additional_gids_wanted(engines, version, held):
+    assert cdi_spec_version(engines, "0.7.0") == (version, held)
+
+
+def test_cdi_spec_version_never_goes_past_what_is_wanted():
+    engines = _engines(docker="28.5.2", podman="5.4.2")
+    assert cdi_spec_version(engines) == ("0.6.0", [])
+    assert cdi_spec_version(engines, "0.5.0") == ("0.5.0", [])
+    with pytest.raises(ValueError, match=r"0\.9\.0"):
+        cdi_spec_version(engines, "0.9.0")
