@@ -8,8 +8,12 @@
 host file that may be missing. ``stale_temporaries`` finds the temporary files a writer killed between the
 write and the rename left behind (``remove_stale_temporaries`` removes them), and nothing else.
 
-Neither is for untrusted input of unbounded size (``config.json`` of a bundle, an image's files): that is
-``hostprog.oci.read_limited``. Neither confines a path inside a container root: that is ``hostprog.cdi_hook``.
+Neither is for untrusted input of unbounded size: that is ``read_regular`` (and ``read_fd`` on an open file), the one
+bounded reader of every file an image, a bundle or an admin's option can point at (``config.json``, the image's
+``ld.so.cache``, ``nvidia-container-cli --ldcache``, a ``--proc`` tree): only a regular file, opened ``O_NONBLOCK`` (a
+FIFO never blocks), never more than its limit read (``/dev/zero`` is refused, not read until memory runs out); any
+other file is one ``FileLimitError`` line. Neither confines a path inside a container root: that is
+``hostprog.cdi_hook``.
 
 Imports only ``os`` (the runtime shim writes through this on every GPU container start).
 Standard library only (target Pythons 3.8+).
@@ -23,6 +27,68 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
+
+_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000  # the stat module's values, without importing it
+_KINDS = {0o010000: "a FIFO", 0o020000: "a character device", 0o060000: "a block device", 0o140000: "a socket"}
+_KINDS.update({0o040000: "a directory", _S_IFLNK: "a symbolic link"})
+
+
+class FileLimitError(ValueError):
+    """A file that is not read: not a regular file, or larger than its limit; the message is one line naming it."""
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(mode & _S_IFMT, "not a regular file")
+
+
+def read_fd(fd: int, limit: int, what: str) -> bytes:
+    """At most ``limit`` bytes from the open file ``fd``; ``FileLimitError`` naming ``what`` when it holds more
+    (never more than ``limit + 1`` bytes are read)."""
+    data = os.read(fd, limit + 1)
+    while data and len(data) <= limit:
+        more = os.read(fd, limit + 1 - len(data))
+        if not more:
+            break
+        data += more
+    if len(data) > limit:
+        raise FileLimitError(f"{what} is larger than {int(limit)} bytes")
+    return data
+
+
+def read_regular(
+    path: str,
+    limit: int,
+    what: str | None = None,
+    *,
+    follow: bool = True,
+    check: Callable[[os.stat_result], object] | None = None,
+) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; ``FileLimitError`` (a ``ValueError``, one
+    line naming ``what`` or the path) for anything else, ``OSError`` when it cannot be opened (``FileNotFoundError``).
+
+    ``follow=False``: a link at ``path`` is refused too, checked with ``lstat`` before anything is opened and by
+    ``O_NOFOLLOW`` on the open. The open is ``O_NONBLOCK`` (a FIFO, even one swapped in after the ``lstat``, never
+    blocks) and the open file is checked again with ``fstat``; ``check(st)``, when given, runs on that ``fstat``
+    first (the shim's ownership rule), so what is checked is what is read.
+    """
+    what = what or path
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow:
+        mode = os.lstat(path).st_mode
+        if mode & _S_IFMT != _S_IFREG:
+            raise FileLimitError(f"{what} is {_kind(mode)}, not a regular file: not read")
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if check is not None:
+            check(st)
+        if st.st_mode & _S_IFMT != _S_IFREG:
+            raise FileLimitError(f"{what} is {_kind(st.st_mode)}, not a regular file: not read")
+        return read_fd(fd, limit, what)
+    finally:
+        os.close(fd)
+
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -147,7 +147,13 @@ def parse_capabilities(value: str | list | tuple | None) -> tuple[str, ...]:
         return CAPABILITIES
     unknown = sorted(set(names) - set(CAPABILITIES))
     if unknown:
-        listed, valid = ", ".join(repr(u) for u in unknown), ", ".join(CAPABILITIES)
+        from ..base.oneline import excerpt  # noqa: PLC0415  # failure path only
+
+        # the names come from the image: a bounded few of them, each a bounded prefix
+        listed = ", ".join(excerpt(u, 40) for u in unknown[:5]) + (
+            f" and {len(unknown) - 5} more" if unknown[5:] else ""
+        )
+        valid = ", ".join(CAPABILITIES)
         raise CapabilityError(f"unknown driver capability {listed}; valid: {valid} or all")
     wanted = set(names)
     for name in names:

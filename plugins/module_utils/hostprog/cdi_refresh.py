@@ -30,6 +30,7 @@ import sys
 from typing import Any, Mapping
 
 from ..base.fileio import atomic_write, read_text
+from ..base.oneline import error_line
 from ..base.pathsafe import host_path
 from ..cdi.driver_files import find_driver_files
 from ..cdi.generate import generate, host_node_fingerprint, options_with_defaults, spec_node_stamp, spec_stamp
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{args['config']}: not a JSON object")
         report = refresh(options, force=args["force"], dry_run=args["dry_run"])
     except Exception as exc:  # one line for the journal, never a traceback at boot
-        sys.stderr.write(f"{NAME}: cannot refresh the CDI spec: {exc}\n")
+        sys.stderr.write(error_line(NAME, f"cannot refresh the CDI spec: {exc}"))
         return 1
     sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
     return 0

@@ -57,6 +57,7 @@ import os
 import sys
 
 from ..base.names import COLLECTION_VERSION
+from ..base.oneline import error_line, one_line
 
 NAME = "nvidia-container-cli"
 DEFAULT_BINDIR = "/usr/local/bin"
@@ -482,10 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise CliError(f"{NAME}: unknown command '{command}' (one of: info, list, configure; try {NAME} --help)")
     except CliError as exc:
-        sys.stderr.write(" ".join(str(exc).splitlines()) + "\n")
+        sys.stderr.write(one_line(exc) + "\n")  # the message names its program already
         return 1
     except Exception as exc:  # one line, never a traceback
-        sys.stderr.write(f"{NAME}: internal error ({type(exc).__name__}: {exc})\n")
+        sys.stderr.write(error_line(NAME, f"internal error ({type(exc).__name__}: {exc})"))
         return 1
     sys.stdout.write(out)
     return 0

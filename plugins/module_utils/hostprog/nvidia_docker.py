@@ -23,6 +23,7 @@ import os
 import sys
 
 from ..base.names import COLLECTION_VERSION
+from ..base.oneline import error_line
 
 NAME = "nvidia-docker"
 VERSION_LINE = f"NVIDIA Docker: {COLLECTION_VERSION} (gpufleet.nvidia)"
@@ -63,6 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.execvp(command[0], command)  # noqa: S606  # the user's own docker client, as nvidia-docker2 ran it
     except OSError as exc:
-        sys.stderr.write(f"{NAME}: cannot run {command[0]}: {exc.strerror or exc}\n")
+        sys.stderr.write(error_line(NAME, f"cannot run {command[0]}: {exc.strerror or exc}"))
         return 127
     return 0  # not reached

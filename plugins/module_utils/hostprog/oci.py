@@ -57,6 +57,9 @@ from __future__ import annotations
 import os
 import stat
 
+from ..base.fileio import FileLimitError as _FileLimitError
+from ..base.fileio import read_fd as _read_fd
+from ..base.fileio import read_regular as _read_regular
 from ..base.version import compare as _compare
 from ..cdi.driver_files import CapabilityError, parse_capabilities
 
@@ -74,7 +77,16 @@ INJECTED_ANNOTATION = "gpufleet.nvidia/injected"
 
 _TRUE = ("1", "t", "true", "y", "yes", "on")
 MAX_CONFIG_BYTES = 16 << 20  # config.json: a few KiB usually; Kubernetes annotations can make it larger
-MAX_REQUEST_BYTES = 64 << 10  # one NVIDIA_VISIBLE_DEVICES value, or one CDI annotation value
+MAX_REQUEST_BYTES = 64 << 10  # one request variable's value (NVIDIA_*), or one CDI annotation value
+# The variables a request reads (each at most MAX_REQUEST_BYTES; NVIDIA_REQUIRE_* too, in check_requirements).
+REQUEST_VARIABLES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+    "NVIDIA_DISABLE_REQUIRE",
+)
 MAX_REQUEST_DEVICES = 1024  # distinct device names in one request
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 PRIVILEGED_CAPABILITY = "CAP_SYS_ADMIN"
@@ -92,7 +104,9 @@ class RequestError(ValueError):
 
     def __str__(self) -> str:
         # Names in the message come from the container's config.json: a line break in one must not split it.
-        return " ".join(super().__str__().splitlines())
+        from ..base.oneline import one_line  # noqa: PLC0415  # failure path only
+
+        return one_line(super().__str__())
 
 
 def env_dict(env: list[str] | None) -> dict[str, str]:
@@ -111,9 +125,33 @@ def is_true(value: object) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
+def _q(value: object) -> str:
+    """How a message quotes a value from the image or the pod: ``base.oneline.excerpt`` (a bounded prefix)."""
+    from ..base.oneline import excerpt  # noqa: PLC0415  # failure path only
+
+    return excerpt(value)
+
+
+def _clip(value: object) -> str:
+    """How a message shows a key or a name from the image or the pod: ``base.oneline.clip`` (a bounded prefix)."""
+    from ..base.oneline import clip  # noqa: PLC0415  # failure path only
+
+    return clip(value, 100)
+
+
 def _check_size(value: str, what: str) -> None:
+    """The one size rule of a request: a variable's or an annotation's value is at most ``MAX_REQUEST_BYTES``."""
     if len(value) > MAX_REQUEST_BYTES:
         raise RequestError(f"{what} is longer than {MAX_REQUEST_BYTES} bytes ({len(value)})")
+
+
+def check_request_sizes(env: dict[str, str]) -> None:
+    """``_check_size`` on every request variable of ``REQUEST_VARIABLES`` that ``env`` sets (``NVIDIA_REQUIRE_*``:
+    ``check_requirements``; the CDI annotations: ``cdi_annotation_devices``). One dict lookup each."""
+    for name in REQUEST_VARIABLES:
+        value = env.get(name)
+        if value is not None:
+            _check_size(value, name)
 
 
 def _add_name(names: dict[str, None], name: str, what: str) -> None:
@@ -142,7 +180,7 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
         if part == "all":
             return ["all"]
         if part in ("none", "void"):
-            raise RequestError(f"NVIDIA_VISIBLE_DEVICES: {part!r} cannot be combined with device names")
+            raise RequestError(f"NVIDIA_VISIBLE_DEVICES: {_q(part)} cannot be combined with device names")
         _add_name(names, part, "NVIDIA_VISIBLE_DEVICES")
     return list(names) or None
 
@@ -181,8 +219,8 @@ def check_requirements(
         alternatives = expression.split()
         if not any(_holds(alt, known, name) for alt in alternatives):
             raise RequestError(
-                "unsatisfied requirement {}={!r} (driver {}, CUDA {})".format(
-                    name, expression, driver_version or "unknown", cuda_version or "unknown"
+                "unsatisfied requirement {}={} (driver {}, CUDA {})".format(
+                    _clip(name), _q(expression), driver_version or "unknown", cuda_version or "unknown"
                 )
             )
 
@@ -202,7 +240,7 @@ def _holds(alternative: str, known: dict[str, str | None], name: str) -> bool:
             continue
         match = re.match(_CONSTRAINT, constraint)
         if not match:
-            raise RequestError(f"{name}: cannot parse constraint {constraint!r}")
+            raise RequestError(f"{_clip(name)}: cannot parse constraint {_q(constraint)}")
         key, op, want = match.groups()
         have = known.get(key)
         if have is None:
@@ -236,7 +274,7 @@ def cdi_annotation_devices(annotations: dict[str, str] | None, kind: str = KIND)
             if prefix != kind:
                 continue
             if not sep or not device:
-                raise RequestError(f"CDI annotation {key}: malformed device name {qualified!r}")
+                raise RequestError(f"CDI annotation {_clip(key)}: malformed device name {_q(qualified)}")
             _add_name(names, device, "the CDI annotations")
     return list(names)
 
@@ -325,6 +363,7 @@ def gpu_request(
     privileged. An unknown capability raises ``RequestError``.
     """
     env = env_dict((config.get("process") or {}).get("env"))
+    check_request_sizes(env)
     devices = cdi_annotation_devices(config.get("annotations"))
     source = "CDI annotations"
     if not devices and accept_volume_mounts:
@@ -365,7 +404,9 @@ def _mig_cap_requested(env: dict[str, str], cap: str, visible: list[str], privil
     if "all" not in wanted and "all" not in visible:
         unknown = [d for d in wanted if d not in visible]
         if unknown:
-            raise RequestError(f"{name}: {', '.join(unknown)} not among the visible devices ({', '.join(visible)})")
+            raise RequestError(
+                f"{name}: {_clip(', '.join(unknown))} not among the visible devices ({_clip(', '.join(visible))})"
+            )
     return True
 
 
@@ -396,7 +437,7 @@ def imex_channel_requests(
 
 def _channel(text: str, what: str) -> str:
     if not (text.isdigit() and text.isascii()) or int(text) > MAX_IMEX_CHANNEL:
-        raise RequestError(f"{what}: {text!r} is not an IMEX channel number")
+        raise RequestError(f"{what}: {_q(text)} is not an IMEX channel number")
     return str(int(text))
 
 
@@ -409,7 +450,7 @@ def mig_cap_path(cap: str, minors_path: str = MIG_MINORS) -> str:
         text = ""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == cap and parts[1].isdigit():
+        if len(parts) == 2 and parts[0] == cap and parts[1].isdigit() and parts[1].isascii():
             return f"{MIG_CAP_DIR}/nvidia-cap{int(parts[1])}"
     raise RequestError(
         f"NVIDIA_MIG_{cap.upper()}_DEVICES: the driver lists no MIG {cap} capability in {minors_path} "
@@ -467,17 +508,17 @@ def check_config(config: object, what: str = "config.json") -> dict:
             raise RequestError(f"{what}: {name} holds an element that is not {_TYPE_NAMES[element]}")
     for key, value in (config.get("annotations") or {}).items():
         if not isinstance(value, str):
-            raise RequestError(f"{what}: annotation {key} is not a string")
+            raise RequestError(f"{what}: annotation {_clip(key)} is not a string")
     for mount in config.get("mounts") or ():
         for key in ("source", "destination"):
             if not isinstance(mount.get(key, ""), str):
                 raise RequestError(f"{what}: a mount's {key} is not a string")
     for phase, hooks in (config.get("hooks") or {}).items():
         if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
-            raise RequestError(f"{what}: hooks.{phase} is not an array of objects")
+            raise RequestError(f"{what}: hooks.{_clip(phase)} is not an array of objects")
         for hook in hooks:
             if not isinstance(hook.get("path", ""), str) or not isinstance(hook.get("args", []), list):
-                raise RequestError(f"{what}: a hook in hooks.{phase} has a path or args of the wrong type")
+                raise RequestError(f"{what}: a hook in hooks.{_clip(phase)} has a path or args of the wrong type")
     return config
 
 
@@ -486,33 +527,23 @@ def read_limited(
 ) -> bytes:
     """The bytes of ``path``, refused (``RequestError``) when larger than ``limit`` or not a regular file.
 
-    ``check(st)``, when given, runs on the open file's ``fstat`` first (the shim's ownership rule), so
-    what is checked is what is read. Opened ``O_NONBLOCK``: a FIFO there never blocks.
+    ``base.fileio.read_regular`` (the one bounded reader) with its refusal as a ``RequestError``: ``check(st)``,
+    when given, runs on the open file's ``fstat`` first (the shim's ownership rule), so what is checked is what is
+    read. Opened ``O_NONBLOCK``: a FIFO there never blocks.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
-        if check is not None:
-            check(st)
-        if not stat.S_ISREG(st.st_mode):
-            raise RequestError("%s is not a regular file" % (what or path))
-        return read_fd(fd, limit, what or path)
-    finally:
-        os.close(fd)
+        return _read_regular(path, limit, what, check=check)
+    except _FileLimitError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def read_fd(fd: int, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes from the open file ``fd``; ``RequestError`` naming ``what`` when it holds more
-    (never more than ``limit + 1`` bytes are read)."""
-    data = os.read(fd, limit + 1)
-    while data and len(data) <= limit:
-        more = os.read(fd, limit + 1 - len(data))
-        if not more:
-            break
-        data += more
-    if len(data) > limit:
-        raise RequestError(f"{what} is larger than {int(limit)} bytes")
-    return data
+    """At most ``limit`` bytes from the open file ``fd`` (``base.fileio.read_fd``); ``RequestError`` naming ``what``
+    when it holds more (never more than ``limit + 1`` bytes are read)."""
+    try:
+        return _read_fd(fd, limit, what)
+    except _FileLimitError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def read_config(path: str) -> dict:
@@ -544,7 +575,7 @@ def resolve_devices(index: dict, names: list[str]) -> list[dict]:
         key = name if name in devices else aliases.get(name)
         if key is None or key not in devices:
             known = ", ".join(sorted(devices)) or "none"
-            raise RequestError(f"unknown GPU {name!r} requested (this node has: {known})")
+            raise RequestError(f"unknown GPU {_q(name)} requested (this node has: {known})")
         edits.append(devices[key])
     return edits
 
@@ -759,7 +790,7 @@ def ctr_hook_request(config: dict) -> Request | None:
         raise RequestError(f"the {CTR_CLI} hook does not run configure") from None
     for arg in args[:at]:
         if arg not in _CTR_GLOBAL_FLAGS:
-            raise RequestError(f"the {CTR_CLI} hook has a flag ctr run --gpus does not write: {arg!r}")
+            raise RequestError(f"the {CTR_CLI} hook has a flag ctr run --gpus does not write: {_q(arg)}")
     devices = []
     capabilities = []
     requirements = {}
@@ -777,7 +808,7 @@ def ctr_hook_request(config: dict) -> Request | None:
         elif not arg.startswith("-"):
             positional.append(arg)
         else:
-            raise RequestError(f"the {CTR_CLI} hook has a flag ctr run --gpus does not write: {arg!r}")
+            raise RequestError(f"the {CTR_CLI} hook has a flag ctr run --gpus does not write: {_q(arg)}")
     if len(positional) != 1:
         raise RequestError(f"the {CTR_CLI} hook names {len(positional)} root file systems; ctr writes one")
     names = parse_visible_devices(",".join(devices)) if devices else []

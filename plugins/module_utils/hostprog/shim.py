@@ -159,8 +159,11 @@ def bundle_of(args: list[str]) -> str:
 
 def _log_error(flags: dict[str, str | bool], message: str) -> None:
     """One line on stderr, and in runc's ``--log`` file in its ``--log-format`` (where containerd and
-    CRI-O look for the reason a start failed)."""
-    text = f"{NAME}: {message}"
+    CRI-O look for the reason a start failed). The message may carry a name from the image: ``one_line`` makes it
+    one line (control characters escaped, bounded) for both, so it can never forge a second log entry."""
+    from ..base.oneline import one_line  # noqa: PLC0415  # failure path only
+
+    text = one_line(f"{NAME}: {message}")
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
     log = flags.get("--log")
@@ -405,5 +408,7 @@ def legacy_hook_main(argv: list[str] | None = None) -> int:
     annotations = state.get("annotations") if isinstance(state, dict) else None
     if isinstance(annotations, dict) and INJECTED_ANNOTATION in annotations:
         return 0
-    sys.stderr.write(LEGACY_MESSAGE + "\n")
+    from ..base.oneline import one_line  # noqa: PLC0415  # failure path only
+
+    sys.stderr.write(one_line(LEGACY_MESSAGE) + "\n")
     return 1

@@ -193,3 +193,59 @@ def test_a_write_killed_before_the_rename_leaves_a_temporary_the_next_run_remove
     assert len(left) == 1 and left[0].startswith(".config.toml.gpufleet-")
     assert fileio.remove_stale_temporaries(str(target)) == [str(tmp_path / left[0])]
     assert os.listdir(tmp_path) == ["config.toml"]
+
+
+# ---------------------------------------------------------------- read_regular: the one bounded reader
+
+
+def test_read_regular_reads_a_regular_file_within_its_limit(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert fileio.read_regular(str(path), 100) == b"x" * 100
+    seen = []
+    assert fileio.read_regular(str(path), 100, check=seen.append) == b"x" * 100
+    assert stat.S_ISREG(seen[0].st_mode)  # the check ran on the open file's fstat
+    with pytest.raises(fileio.FileLimitError, match=r"^the cache is larger than 99 bytes$"):
+        fileio.read_regular(str(path), 99, "the cache")
+    with pytest.raises(FileNotFoundError):
+        fileio.read_regular(str(tmp_path / "missing"), 100)
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_read_regular_never_blocks_on_a_fifo(tmp_path, follow):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))  # no writer: a blocking open or read would never return
+    with pytest.raises(fileio.FileLimitError, match="is a FIFO, not a regular file"):
+        fileio.read_regular(str(fifo), 1 << 20, follow=follow)
+
+
+def test_read_regular_refuses_devices_without_reading_them():
+    # /dev/zero never ends: a read without a regular-file check runs until memory is gone
+    with pytest.raises(fileio.FileLimitError, match="/dev/zero is a character device"):
+        fileio.read_regular("/dev/zero", 8 << 20)
+    with pytest.raises(fileio.FileLimitError, match="is a directory"):
+        fileio.read_regular("/", 1 << 20)
+
+
+def test_read_regular_without_follow_refuses_a_link(tmp_path):
+    target = tmp_path / "target"
+    target.write_bytes(b"data")
+    os.symlink(str(target), str(tmp_path / "link"))
+    assert fileio.read_regular(str(tmp_path / "link"), 100) == b"data"
+    with pytest.raises(fileio.FileLimitError, match="is a symbolic link"):
+        fileio.read_regular(str(tmp_path / "link"), 100, follow=False)
+
+
+def test_read_fd_reads_at_most_one_byte_over_the_limit():
+    read, write = os.pipe()
+    try:
+        os.write(write, b"y" * 5000)
+        with pytest.raises(fileio.FileLimitError, match=r"^zeros is larger than 4096 bytes$"):
+            fileio.read_fd(read, 4096, "zeros")
+        os.close(write)
+        write = -1
+        assert len(os.read(read, 10000)) == 5000 - 4097  # the rest was never read
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)

@@ -238,3 +238,29 @@ def test_list_on_debians_driver_tree(capsys, debian_driver_tree):
         and out
         and all("libnvidia-ml" in line or "libnvidia-cfg" in line or "nscq" in line for line in out.splitlines())
     )
+
+
+# ---------------------------------------------------------------- the DSO cache an admin names: bounded, regular only
+
+
+@pytest.mark.parametrize("how", ["ldcache", "root"])
+def test_a_fifo_as_the_dso_cache_fails_at_once_instead_of_hanging(capsys, tmp_path, how):
+    (tmp_path / "etc").mkdir()
+    os.mkfifo(str(tmp_path / "etc" / "ld.so.cache"))  # no writer: a blocking open never returns
+    args = ["--ldcache", str(tmp_path / "etc" / "ld.so.cache")] if how == "ldcache" else ["--root", str(tmp_path)]
+    rc, out, err = run(capsys, *args, "list", "--libraries")
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert "cannot read the DSO cache" in err and "is a FIFO, not a regular file" in err
+
+
+def test_an_endless_device_as_the_dso_cache_is_refused_unread(capsys):
+    rc, _out, err = run(capsys, "--ldcache", "/dev/zero", "list", "--libraries")  # read to the end: out of memory
+    assert rc == 1 and "/dev/zero is a character device, not a regular file" in err and err.count("\n") == 1
+
+
+def test_an_oversized_dso_cache_is_refused(capsys, tmp_path):
+    big = tmp_path / "ld.so.cache"
+    with open(str(big), "wb") as f:
+        f.truncate((8 << 20) + 1)  # sparse: one byte over the bound
+    rc, _out, err = run(capsys, "--ldcache", str(big), "list", "--libraries")
+    assert rc == 1 and "is larger than 8388608 bytes" in err and err.count("\n") == 1

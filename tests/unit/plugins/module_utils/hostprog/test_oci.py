@@ -432,7 +432,7 @@ _INDEX = {"devices": {"0": {"deviceNodes": [{"path": "/dev/null", "major": 1, "m
 
 
 def test_a_request_error_stays_one_line_when_a_name_in_the_config_has_a_line_break():
-    for config, name in (({"hooks": {"pre\nstart": {}}}, "pre start"), ({"annotations": {"a\nb": 5}}, "a b")):
+    for config, name in (({"hooks": {"pre\nstart": {}}}, "pre\\nstart"), ({"annotations": {"a\nb": 5}}, "a\\nb")):
         with pytest.raises(_oci.RequestError) as info:
             _oci.check_config(config)
         assert "\n" not in str(info.value) and name in str(info.value)
