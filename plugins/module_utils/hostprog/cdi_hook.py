@@ -320,9 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         root, destinations = container_root(read_state(sys.stdin))
         apply(options, root, destinations)
     except (HookError, OSError, ValueError) as exc:
-        sys.stderr.write(f"{NAME}: {exc}\n")
-        return 1
+        message = str(exc)
     except Exception as exc:  # never a traceback in the engine's log: one line, the start fails
-        sys.stderr.write(f"{NAME}: internal error ({type(exc).__name__}: {exc})\n")
-        return 1
-    return 0
+        message = f"internal error ({type(exc).__name__}: {exc})"
+    else:
+        return 0
+    from ..base.oneline import error_line  # noqa: PLC0415  # failure path only
+
+    sys.stderr.write(error_line(NAME, message))  # a name from the image may hold a newline: still one line
+    return 1

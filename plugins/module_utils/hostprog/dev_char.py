@@ -9,7 +9,9 @@ are made by ``nvidia-modprobe``), a ``systemctl daemon-reload`` re-applies the r
 running containers lose their GPUs ("Failed to initialize NVML: Unknown Error"). This program makes
 them, like ``nvidia-ctk system create-dev-char-symlinks --create-all``: a relative link
 ``/dev/char/195:0 -> ../nvidia0`` per node, an existing correct link left alone, a wrong link replaced,
-anything that is not a link left alone and reported.
+anything that is not a link left alone and reported. A ``/dev/char`` that is itself a link (or anything but a
+directory) is refused with one line and nothing is written: every link is made through a descriptor of the real
+``/dev/char`` (``O_DIRECTORY | O_NOFOLLOW``), never through a path a planted link could redirect.
 
 ``gpufleet-dev-char-links [--dev-root /] [--dry-run]`` prints one JSON object:
 ``{"links": N, "created": [...], "replaced": [...], "conflicts": [...]}``; exit status 0, or 1 when a
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import Any
 
+from ..base.oneline import error_line
 from ..cdi.devices import DeviceNode, char_link, scan_device_nodes
 
 NAME = "gpufleet-dev-char-links"
@@ -58,44 +62,91 @@ def plan(nodes: list[DeviceNode], existing: dict[str, str | None]) -> list[tuple
     return actions
 
 
-def _existing(char_dir: str, links: list[str]) -> dict[str, str | None]:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class CharDirError(Exception):
+    """``/dev/char`` is not a real directory: nothing is written (the message is the one line that says so)."""
+
+
+def open_char_dir(char_dir: str, create: bool) -> int | None:
+    """A descriptor of ``char_dir`` (``<dev root>/dev/char``), opened ``O_DIRECTORY | O_NOFOLLOW``; None when it is
+    missing and not ``create``. ``CharDirError`` when it is a link (its target is never written into: a link planted
+    there would send root's links anywhere) or anything else that is not a directory."""
+    try:
+        st = os.lstat(char_dir)
+    except FileNotFoundError:
+        if not create:
+            return None
+        try:  # noqa: SIM105
+            os.mkdir(char_dir, 0o755)
+        except FileExistsError:
+            pass
+        st = os.lstat(char_dir)
+    if stat.S_ISLNK(st.st_mode):
+        raise CharDirError(
+            f"{char_dir} is a symbolic link (to {os.readlink(char_dir)!r}), not a directory: refusing it"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise CharDirError(f"{char_dir} is not a directory: refusing it")
+    try:
+        return os.open(char_dir, _DIR_FLAGS)
+    except OSError as exc:  # replaced by a link or a file since the lstat
+        raise CharDirError(f"{char_dir} cannot be opened as a directory ({exc.strerror or exc}): refusing it") from None
+
+
+def _existing(char_fd: int | None, links: list[str]) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
+    if char_fd is None:
+        return found
     for link in links:
-        full = os.path.join(char_dir, os.path.basename(link))
-        if os.path.islink(full):
-            found[link] = os.readlink(full)
-        elif os.path.lexists(full):
-            found[link] = None
+        name = os.path.basename(link)
+        try:
+            st = os.stat(name, dir_fd=char_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        found[link] = os.readlink(name, dir_fd=char_fd) if stat.S_ISLNK(st.st_mode) else None
     return found
 
 
 def apply(dev_root: str = "/", dry_run: bool = False) -> dict[str, Any]:
-    """Create the links under ``<dev_root>/dev/char``; returns the report printed by ``main``."""
+    """Create the links under ``<dev_root>/dev/char``; returns the report printed by ``main``. Every write is made
+    relative to a descriptor of ``/dev/char`` (``open_char_dir``); a ``/dev/char`` that is a link or no directory
+    is one error in the report and nothing is written."""
     dev_dir = os.path.join(dev_root, "dev")
     char_dir = os.path.join(dev_dir, "char")
     nodes = scan_device_nodes(dev_dir)
-    actions = plan(nodes, _existing(char_dir, [char_link(n) for n in nodes]))
     report: dict[str, Any] = {"links": 0, "created": [], "replaced": [], "conflicts": [], "errors": []}
-    if not dry_run and any(a[0] in ("create", "replace") for a in actions):
-        os.makedirs(char_dir, 0o755, exist_ok=True)
-    for action, link, target in actions:
-        full = os.path.join(char_dir, os.path.basename(link))
-        if action == "conflict":
-            report["conflicts"].append(link)
-            continue
-        if action != "ok" and not dry_run:
-            tmp = f"{full}.gpufleet-{os.getpid()}"
-            try:
-                os.symlink(target, tmp)
-                os.replace(tmp, full)
-            except OSError as exc:
-                report["errors"].append(f"{link}: {exc.strerror or exc}")
+    try:
+        char_fd = open_char_dir(char_dir, create=False)
+        actions = plan(nodes, _existing(char_fd, [char_link(n) for n in nodes]))
+        if char_fd is None and not dry_run and any(a[0] in ("create", "replace") for a in actions):
+            char_fd = open_char_dir(char_dir, create=True)
+    except (CharDirError, OSError) as exc:
+        report["errors"].append(str(exc) if isinstance(exc, CharDirError) else f"{char_dir}: {exc.strerror or exc}")
+        return report
+    try:
+        for action, link, target in actions:
+            name = os.path.basename(link)
+            if action == "conflict":
+                report["conflicts"].append(link)
                 continue
-        if action == "create":
-            report["created"].append(link)
-        elif action == "replace":
-            report["replaced"].append(link)
-        report["links"] += 1
+            if action != "ok" and not dry_run:
+                tmp = f"{name}.gpufleet-{os.getpid()}"
+                try:
+                    os.symlink(target, tmp, dir_fd=char_fd)
+                    os.replace(tmp, name, src_dir_fd=char_fd, dst_dir_fd=char_fd)
+                except OSError as exc:
+                    report["errors"].append(f"{link}: {exc.strerror or exc}")
+                    continue
+            if action == "create":
+                report["created"].append(link)
+            elif action == "replace":
+                report["replaced"].append(link)
+            report["links"] += 1
+    finally:
+        if char_fd is not None:
+            os.close(char_fd)
     return report
 
 
@@ -120,10 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_args(argv)
     except ValueError as exc:
-        sys.stderr.write(f"{NAME}: {exc}\n")
+        sys.stderr.write(error_line(NAME, exc))
         return 2
-    report = apply(options["dev_root"], options["dry_run"])
+    try:
+        report = apply(options["dev_root"], options["dry_run"])
+    except Exception as exc:  # one line, never a traceback (run by udev and the runtime role)
+        sys.stderr.write(error_line(NAME, f"internal error ({type(exc).__name__}: {exc})"))
+        return 1
     sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
     for problem in report["conflicts"]:
-        sys.stderr.write(f"{NAME}: {problem} exists and is not a link; left alone\n")
+        sys.stderr.write(error_line(NAME, f"{problem} exists and is not a link; left alone"))
+    for problem in report["errors"]:
+        sys.stderr.write(error_line(NAME, problem))
     return 1 if report["conflicts"] or report["errors"] else 0

@@ -20,14 +20,17 @@ registered (``Device Minor`` in ``/proc/driver/nvidia/gpus/*/information``), ``/
 major from ``/proc/devices``, and ``/dev/nvidia-caps/nvidia-cap<M>`` for each file under
 ``/proc/driver/nvidia/capabilities`` (its ``DeviceFileMinor``; major of ``nvidia-caps``). Owner and mode come
 from ``/proc/driver/nvidia/params`` (or the capability file); ``ModifyDeviceFiles: 0`` leaves every file alone.
+Every value read is checked first: a GPU minor from 0 to 253, a capability minor within the kernel's 20 bits, a
+major within 12, an owner or group within ``uid_t``; a malformed one is one line (file and value) in ``malformed``
+and on stderr, and everything else is still made. Only regular files of at most 1 MiB are read there.
 A node that exists with the right number is kept (its mode and owner set right), anything else at that path
 (a wrong number, a link, a file) is replaced. No ``/proc/driver/nvidia`` (module not loaded, ``modprobe``
 failed) is not an error: there is nothing to create.
 
 ``gpufleet-nvidia-devices [--proc DIR] [--dev-root DIR] [--dry-run]`` prints one JSON object
-(``{"loaded", "modify", "nodes", "created", "replaced", "fixed", "errors", "reason"}``); exit status 0, or 1 when a
-node could not be made. ``--proc`` defaults to ``$GPUFLEET_NVIDIA_PROC`` or ``/proc``: a simulated node
-(``tests/sim``) points it at a stand-in, as runc refuses mounts under ``/proc``.
+(``{"loaded", "modify", "nodes", "created", "replaced", "fixed", "errors", "malformed", "reason"}``); exit status 0,
+or 1 when a node could not be made or a value was malformed. ``--proc`` defaults to ``$GPUFLEET_NVIDIA_PROC`` or
+``/proc``: a simulated node (``tests/sim``) points it at a stand-in, as runc refuses mounts under ``/proc``.
 
 Standard library only (target Pythons 3.8+).
 """
@@ -40,17 +43,19 @@ import stat
 import sys
 from typing import Any
 
-from ..base.fileio import read_text
+from ..base.fileio import FileLimitError, read_regular
+from ..base.oneline import error_line, excerpt
 from ..cdi.devices import (
     CAPS_DIR,
     CAPS_DIR_MODE,
+    MODESET_MINOR,
     DeviceFile,
     parse_capability_minor,
     parse_device_file_params,
     parse_proc_devices,
     wanted_device_files,
 )
-from ..discovery.nvidia_procfs import read_gpus
+from ..discovery.nvidia_procfs import parse_information
 
 NAME = "gpufleet-nvidia-devices"
 PROC_ENV = "GPUFLEET_NVIDIA_PROC"
@@ -64,8 +69,89 @@ def loaded_modules(text: str | None) -> set[str]:
     return {line.split()[0].replace("-", "_") for line in (text or "").splitlines() if line.split()}
 
 
-def read_capabilities(proc_dir: str) -> list[tuple[int, dict[str, Any]]]:
-    """``(minor, params)`` of every capability file under ``<proc>/driver/nvidia/capabilities``, in path order."""
+# Values the kernel writes that a node number or owner can take; anything else in a file is malformed.
+MAX_PROC_BYTES = 1 << 20  # a /proc file of the driver is a few hundred bytes
+MAX_MAJOR = (1 << 12) - 1  # the kernel's MAJORBITS
+MAX_MINOR = (1 << 20) - 1  # MINORBITS
+MAX_GPU_MINOR = MODESET_MINOR - 1  # 254 and 255 are nvidia-modeset and nvidiactl
+MAX_ID = (1 << 32) - 2  # uid_t/gid_t; -1 means "no change"
+_PARAM_LIMITS = {"DeviceFileUID": MAX_ID, "DeviceFileGID": MAX_ID}
+
+
+def _read(path: str, problems: list[str]) -> str | None:
+    """The text of a /proc (or ``--proc``) file: only a regular file, at most ``MAX_PROC_BYTES`` (``read_regular``);
+    None when it is missing or unreadable; one line in ``problems`` when it is not a regular file or too large."""
+    try:
+        return read_regular(path, MAX_PROC_BYTES).decode("utf-8", "replace")
+    except FileLimitError as exc:
+        problems.append(str(exc))
+    except OSError:
+        pass
+    return None
+
+
+def _number(value: str, limit: int) -> int | None:
+    """``value`` as a decimal number from 0 to ``limit`` (ASCII digits only), else None."""
+    if not (value.isdigit() and value.isascii() and len(value) <= 20):
+        return None
+    number = int(value)
+    return number if number <= limit else None
+
+
+def checked_values(path: str, text: str | None, limits: dict[str, int], problems: list[str]) -> str:
+    """``text`` (``Key: value`` lines) without the lines of ``limits``' keys whose value is not a number from 0 to
+    that limit: each such line is one message in ``problems`` naming ``path``, the key and the value; what is left
+    is read as if the line were absent (the key keeps nvidia-modprobe's default, the node is skipped)."""
+    kept = []
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if sep and key in limits and _number(value, limits[key]) is None:
+            problems.append(f"{path}: {key} {excerpt(value)} is not a number from 0 to {limits[key]}: ignored")
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def checked_devices(path: str, text: str | None, problems: list[str]) -> str:
+    """``/proc/devices`` without the lines whose number is no major (1 to ``MAX_MAJOR``); each such line of an NVIDIA
+    driver (``nvidia*``) is a line in ``problems``, another driver's is dropped silently (not ours to judge)."""
+    kept = []
+    for line in (text or "").splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0][:1].isdigit() and not (_number(parts[0], MAX_MAJOR) or 0):
+            if parts[1].strip().startswith("nvidia"):
+                problems.append(
+                    f"{path}: major {excerpt(parts[0])} of {excerpt(parts[1])} is not from 1 to {MAX_MAJOR}"
+                )
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def read_gpu_minors(proc_dir: str, problems: list[str]) -> list[int]:
+    """The ``Device Minor`` of every GPU under ``<proc>/driver/nvidia/gpus``; a minor that is not a number from 0 to
+    ``MAX_GPU_MINOR`` is one line in ``problems`` and that GPU is skipped."""
+    gpus_dir = os.path.join(proc_dir, "driver", "nvidia", "gpus")
+    try:
+        names = sorted(os.listdir(gpus_dir))
+    except OSError:
+        return []
+    minors = []
+    for name in names:
+        path = os.path.join(gpus_dir, name, "information")
+        text = checked_values(path, _read(path, problems), {"Device Minor": MAX_GPU_MINOR}, problems)
+        minor = parse_information(text).get("Device Minor")
+        if minor is not None:
+            minors.append(int(minor))
+    return minors
+
+
+def read_capabilities(proc_dir: str, problems: list[str] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """``(minor, params)`` of every capability file under ``<proc>/driver/nvidia/capabilities``, in path order; a
+    malformed minor, owner or group is one line in ``problems`` (the file is skipped, or the value ignored)."""
+    problems = [] if problems is None else problems
+    limits = dict(_PARAM_LIMITS, DeviceFileMinor=MAX_MINOR)
     top = os.path.join(proc_dir, "driver", "nvidia", "capabilities")
     found: list[tuple[int, dict[str, Any]]] = []
     for dirpath, dirnames, filenames in os.walk(top):
@@ -76,23 +162,30 @@ def read_capabilities(proc_dir: str) -> list[tuple[int, dict[str, Any]]]:
         for name in sorted(filenames):
             if len(found) >= _CAPS_MAX_FILES:
                 return found
-            text = read_text(os.path.join(dirpath, name), tolerant=True, errors="replace")
+            path = os.path.join(dirpath, name)
+            text = checked_values(path, _read(path, problems), limits, problems)
             minor = parse_capability_minor(text)
             if minor is not None:
                 found.append((minor, parse_device_file_params(text)))
     return found
 
 
-def wanted(proc_dir: str) -> tuple[bool, bool, list[DeviceFile]]:
+def wanted(proc_dir: str, problems: list[str] | None = None) -> tuple[bool, bool, list[DeviceFile]]:
     """``(loaded, modify, files)``: whether the driver is loaded (``<proc>/driver/nvidia``), whether its params allow
-    touching the files, and the files it provides."""
+    touching the files, and the files it provides. Each malformed value met is one line in ``problems`` (naming its
+    file and the value); the other values are still used."""
+    problems = [] if problems is None else problems
     if not os.path.isdir(os.path.join(proc_dir, "driver", "nvidia")):
         return False, True, []
-    params = parse_device_file_params(read_text(os.path.join(proc_dir, "driver", "nvidia", "params"), tolerant=True))
-    majors = parse_proc_devices(read_text(os.path.join(proc_dir, "devices"), tolerant=True, errors="replace") or "")
-    minors = [g["minor"] for g in read_gpus(proc_dir) or () if g.get("minor") is not None]
-    modeset = "nvidia_modeset" in loaded_modules(read_text(os.path.join(proc_dir, "modules"), tolerant=True))
-    files = wanted_device_files(minors, majors["character"], modeset, params, read_capabilities(proc_dir))
+    params_path = os.path.join(proc_dir, "driver", "nvidia", "params")
+    params = parse_device_file_params(
+        checked_values(params_path, _read(params_path, problems), _PARAM_LIMITS, problems)
+    )
+    devices_path = os.path.join(proc_dir, "devices")
+    majors = parse_proc_devices(checked_devices(devices_path, _read(devices_path, problems), problems))
+    minors = read_gpu_minors(proc_dir, problems)
+    modeset = "nvidia_modeset" in loaded_modules(_read(os.path.join(proc_dir, "modules"), problems))
+    files = wanted_device_files(minors, majors["character"], modeset, params, read_capabilities(proc_dir, problems))
     return True, bool(params["modify"]), files
 
 
@@ -122,7 +215,8 @@ def _make(full: str, f: DeviceFile, action: str) -> None:
 
 def apply(proc_dir: str = "/proc", dev_root: str = "/", dry_run: bool = False) -> dict[str, Any]:
     """Create what is missing under ``<dev_root>/dev``; returns the report ``main`` prints."""
-    loaded, modify, files = wanted(proc_dir)
+    malformed: list[str] = []
+    loaded, modify, files = wanted(proc_dir, malformed)
     report: dict[str, Any] = {
         "loaded": loaded,
         "modify": modify,
@@ -131,6 +225,7 @@ def apply(proc_dir: str = "/proc", dev_root: str = "/", dry_run: bool = False) -
         "replaced": [],
         "fixed": [],
         "errors": [],
+        "malformed": malformed,
         "reason": "",
     }
     if not loaded:
@@ -152,8 +247,8 @@ def apply(proc_dir: str = "/proc", dev_root: str = "/", dry_run: bool = False) -
             action = state(full, f)
             if action != "ok" and not dry_run:
                 _make(full, f, action)
-        except OSError as exc:
-            report["errors"].append(f"{f.node.path}: {exc.strerror or exc}")
+        except (OSError, OverflowError, ValueError) as exc:
+            report["errors"].append(f"{f.node.path}: {getattr(exc, 'strerror', None) or exc}")
             continue
         if action != "ok":
             report[{"create": "created", "replace": "replaced", "fix": "fixed"}[action]].append(f.node.path)
@@ -180,10 +275,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_args(argv)
     except ValueError as exc:
-        sys.stderr.write(f"{NAME}: {exc}\n")
+        sys.stderr.write(error_line(NAME, exc))
         return 2
-    report = apply(options["proc"], options["dev_root"], options["dry_run"])
+    try:
+        report = apply(options["proc"], options["dev_root"], options["dry_run"])
+    except Exception as exc:  # one line for the journal, never a traceback at boot
+        sys.stderr.write(error_line(NAME, f"internal error ({type(exc).__name__}: {exc})"))
+        return 1
     sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
+    for problem in report["malformed"]:
+        sys.stderr.write(error_line(NAME, f"malformed driver value: {problem}"))
     for error in report["errors"]:
-        sys.stderr.write(f"{NAME}: cannot create {error}\n")
-    return 1 if report["errors"] else 0
+        sys.stderr.write(error_line(NAME, f"cannot create {error}"))
+    return 1 if report["errors"] or report["malformed"] else 0

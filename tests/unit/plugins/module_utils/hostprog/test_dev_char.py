@@ -93,3 +93,42 @@ def test_no_nodes_is_nothing_to_do(tmp_path):
 def test_unknown_argument(capsys):
     assert _dev_char.main(["gpufleet-dev-char-links", "--all"]) == 2
     assert "unknown argument '--all'" in capsys.readouterr().err
+
+
+def test_a_linked_dev_char_is_refused_and_nothing_is_written(dev_root, tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(str(elsewhere), str(dev_root / "dev" / "char"))
+    code = _dev_char.main(["gpufleet-dev-char-links", "--dev-root", str(dev_root)])
+    out, err = capsys.readouterr()
+    assert code == 1 and os.listdir(str(elsewhere)) == []  # nothing written through the link
+    assert json.loads(out)["links"] == 0 and err.count("\n") == 1
+    assert f"{dev_root / 'dev' / 'char'} is a symbolic link" in err and "refusing it" in err
+    assert os.readlink(str(dev_root / "dev" / "char")) == str(elsewhere)  # left as it is
+    assert _dev_char.apply(str(dev_root), dry_run=True)["errors"]  # the dry run says so too
+
+
+def test_a_dev_char_that_is_a_file_is_refused(dev_root):
+    (dev_root / "dev" / "char").write_text("not a folder")
+    report = _dev_char.apply(str(dev_root))
+    assert report["links"] == 0 and "is not a directory" in report["errors"][0]
+
+
+def test_links_are_made_through_a_descriptor_of_the_real_folder(dev_root, monkeypatch):
+    """/dev/char swapped for a link after the check: the writes still land in the folder that was opened."""
+    real_open = _dev_char.open_char_dir
+    elsewhere = dev_root / "elsewhere"
+    elsewhere.mkdir()
+
+    def open_then_swap(char_dir, create):
+        fd = real_open(char_dir, create)
+        if fd is not None:
+            os.rename(char_dir, char_dir + ".real")
+            os.symlink(str(elsewhere), char_dir)
+        return fd
+
+    (dev_root / "dev" / "char").mkdir()
+    monkeypatch.setattr(_dev_char, "open_char_dir", open_then_swap)
+    report = _dev_char.apply(str(dev_root))
+    assert report["links"] == 4 and os.listdir(str(elsewhere)) == []
+    assert len(os.listdir(str(dev_root / "dev" / "char.real"))) == 4

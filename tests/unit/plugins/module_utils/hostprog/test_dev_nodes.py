@@ -152,3 +152,54 @@ def test_an_error_names_the_node_and_fails(proc, tmp_path, capsys):
     assert json.loads(out)["errors"] == ["/dev/nvidia-uvm: " + json.loads(out)["errors"][0].split(": ", 1)[1]]
     assert "cannot create /dev/nvidia-uvm:" in err
     assert _rdev(dev / "nvidia-uvm-tools")[:2] == (508, 1)  # the others are made all the same
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (file under proc, its text, what the line names, the node that is not made)
+        ("driver/nvidia/gpus/0000:37:00.0/information", "Device Minor: 99999999999\n", "'99999999999'", "nvidia1"),
+        ("driver/nvidia/gpus/0000:37:00.0/information", "Device Minor: 254\n", "'254'", "nvidia1"),
+        ("driver/nvidia/gpus/0000:37:00.0/information", "Device Minor: -1\n", "'-1'", "nvidia1"),
+        ("driver/nvidia/gpus/0000:37:00.0/information", "Device Minor: 1\u00b2\n", "'1\u00b2'", "nvidia1"),
+        ("devices", PROC_DEVICES.replace("508 nvidia-uvm", "99999 nvidia-uvm"), "'99999'", "nvidia-uvm"),
+        ("driver/nvidia/capabilities/mig/config", "DeviceFileMinor: 4294967296\n", "'4294967296'",
+         "nvidia-caps/nvidia-cap1"),
+    ],
+)  # fmt: skip
+def test_a_malformed_driver_value_is_one_line_and_the_rest_is_made(proc, tmp_path, capsys, case):
+    path, text, named, missing = case
+    write(proc / path, text)
+    (tmp_path / "dev").mkdir()
+    assert _dev_nodes.main([_dev_nodes.NAME, "--proc", str(proc), "--dev-root", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert len(report["malformed"]) == 1 and report["errors"] == []
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{proc / path}: " in err and named in err
+    made = {p[len("/dev/") :] for p in report["created"]}
+    assert missing not in made and not os.path.lexists(str(tmp_path / "dev" / missing))
+    assert {"nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap2"} <= made  # everything else is made
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_malformed_owner_keeps_the_default_and_says_so(proc, tmp_path, capsys):
+    write(
+        proc / "driver/nvidia/params", "ModifyDeviceFiles: 1\nDeviceFileUID: 99999999999999999999\nDeviceFileGID: 44\n"
+    )
+    (tmp_path / "dev").mkdir()
+    assert _dev_nodes.main([_dev_nodes.NAME, "--proc", str(proc), "--dev-root", str(tmp_path)]) == 1
+    _out, err = capsys.readouterr()
+    assert "DeviceFileUID '99999999999999999999' is not a number" in err and err.count("\n") == 1
+    st = os.lstat(str(tmp_path / "dev" / "nvidia0"))
+    assert (st.st_uid, st.st_gid) == (0, 44)  # nvidia-modprobe's default uid, the params' gid
+
+
+def test_proc_files_that_are_not_regular_are_never_read(proc, tmp_path):
+    os.unlink(str(proc / "devices"))
+    os.mkfifo(str(proc / "devices"))  # no writer: a blocking read would hang the boot unit
+    problems = []
+    loaded, _modify, files = _dev_nodes.wanted(str(proc), problems)
+    assert loaded and problems == [f"{proc / 'devices'} is a FIFO, not a regular file: not read"]
+    assert "/dev/nvidia-uvm" not in [f.node.path for f in files]
