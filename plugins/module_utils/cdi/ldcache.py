@@ -150,9 +150,12 @@ def parse_ld_so_cache(data: bytes) -> list[LdCacheEntry]:
 
 
 def read_ld_so_cache(path: str) -> list[LdCacheEntry]:
-    """Read and parse the cache file at ``path`` (a path on this machine, already root-prefixed)."""
-    with open(path, "rb") as f:
-        return parse_ld_so_cache(f.read())
+    """Read and parse the cache file at ``path`` (a path on this machine, already root-prefixed): only a regular
+    file (no link, FIFO or device: ``base.fileio.read_regular``, opened ``O_NONBLOCK``) of at most
+    ``MAX_CACHE_BYTES``; anything else is a ``FileLimitError`` (a ``ValueError``), never a hang."""
+    from ..base.fileio import read_regular  # noqa: PLC0415
+
+    return parse_ld_so_cache(read_regular(path, MAX_CACHE_BYTES, path, follow=False))
 
 
 # --------------------------------------------------------------------------------------------------
