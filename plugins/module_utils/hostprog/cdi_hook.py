@@ -243,7 +243,8 @@ def _ensure_soname_link(dir_fd: int, name: str, target: str) -> bool:
 
 def read_image_cache(etc_fd: int) -> bytes:
     """The image's ``ld.so.cache`` bytes, or ``b""`` when it has none that is a regular file. A link, FIFO,
-    device or socket there is never opened (it is replaced by the new cache); an oversized file is refused."""
+    device or socket there is never opened (it is replaced by the new cache); a file larger than
+    ``MAX_CACHE_BYTES`` is an ``LdCacheError`` (at most one byte more is read)."""
     try:
         st = os.stat(CACHE_NAME, dir_fd=etc_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -261,8 +262,8 @@ def read_image_cache(etc_fd: int) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
         return read_fd(fd, MAX_CACHE_BYTES, "the image's /etc/ld.so.cache")
-    except RequestError as exc:
-        raise HookError(str(exc)) from None
+    except RequestError as exc:  # too large to be a real cache: not merged, like any other it cannot read
+        raise LdCacheError(str(exc)) from None
     finally:
         os.close(fd)
 
@@ -272,6 +273,16 @@ def mounted(libraries: list[tuple[str, str, str]], destinations: set[str] | None
     if destinations is None:
         return list(libraries)
     return [lib for lib in libraries if os.path.normpath(lib[2]) in destinations]
+
+
+def _say_fallback(exc: LdCacheError) -> None:
+    """One line on stderr (the engine's log): why the container's cache lists the driver's libraries alone."""
+    from ..base.oneline import error_line  # noqa: PLC0415  # a crafted cache only
+
+    reason = (
+        f"the image's /etc/ld.so.cache is not merged ({exc}): the container's cache lists the driver's libraries alone"
+    )
+    sys.stderr.write(error_line(NAME, reason))
 
 
 def apply(options: dict, root: str, destinations: set[str] | None = None) -> None:
@@ -298,10 +309,10 @@ def apply(options: dict, root: str, destinations: set[str] | None = None) -> Non
         if entries:
             etc_fd = open_dir(root_fd, root, "/etc", create=True)
             try:
-                image_cache = read_image_cache(etc_fd)
                 try:
-                    data = add_entries(image_cache, entries)
-                except LdCacheError:  # the image's cache is unreadable: the driver's entries alone
+                    data = add_entries(read_image_cache(etc_fd), entries)
+                except LdCacheError as exc:  # the image's cache is unreadable: the driver's entries alone
+                    _say_fallback(exc)
                     data = add_entries(b"", entries)
                 write_file(etc_fd, CACHE_NAME, data)
             finally:

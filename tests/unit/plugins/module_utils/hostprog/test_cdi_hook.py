@@ -20,9 +20,17 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.ldcache import read_ld_so_cache
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.ldcache import (
+    LdCacheError,
+    add_entries,
+    read_ld_so_cache,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.cdi.crafted_ldcache import (
+    WORST_CASES,
+    worst_case,
+)
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 LDCONFIG = "/sbin/ldconfig"
@@ -282,13 +290,35 @@ def test_fifo_in_the_image_never_blocks(hook, name):
     assert ("libcuda.so.1", "x86_64") in _cache(hook.rootfs)
 
 
-def test_oversized_image_cache_is_refused_with_one_line(hook):
+def test_oversized_image_cache_is_the_fallback_with_one_line(hook):
+    """A cache past the merge's bound is not read past it: the driver's entries alone, and one line why."""
     with open(str(hook.rootfs / "etc" / "ld.so.cache"), "wb") as f:
         f.truncate(9 << 20)  # sparse: no disk used
     hook.mount_lib()
     proc = hook()
-    assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1 and "larger than" in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "larger than" in proc.stderr and "alone" in proc.stderr, proc.stderr
+    assert _cache(hook.rootfs) == {("libcuda.so.1", "x86_64"): LIB + "/libcuda.so.1"}
+
+
+@pytest.mark.parametrize("shape", sorted(WORST_CASES))
+def test_crafted_image_caches_merge_or_fall_back_through_the_hook(hook, shape):
+    """The shapes that cost the old merge minutes to hours (``crafted_ldcache``), as the image's cache, through the
+    installed hook: the container's cache names the driver's libcuda; a cache that is not merged says so in one
+    line, a merged one says nothing."""
+    data = worst_case(shape)
+    (hook.rootfs / "etc" / "ld.so.cache").write_bytes(data)
+    hook.mount_lib()
+    proc = hook()
+    assert proc.returncode == 0, proc.stderr
+    assert _cache(hook.rootfs)[("libcuda.so.1", "x86_64")] == LIB + "/libcuda.so.1"
+    try:
+        add_entries(data, [("libcuda.so.1", LIB + "/libcuda.so.1", "x86_64")])
+    except LdCacheError as exc:
+        assert proc.stderr == f"gpufleet-cdi-hook: the image's /etc/ld.so.cache is not merged ({exc}): the " \
+            "container's cache lists the driver's libraries alone\n"  # fmt: skip
+    else:
+        assert proc.stderr == ""
 
 
 def test_corrupt_image_cache_is_replaced(hook):
