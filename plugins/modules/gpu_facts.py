@@ -523,6 +523,12 @@ ansible_facts:
               description: Whether the runtime reads device requests from volume mounts.
               type: bool
               returned: when installed
+            accept_cdi_annotations_unprivileged:
+              description:
+                - Whether the runtime honours C(cdi.k8s.io/) annotations from unprivileged containers (the shim's
+                  C(runtime.json); always true for NVIDIA's runtime, which has no such setting).
+              type: bool
+              returned: when installed
             source:
               description: C(discovered).
               type: str
@@ -535,6 +541,7 @@ ansible_facts:
             version: null
             accept_envvar_unprivileged: true
             accept_volume_mounts: false
+            accept_cdi_annotations_unprivileged: true
             source: discovered
         cdi_spec:
           description:

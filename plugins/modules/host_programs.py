@@ -25,9 +25,11 @@ description:
     (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
     keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
-    (O(accept_envvar_unprivileged)) and whether it reads the device plugin's volume mounts as a device request
-    (O(accept_volume_mounts)). The shim trusts the file only when it is owned by root and not writable by group or
-    others, so it is written with mode C(0644) by the connecting user (use become), in a directory created C(0755).
+    (O(accept_envvar_unprivileged)), whether it reads the device plugin's volume mounts as a device request
+    (O(accept_volume_mounts)) and whether it honours CDI annotations from an unprivileged container
+    (O(accept_cdi_annotations_unprivileged)). The shim trusts the file only when it is owned by root and not writable
+    by group or others, so it is written with mode C(0644) by the connecting user (use become), in a directory
+    created C(0755).
   - A file is written (atomically, a temporary file renamed over it) only when its bytes, mode or (for the
     configuration) owner differ.
 author:
@@ -83,7 +85,8 @@ options:
         without C(CAP_SYS_ADMIN) in its bounding capability set, as an allocation of those GPUs (NVIDIA's
         C(accept-nvidia-visible-devices-envvar-when-unprivileged)).
       - Set C(false) on a Kubernetes node, where the device plugin hands out GPUs; any pod could otherwise take every
-        GPU by setting the variable. Privileged containers and CDI annotations are honoured either way.
+        GPU by setting the variable. Privileged containers are honoured either way; CDI annotations as
+        O(accept_cdi_annotations_unprivileged) says.
       - Keep C(true) on hosts where only docker or podman start GPU containers (NVIDIA's CUDA images rely on their
         C(ENV NVIDIA_VISIBLE_DEVICES)).
       - Written to O(config_path) only when the runtime shim is among O(programs).
@@ -98,6 +101,20 @@ options:
       - Written to O(config_path) only when the runtime shim is among O(programs).
     type: bool
     default: false
+  accept_cdi_annotations_unprivileged:
+    description:
+      - Whether the runtime shim honours C(cdi.k8s.io/<key>) and C(nvidia.cdi.k8s.io/<key>) annotations
+        (C(nvidia.com/gpu=<device>)) in the C(config.json) of a container without C(CAP_SYS_ADMIN) in its bounding
+        capability set, as an allocation of those GPUs. C(false) - they are ignored there (not even parsed); a
+        privileged container's still count. NVIDIA's runtime has no such setting (it honours them in its C(cdi) mode).
+      - Set C(false) on a Kubernetes node: CRI-O copies every pod annotation into every container's OCI spec, and
+        containerd those its runtime's C(pod_annotations) match, so any pod could otherwise take every GPU with
+        C(cdi.k8s.io/x=nvidia.com/gpu=all). The device plugin's CDI strategies do not need the shim there: the
+        engine applies the plugin's CDI annotations itself (the C(device_plugin) role requires CDI in the engine).
+      - Keep C(true) (the default) on hosts where only docker or podman start GPU containers (C(--annotation)).
+      - Written to O(config_path) only when the runtime shim is among O(programs).
+    type: bool
+    default: true
   debug_log:
     description:
       - A file the runtime shim appends one JSON line to per GPU container start (what was asked for, the devices, how
@@ -126,6 +143,7 @@ EXAMPLES = r"""
   gpufleet.nvidia.host_programs:
     accept_envvar_unprivileged: false
     accept_volume_mounts: true
+    accept_cdi_annotations_unprivileged: false
 
 - name: Only the helpers NVIDIA's packages do not bring
   gpufleet.nvidia.host_programs:
@@ -181,6 +199,10 @@ runtime_config:
       description: O(accept_volume_mounts).
       type: bool
       sample: true
+    accept_cdi_annotations_unprivileged:
+      description: O(accept_cdi_annotations_unprivileged).
+      type: bool
+      sample: false
     debug_log:
       description: O(debug_log) (empty when off).
       type: str
@@ -189,6 +211,7 @@ runtime_config:
     path: /etc/gpufleet/runtime.json
     accept_envvar_unprivileged: false
     accept_volume_mounts: true
+    accept_cdi_annotations_unprivileged: false
     debug_log: ""
 diff:
   description: Before and after of every changed file (with C(--diff)).
@@ -316,6 +339,7 @@ def main() -> None:
             "runtime": {"type": "path"},
             "accept_envvar_unprivileged": {"type": "bool", "default": True},
             "accept_volume_mounts": {"type": "bool", "default": False},
+            "accept_cdi_annotations_unprivileged": {"type": "bool", "default": True},
             "debug_log": {"type": "str", "default": ""},
             "config_path": {"type": "path", "default": _host_programs.RUNTIME_CONFIG},
         },
@@ -382,7 +406,10 @@ def main() -> None:
     if with_config:
         try:
             config_text = _host_programs.render_runtime_config(
-                p["accept_envvar_unprivileged"], p["accept_volume_mounts"], p["debug_log"] or ""
+                p["accept_envvar_unprivileged"],
+                p["accept_volume_mounts"],
+                p["debug_log"] or "",
+                accept_cdi_annotations_unprivileged=p["accept_cdi_annotations_unprivileged"],
             )
         except ValueError as exc:  # debug_log that is no absolute file path
             module.fail_json(msg=f"cannot render {p['config_path']}: {exc}", **result)
@@ -390,6 +417,7 @@ def main() -> None:
             "path": p["config_path"],
             "accept_envvar_unprivileged": p["accept_envvar_unprivileged"],
             "accept_volume_mounts": p["accept_volume_mounts"],
+            "accept_cdi_annotations_unprivileged": p["accept_cdi_annotations_unprivileged"],
             "debug_log": p["debug_log"] or "",
         }
         problem = config_dir_problem(p["config_path"])

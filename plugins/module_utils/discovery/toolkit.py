@@ -39,7 +39,11 @@ NATIVE_PROGRAMS = (
 )
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links", "gpufleet-nvidia-devices")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"
-RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+RUNTIME_CONFIG_DEFAULTS = {
+    "accept_cdi_annotations_unprivileged": True,
+    "accept_envvar_unprivileged": True,
+    "accept_volume_mounts": False,
+}
 MARK = "installed by gpufleet.nvidia"
 DEFAULT_BINDIR = "/usr/local/bin"
 NVIDIA_PROGRAMS = (
@@ -80,7 +84,9 @@ def _runtime_config(root: str) -> dict[str, bool]:
 
 
 def _nvidia_config(root: str) -> dict[str, bool]:
-    """The two settings from NVIDIA's config.toml (top-level keys; NVIDIA's defaults when absent)."""
+    """The two settings from NVIDIA's config.toml (top-level keys; NVIDIA's defaults when absent), and
+    ``accept_cdi_annotations_unprivileged`` true: NVIDIA has no such setting, its runtime honours CDI annotations from
+    any container in its ``cdi`` mode."""
     settings = dict(RUNTIME_CONFIG_DEFAULTS)
     text = read_text(host_path(root, NVIDIA_CONFIG), tolerant=True) or ""
     for key, toml_key in NVIDIA_KEYS.items():

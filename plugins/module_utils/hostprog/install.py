@@ -43,9 +43,16 @@ RUNTIME_CONFIG_MODE = 0o644
 # NVIDIA_VISIBLE_DEVICES from a container without CAP_SYS_ADMIN in its bounding set (NVIDIA's
 # ``accept-nvidia-visible-devices-envvar-when-unprivileged``); ``accept_volume_mounts``: read ``/dev/null`` mounts
 # on ``/var/run/nvidia-container-devices/<device>`` as the request (NVIDIA's
-# ``accept-nvidia-visible-devices-as-volume-mounts``, what the device plugin's ``volume-mounts`` strategy passes).
+# ``accept-nvidia-visible-devices-as-volume-mounts``, what the device plugin's ``volume-mounts`` strategy passes);
+# ``accept_cdi_annotations_unprivileged``: honour ``cdi.k8s.io/*`` / ``nvidia.cdi.k8s.io/*`` annotations of a container
+# without CAP_SYS_ADMIN (NVIDIA has no such setting: its runtime honours them in its cdi mode; CRI-O copies every pod
+# annotation into the container's spec, so on a Kubernetes node a pod could name any GPU; docs/security.md).
 # The defaults are NVIDIA's (and the shim's when the file is missing); Kubernetes nodes get the opposite.
-RUNTIME_CONFIG_DEFAULTS = {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+RUNTIME_CONFIG_DEFAULTS = {
+    "accept_cdi_annotations_unprivileged": True,
+    "accept_envvar_unprivileged": True,
+    "accept_volume_mounts": False,
+}
 # The programs the toolkit's ``nvidia`` provider still needs from this collection (NVIDIA's packages bring
 # their own runtime and legacy hook; the CDI spec's hook, its boot refresh, the /dev/char links and the boot-time
 # device nodes are ours).
@@ -172,14 +179,19 @@ def launcher(name: str, libdir: str, python: str = PYTHON, runtime: str = DEFAUL
 
 
 def render_runtime_config(
-    accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False, debug_log: str = ""
+    accept_envvar_unprivileged: bool = True,
+    accept_volume_mounts: bool = False,
+    debug_log: str = "",
+    *,
+    accept_cdi_annotations_unprivileged: bool = True,
 ) -> str:
-    """The text of the shim's ``runtime.json``: both ``accept_*`` keys always, ``debug_log`` only when set (an
+    """The text of the shim's ``runtime.json``: the three ``accept_*`` keys always, ``debug_log`` only when set (an
     absolute path: the shim's debug log is on), sorted, indented, a newline at the end.
 
     The same settings give the same bytes, so the file is rewritten only when a setting changes.
     """
     values: dict[str, object] = {
+        "accept_cdi_annotations_unprivileged": accept_cdi_annotations_unprivileged,
         "accept_envvar_unprivileged": accept_envvar_unprivileged,
         "accept_volume_mounts": accept_volume_mounts,
     }

@@ -23,8 +23,11 @@ The request rules (design notes, section 2):
 When a variable appears more than once in ``process.env`` the last one wins (docker appends the
 ``--gpus`` values after the image's own).
 
-Who may ask (design notes, "Security"): CDI annotations are the orchestrator's allocation and always
-count. Where a scheduler hands out GPUs (Kubernetes), ``NVIDIA_VISIBLE_DEVICES`` from the image or the
+Who may ask (design notes, "Security"): CDI annotations are the orchestrator's allocation, and count
+unless ``accept_cdi_annotations_unprivileged`` is off: then, as the variable below, only for a privileged
+container (CRI-O copies every pod annotation into every container's spec, containerd those its
+``pod_annotations`` match, so there a pod could name any GPU; docs/security.md "When CDI annotations are an
+allocation"). Where a scheduler hands out GPUs (Kubernetes), ``NVIDIA_VISIBLE_DEVICES`` from the image or the
 pod is not an allocation: with ``accept_envvar_unprivileged`` off it counts only for a privileged
 container (``CAP_SYS_ADMIN`` in ``process.capabilities.bounding``, NVIDIA's own test), and the device
 plugin passes devices as mounts of ``/dev/null`` on ``/var/run/nvidia-container-devices/<device>``
@@ -353,18 +356,24 @@ class Request:
 
 
 def gpu_request(
-    config: dict, accept_envvar_unprivileged: bool = True, accept_volume_mounts: bool = False
+    config: dict,
+    accept_envvar_unprivileged: bool = True,
+    accept_volume_mounts: bool = False,
+    accept_cdi_annotations_unprivileged: bool = True,
 ) -> Request | None:
     """The GPU request of an OCI ``config`` (already through ``check_config``), or None when it is not a
     GPU container.
 
-    CDI annotations win (they are the orchestrator's allocation), then, when accepted, device mounts;
-    ``NVIDIA_VISIBLE_DEVICES`` counts only when ``accept_envvar_unprivileged`` or the container is
-    privileged. An unknown capability raises ``RequestError``.
+    CDI annotations win (they are the orchestrator's allocation) when ``accept_cdi_annotations_unprivileged`` or
+    the container is privileged (otherwise they are not read at all: a pod may have set them), then, when
+    accepted, device mounts; ``NVIDIA_VISIBLE_DEVICES`` counts only when ``accept_envvar_unprivileged`` or the
+    container is privileged. An unknown capability raises ``RequestError``.
     """
     env = env_dict((config.get("process") or {}).get("env"))
     check_request_sizes(env)
-    devices = cdi_annotation_devices(config.get("annotations"))
+    devices = []
+    if accept_cdi_annotations_unprivileged or is_privileged(config):
+        devices = cdi_annotation_devices(config.get("annotations"))
     source = "CDI annotations"
     if not devices and accept_volume_mounts:
         devices, source = volume_mount_devices(config.get("mounts")), "device mounts"
@@ -694,6 +703,7 @@ def inject(
     accept_envvar_unprivileged: bool = True,
     accept_volume_mounts: bool = False,
     *,
+    accept_cdi_annotations_unprivileged: bool = True,
     request: Request | None = None,
     mig_minors: str = MIG_MINORS,
 ) -> bool:
@@ -707,7 +717,9 @@ def inject(
     """
     legacy = remove_legacy_hook(config)
     if request is None:
-        request = gpu_request(config, accept_envvar_unprivileged, accept_volume_mounts)
+        request = gpu_request(
+            config, accept_envvar_unprivileged, accept_volume_mounts, accept_cdi_annotations_unprivileged
+        )
     if request is None:
         return legacy
     names = request.devices

@@ -19,8 +19,9 @@ command but ``create``/``run``, and passes the runtime it was installed with in 
 Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; both
 variables come from the engine's own environment, never from a container's), a JSON object with the
 optional keys ``runtime`` (runc or crun, absolute; ``GPUFLEET_RUNTIME`` wins), ``index`` (the CDI index,
-``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true) and
-``accept_volume_mounts`` (default false): see ``_oci.gpu_request``; ``debug_log`` (a file; absent or empty: off):
+``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true),
+``accept_volume_mounts`` (default false) and ``accept_cdi_annotations_unprivileged`` (default true): see
+``_oci.gpu_request``; ``debug_log`` (a file; absent or empty: off):
 one JSON line per GPU container start, see ``debuglog``. The toolkit role writes it.
 
 What it trusts (the design notes' "Security"): the configuration, the index and the runtime decide what
@@ -46,6 +47,7 @@ CONFIG_KEYS = {
     "index": str,
     "accept_envvar_unprivileged": bool,
     "accept_volume_mounts": bool,
+    "accept_cdi_annotations_unprivileged": bool,
     "debug_log": str,
 }
 # runc's global flags that take a value (``--flag value``); everything else starting with - is boolean.
@@ -233,6 +235,7 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict, record: dict | Non
     policy = {
         "accept_envvar_unprivileged": shim_config.get("accept_envvar_unprivileged", True),
         "accept_volume_mounts": shim_config.get("accept_volume_mounts", False),
+        "accept_cdi_annotations_unprivileged": shim_config.get("accept_cdi_annotations_unprivileged", True),
     }
     if record is not None:
         record["request"] = "unreadable"  # what a failure below leaves in the line

@@ -71,6 +71,7 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
         "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
         "accept_envvar_unprivileged": True,
         "accept_volume_mounts": False,
+        "accept_cdi_annotations_unprivileged": True,
         "debug_log": "",
     }
     assert result["diff"][0]["before_header"] == "/dev/null"
@@ -129,7 +130,11 @@ def test_shim_configuration_defaults_are_nvidias_and_written_root_style(call):
     code, result = run()
     config = tmp.joinpath(*CONFIG)
     assert code == 0 and str(config) in result["changed_files"] and str(config) in result["files"]
-    assert json.loads(config.read_text()) == {"accept_envvar_unprivileged": True, "accept_volume_mounts": False}
+    assert json.loads(config.read_text()) == {
+        "accept_cdi_annotations_unprivileged": True,
+        "accept_envvar_unprivileged": True,
+        "accept_volume_mounts": False,
+    }
     assert config.read_text().endswith("}\n")
     assert stat.S_IMODE(config.stat().st_mode) == 0o644 and config.stat().st_uid == os.geteuid()
     assert stat.S_IMODE(config.parent.stat().st_mode) & 0o022 == 0  # created 0755 (less under a strict umask)
@@ -140,21 +145,28 @@ def test_kubernetes_node_settings_change_only_the_configuration_and_its_diff_tel
     _code, first = run()
     config = tmp.joinpath(*CONFIG)
     before = config.read_text()
-    _code, check = run(check=True, diff=True, accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    kube = {
+        "accept_envvar_unprivileged": False,
+        "accept_volume_mounts": True,
+        "accept_cdi_annotations_unprivileged": False,
+    }
+    _code, check = run(check=True, diff=True, **kube)
     assert check["changed"] and check["changed_files"] == [str(config)] and config.read_text() == before
     assert check["diff"] == [
         {
             "before_header": str(config),
             "after_header": str(config),
             "before": before,
-            "after": '{\n  "accept_envvar_unprivileged": false,\n  "accept_volume_mounts": true\n}\n',
+            "after": '{\n  "accept_cdi_annotations_unprivileged": false,\n  "accept_envvar_unprivileged": false,\n'
+            '  "accept_volume_mounts": true\n}\n',
         }
     ]
-    _code, applied = run(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    _code, applied = run(**kube)
     assert applied["changed_files"] == [str(config)] and applied["digest"] == first["digest"]
     assert config.read_text() == check["diff"][0]["after"]
     assert applied["runtime_config"]["accept_envvar_unprivileged"] is False
-    _code, again = run(accept_envvar_unprivileged=False, accept_volume_mounts=True)
+    assert applied["runtime_config"]["accept_cdi_annotations_unprivileged"] is False
+    _code, again = run(**kube)
     assert not again["changed"]
 
 

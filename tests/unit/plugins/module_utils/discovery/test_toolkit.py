@@ -45,7 +45,8 @@ def test_nothing_installed(tmp_path: Path) -> None:
 
 def test_the_native_toolkit_and_its_runtime_config(tmp_path: Path) -> None:
     native(tmp_path)
-    write(tmp_path, install.RUNTIME_CONFIG, install.render_runtime_config(False, True))
+    kube = install.render_runtime_config(False, True, accept_cdi_annotations_unprivileged=False)
+    write(tmp_path, install.RUNTIME_CONFIG, kube)
     found = tk.toolkit(str(tmp_path))
     assert found == {
         "provider": "native",
@@ -56,7 +57,16 @@ def test_the_native_toolkit_and_its_runtime_config(tmp_path: Path) -> None:
         "source": "discovered",
         "accept_envvar_unprivileged": False,
         "accept_volume_mounts": True,
+        "accept_cdi_annotations_unprivileged": False,
     }
+
+
+def test_a_runtime_config_without_the_annotations_key_reads_its_default(tmp_path: Path) -> None:
+    # runtime.json written before the key existed: the shim honours the annotations (its default), and says so.
+    native(tmp_path)
+    write(tmp_path, install.RUNTIME_CONFIG, '{"accept_envvar_unprivileged": false, "accept_volume_mounts": true}')
+    found = tk.toolkit(str(tmp_path))
+    assert found["accept_cdi_annotations_unprivileged"] is True and found["accept_envvar_unprivileged"] is False
 
 
 def test_the_runtime_config_defaults_when_missing_or_broken(tmp_path: Path) -> None:
@@ -66,6 +76,7 @@ def test_the_runtime_config_defaults_when_missing_or_broken(tmp_path: Path) -> N
     found = tk.toolkit(str(tmp_path), "/opt/gpu/bin")
     assert found["runtime_path"] == "/opt/gpu/bin/gpufleet-container-runtime"
     assert (found["accept_envvar_unprivileged"], found["accept_volume_mounts"]) == (True, False)
+    assert found["accept_cdi_annotations_unprivileged"] is True
 
 
 def test_a_program_of_the_same_name_that_is_not_ours_is_not_the_toolkit(tmp_path: Path) -> None:
@@ -92,6 +103,7 @@ def test_nvidias_packages_with_the_collections_helpers(tmp_path: Path) -> None:
     assert found["hook_path"] == "/usr/local/bin/gpufleet-cdi-hook"
     assert found["programs"] == list(tk.NVIDIA_PROGRAMS) + [f"/usr/local/bin/{n}" for n in install.HELPER_PROGRAMS]
     assert (found["accept_envvar_unprivileged"], found["accept_volume_mounts"]) == (False, True)
+    assert found["accept_cdi_annotations_unprivileged"] is True  # NVIDIA's runtime has no such setting
 
 
 def test_nvidias_defaults_without_its_config(tmp_path: Path) -> None:

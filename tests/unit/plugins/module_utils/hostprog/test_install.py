@@ -57,19 +57,30 @@ def test_render_files_from_a_reader():
     assert files[-1][2] == 0o755 and "from gpufleet_nvidia.hostprog.dev_char import main" in files[-1][1]
 
 
-def test_runtime_config_is_deterministic_sorted_json_with_both_keys():
+def test_runtime_config_is_deterministic_sorted_json_with_every_key():
     text = _host_programs.render_runtime_config()
-    assert text == '{\n  "accept_envvar_unprivileged": true,\n  "accept_volume_mounts": false\n}\n'
+    assert text == (
+        '{\n  "accept_cdi_annotations_unprivileged": true,\n  "accept_envvar_unprivileged": true,\n'
+        '  "accept_volume_mounts": false\n}\n'
+    )
     assert json.loads(text) == _host_programs.RUNTIME_CONFIG_DEFAULTS
-    kube = _host_programs.render_runtime_config(accept_envvar_unprivileged=False, accept_volume_mounts=True)
-    assert json.loads(kube) == {"accept_envvar_unprivileged": False, "accept_volume_mounts": True}
-    assert kube == _host_programs.render_runtime_config(False, True)
+    kube = _host_programs.render_runtime_config(
+        accept_envvar_unprivileged=False, accept_volume_mounts=True, accept_cdi_annotations_unprivileged=False
+    )
+    assert json.loads(kube) == {
+        "accept_cdi_annotations_unprivileged": False,
+        "accept_envvar_unprivileged": False,
+        "accept_volume_mounts": True,
+    }
+    assert kube == _host_programs.render_runtime_config(False, True, accept_cdi_annotations_unprivileged=False)
     assert list(json.loads(kube)) == sorted(json.loads(kube))
 
 
 def test_runtime_config_refuses_what_is_not_a_bool():
     with pytest.raises(ValueError, match="accept_volume_mounts must be true or false, got 'yes'"):
         _host_programs.render_runtime_config(True, "yes")
+    with pytest.raises(ValueError, match="accept_cdi_annotations_unprivileged must be true or false, got 'no'"):
+        _host_programs.render_runtime_config(accept_cdi_annotations_unprivileged="no")
 
 
 def test_installed_helpers_run(tmp_path):

@@ -256,6 +256,35 @@ def test_unknown_capability_fails_the_request():
         gpu_request(config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=gpu"]))
 
 
+# A pod's own annotation (CRI-O copies every pod annotation into every container's spec): an allocation only where
+# accept_cdi_annotations_unprivileged is true (the default) or the container is privileged.
+@pytest.mark.parametrize(
+    "accept, privileged, env, devices, source",
+    [
+        (True, False, [], ["all", "0"], "CDI annotations"),  # the default: the rule as it was
+        (False, False, [], None, None),  # a Kubernetes node: ignored
+        (False, True, [], ["all", "0"], "CDI annotations"),  # privileged: honoured
+        # ignored, the container's other requests go by their own rules: the image's variable where it is accepted
+        (False, False, ["NVIDIA_VISIBLE_DEVICES=1"], ["1"], "NVIDIA_VISIBLE_DEVICES"),
+    ],
+)
+def test_cdi_annotations_of_an_unprivileged_container_where_configured(accept, privileged, env, devices, source):
+    doc = config(env, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all", "nvidia.cdi.k8s.io/y": "nvidia.com/gpu=0"})
+    if privileged:
+        doc["process"]["capabilities"] = copy.deepcopy(PRIVILEGED)
+    request = gpu_request(doc, accept_cdi_annotations_unprivileged=accept)
+    assert (request.devices, request.source) == (devices, source) if devices else request is None
+    changed = inject(doc, INDEX, stat_node=fake_stat, accept_cdi_annotations_unprivileged=accept)
+    assert changed is bool(devices) and ("gpufleet.nvidia/injected" in doc["annotations"]) is bool(devices)
+
+
+def test_ignored_cdi_annotations_are_not_parsed():
+    doc = config(annotations={"cdi.k8s.io/x": "nvidia.com/gpu="})
+    assert gpu_request(doc, accept_cdi_annotations_unprivileged=False) is None
+    with pytest.raises(RequestError, match="malformed device name"):
+        gpu_request(doc)
+
+
 # ---------------------------------------------------------------- injection
 
 

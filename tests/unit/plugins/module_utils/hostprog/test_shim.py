@@ -467,6 +467,8 @@ def test_configuration_keys_are_checked(toolkit):
     assert "unknown key 'accept_envvar'" in _one_line(toolkit(["create", "c1"], env=gpu)[0])
     toolkit.configure(accept_volume_mounts="yes")
     assert "accept_volume_mounts must be a boolean" in _one_line(toolkit(["create", "c1"], env=gpu)[0])
+    toolkit.configure(accept_cdi_annotations_unprivileged="false")
+    assert "accept_cdi_annotations_unprivileged must be a boolean" in _one_line(toolkit(["create", "c1"], env=gpu)[0])
 
 
 # ---------------------------------------------------------------- who may ask for GPUs (Kubernetes nodes)
@@ -501,11 +503,57 @@ def test_device_plugin_volume_mounts_are_the_allocation(toolkit):
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
 
 
-def test_cdi_annotations_always_count(toolkit):
+def test_cdi_annotations_count_by_default(toolkit):
+    # accept_cdi_annotations_unprivileged unset (true): docker/podman hosts keep the rule they had, even where
+    # accept_envvar_unprivileged is false.
     toolkit.configure(accept_envvar_unprivileged=False)
     proc, _ran, config = toolkit(["create", "c1"], annotations={"cdi.k8s.io/dp": "nvidia.com/gpu=0"})
     assert proc.returncode == 0, proc.stderr
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0"]
+    toolkit.configure(accept_envvar_unprivileged=False, accept_cdi_annotations_unprivileged=True)
+    proc, _ran, config = toolkit(["create", "c1"], annotations={"nvidia.cdi.k8s.io/x": "nvidia.com/gpu=all"})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]
+
+
+# A pod's own annotation, as CRI-O copies every pod annotation into every container's spec (docs/security.md, "When
+# CDI annotations are an allocation"); the Kubernetes-node runtime.json the toolkit role writes.
+POD_ANNOTATION = {"cdi.k8s.io/x": "nvidia.com/gpu=all"}
+KUBE_NODE = {
+    "accept_envvar_unprivileged": False,
+    "accept_volume_mounts": True,
+    "accept_cdi_annotations_unprivileged": False,
+}
+
+
+@pytest.mark.parametrize("key", ["cdi.k8s.io/x", "nvidia.cdi.k8s.io/x"])
+def test_pod_set_cdi_annotation_of_an_unprivileged_container_gets_no_gpu_where_configured(toolkit, key):
+    toolkit.configure(**KUBE_NODE)
+    proc, ran, config = toolkit(["create", "c1"], annotations={key: "nvidia.com/gpu=all"})
+    assert proc.returncode == 0 and ran == ["create", "c1"], proc.stderr
+    assert not config["linux"].get("devices") and "gpufleet.nvidia/injected" not in config["annotations"]
+    assert "hooks" not in config and not config.get("mounts")
+    # not parsed at all: a malformed one does not fail the start either
+    proc, ran, config = toolkit(["create", "c1"], annotations={key: "nvidia.com/gpu="})
+    assert proc.returncode == 0 and ran == ["create", "c1"] and not config["linux"].get("devices"), proc.stderr
+
+
+def test_pod_set_cdi_annotation_does_not_widen_the_device_plugins_allocation(toolkit):
+    toolkit.configure(**KUBE_NODE)
+    mounts = [{"destination": "/var/run/nvidia-container-devices/1", "source": "/dev/null", "options": ["bind"]}]
+    env = ["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]
+    proc, _ran, config = toolkit(["create", "c1"], env=env, annotations=POD_ANNOTATION, extra={"mounts": mounts})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+
+
+def test_privileged_container_keeps_the_cdi_annotation_request(toolkit):
+    toolkit.configure(**KUBE_NODE)
+    extra = {"process": {"env": ["PATH=/bin"], "args": ["sh"], "capabilities": SYS_ADMIN}}
+    proc, _ran, config = toolkit(["create", "c1"], annotations=POD_ANNOTATION, extra=extra)
+    assert proc.returncode == 0, proc.stderr
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]
+    assert config["annotations"]["gpufleet.nvidia/injected"] == "all"
 
 
 @pytest.mark.parametrize("stdin", ['{"annotations": ', "[1, 2]", '{"annotations": []}', "\x00\x01"])
@@ -672,7 +720,8 @@ def test_debug_log_never_through_a_link_nor_into_an_open_folder(toolkit):
 
 def test_debug_log_must_be_a_string():
     assert _host_programs.render_runtime_config(True, False) == (
-        '{\n  "accept_envvar_unprivileged": true,\n  "accept_volume_mounts": false\n}\n'
+        '{\n  "accept_cdi_annotations_unprivileged": true,\n  "accept_envvar_unprivileged": true,\n'
+        '  "accept_volume_mounts": false\n}\n'
     )
     assert (
         json.loads(_host_programs.render_runtime_config(False, True, "/var/log/gpufleet-runtime.log"))["debug_log"]
