@@ -24,6 +24,10 @@ description:
   - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from
     O(kubernetes_node) (on a Kubernetes node the device plugin hands out GPUs, so an unprivileged container's
     C(NVIDIA_VISIBLE_DEVICES) is ignored and the plugin's volume mounts are honoured; elsewhere NVIDIA's behaviour).
+  - C(accept_cdi_annotations_unprivileged) - the role variable when set; otherwise false on a Kubernetes node (CRI-O
+    copies every pod annotation into the container's OCI spec, containerd those C(pod_annotations) matches, so a
+    pod's own C(cdi.k8s.io/) annotation must not be an allocation; the device plugin's CDI strategies need CDI in
+    the engine, which applies their annotations itself), true elsewhere.
   - C(repo) / C(key) - NVIDIA's repository (the mirror, else O(_input.nvidia_repo_url), without trailing slashes) and
     its key (O(_input.nvidia_key_url), else C(gpgkey) next to the repository's parent).
 options:
@@ -61,6 +65,9 @@ options:
         type: raw
       accept_volume_mounts:
         description: C(toolkit_accept_volume_mounts); null derives it.
+        type: raw
+      accept_cdi_annotations_unprivileged:
+        description: C(toolkit_accept_cdi_annotations_unprivileged); null derives it.
         type: raw
       nvidia_docker:
         description: C(toolkit_nvidia_docker) (install the C(nvidia-docker) wrapper with the native programs).
@@ -112,6 +119,9 @@ _value:
       type: bool
     accept_volume_mounts:
       description: Whether the runtime honours the device plugin's volume-mount requests.
+      type: bool
+    accept_cdi_annotations_unprivileged:
+      description: Whether the runtime shim honours C(cdi.k8s.io/) annotations from an unprivileged container.
       type: bool
     repo:
       description: NVIDIA's repository URL.
@@ -178,6 +188,7 @@ def toolkit_plan(
         "kubernetes_node": node,
         "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
         "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),
+        "accept_cdi_annotations_unprivileged": _setting(settings.get("accept_cdi_annotations_unprivileged"), not node),
         "repo": repo,
         "key": key,
         "programs": [

@@ -961,6 +961,11 @@ def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: It
     if cdi and not facts.get("cdi"):
         problems.append(
             f"device_plugin_device_list_strategy {', '.join(cdi)} needs CDI in {engine}, but "
-            f"gpufleet_runtime.engines.{engine}.cdi is false; enable CDI in the runtime role or choose envvar"
+            f"gpufleet_runtime.engines.{engine}.cdi is false ({engine} too old for CDI, such as containerd 1.6, or "
+            "runtime_cdi: false): nothing would apply the plugin's CDI devices, and the nvidia runtime does not "
+            "take them from a pod's cdi.k8s.io/ annotations on a Kubernetes node "
+            "(toolkit_accept_cdi_annotations_unprivileged is false there: any pod could set one and take every GPU); "
+            "set runtime_cdi: true on "
+            "containerd 1.7+ or CRI-O, or choose device_plugin_device_list_strategy: [volume-mounts] (the default)"
         )
     return problems

@@ -166,6 +166,7 @@ def test_install_at_the_pin_holds_the_four_packages_behind_signed_by(runs):
     assert fact["runtime_path"] == "/usr/bin/nvidia-container-runtime"
     # the stand-in's postinst generated NVIDIA's config.toml, whose defaults the fact reports
     assert (fact["accept_envvar_unprivileged"], fact["accept_volume_mounts"]) == (True, False)
+    assert fact["accept_cdi_annotations_unprivileged"] is True  # NVIDIA's runtime has no such setting
 
 
 def test_the_keyring_is_the_repository_key_de_armoured(runs):

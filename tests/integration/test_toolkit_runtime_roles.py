@@ -115,7 +115,9 @@ def test_apply_publishes_the_facts_and_installs_everything(node_runs):
     assert re.fullmatch(r"gpufleet-[0-9a-f]{12}", toolkit["version"])
     # not in kube_nodes: NVIDIA's behaviour (an image's own NVIDIA_VISIBLE_DEVICES counts), in the shim's config
     assert toolkit["accept_envvar_unprivileged"] is True and toolkit["accept_volume_mounts"] is False
+    assert toolkit["accept_cdi_annotations_unprivileged"] is True  # docker/podman hosts: --annotation as before
     assert json.loads(node.run(["cat", SHIM_CONFIG], check=True).stdout) == {
+        "accept_cdi_annotations_unprivileged": True,
         "accept_envvar_unprivileged": True,
         "accept_volume_mounts": False,
     }

@@ -49,14 +49,16 @@ PLAY = """
       check_mode: false
 """
 
-# host -> (its inventory variables, expected (accept_envvar_unprivileged, accept_volume_mounts))
+# host -> (its inventory variables,
+#          expected (accept_envvar_unprivileged, accept_volume_mounts, accept_cdi_annotations_unprivileged))
 HOSTS = {
-    "k8s-node": ({}, (False, True)),
-    "k8s-node-override": ({"toolkit_accept_envvar_unprivileged": True}, (True, True)),
-    "k8s-node-excluded": ({"device_plugin_enabled": False}, (True, False)),
-    "docker-host": ({}, (True, False)),
-    "plugin-enabled": ({"device_plugin_enabled": True}, (False, True)),
-    "docker-host-volume-mounts": ({"toolkit_accept_volume_mounts": "yes"}, (True, True)),
+    "k8s-node": ({}, (False, True, False)),
+    "k8s-node-override": ({"toolkit_accept_envvar_unprivileged": True}, (True, True, False)),
+    "k8s-node-annotations": ({"toolkit_accept_cdi_annotations_unprivileged": "true"}, (False, True, True)),
+    "k8s-node-excluded": ({"device_plugin_enabled": False}, (True, False, True)),
+    "docker-host": ({}, (True, False, True)),
+    "plugin-enabled": ({"device_plugin_enabled": True}, (False, True, False)),
+    "docker-host-volume-mounts": ({"toolkit_accept_volume_mounts": "yes"}, (True, True, True)),
 }
 
 
@@ -85,16 +87,23 @@ def test_check_mode_runs_and_writes_nothing(run):
 @pytest.mark.parametrize("host", sorted(HOSTS))
 def test_each_kind_of_host_gets_its_settings_in_the_fact(run, host):
     _proc, facts, _tmp = run
-    envvar, mounts = HOSTS[host][1]
+    envvar, mounts, annotations = HOSTS[host][1]
     fact = facts[host]
     assert fact["provider"] == "native"
     assert (fact["accept_envvar_unprivileged"], fact["accept_volume_mounts"]) == (envvar, mounts)
+    assert fact["accept_cdi_annotations_unprivileged"] is annotations
     assert isinstance(fact["accept_envvar_unprivileged"], bool) and isinstance(fact["accept_volume_mounts"], bool)
 
 
 def test_the_diff_shows_the_runtime_json_each_host_would_get(run):
     proc, _facts, _tmp = run
-    k8s = '+  "accept_envvar_unprivileged": false,\n+  "accept_volume_mounts": true\n'
-    docker = '+  "accept_envvar_unprivileged": true,\n+  "accept_volume_mounts": false\n'
+    k8s = (
+        '+  "accept_cdi_annotations_unprivileged": false,\n+  "accept_envvar_unprivileged": false,\n'
+        '+  "accept_volume_mounts": true\n'
+    )
+    docker = (
+        '+  "accept_cdi_annotations_unprivileged": true,\n+  "accept_envvar_unprivileged": true,\n'
+        '+  "accept_volume_mounts": false\n'
+    )
     assert "+++ after: /etc/gpufleet/runtime.json" in proc.stdout
     assert k8s in proc.stdout and docker in proc.stdout

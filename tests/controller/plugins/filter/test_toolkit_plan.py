@@ -21,6 +21,7 @@ DEFAULTS = {
     "nvidia_key_url": "",
     "accept_envvar_unprivileged": None,
     "accept_volume_mounts": None,
+    "accept_cdi_annotations_unprivileged": None,
 }
 
 
@@ -61,6 +62,30 @@ def test_trusted_requests(node: object, envvar: object, volume: object, expected
     )
     assert (plan["accept_envvar_unprivileged"], plan["accept_volume_mounts"]) == expected
     assert plan["kubernetes_node"] is (node in (True, "True"))
+
+
+@pytest.mark.parametrize(
+    ("node", "annotations", "expected"),
+    [
+        (True, None, False),  # a Kubernetes node: a pod's own cdi.k8s.io/ annotation is no allocation
+        (False, None, True),  # docker/podman hosts: as before (docker run --annotation)
+        (True, "yes", True),  # the role variable wins
+        (False, False, False),
+        ("True", None, False),
+    ],
+)
+def test_cdi_annotations_are_trusted_only_off_kubernetes_nodes(
+    node: object, annotations: object, expected: bool
+) -> None:
+    # One rule for every device list strategy: the device_plugin role accepts the CDI strategies only where the
+    # engine applies the plugin's CDI annotations itself, so the shim never needs them on a Kubernetes node.
+    plan = toolkit_plan(dict(DEFAULTS, accept_cdi_annotations_unprivileged=annotations), kubernetes_node=node)
+    assert plan["accept_cdi_annotations_unprivileged"] is expected
+    # independent of the other two settings
+    plan = toolkit_plan(
+        dict(DEFAULTS, accept_envvar_unprivileged=True, accept_volume_mounts=False), kubernetes_node=node
+    )
+    assert plan["accept_cdi_annotations_unprivileged"] is (node not in (True, "True"))
 
 
 def test_repository_and_key() -> None:

@@ -241,7 +241,12 @@ def test_validation_pod_gets_its_gpu_only_through_the_allocation():
     assert "env" not in container and container["resources"]["limits"] == {"nvidia.com/gpu": 1}
 
 
-NATIVE_K8S = {"provider": "native", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
+NATIVE_K8S = {
+    "provider": "native",
+    "accept_envvar_unprivileged": False,
+    "accept_volume_mounts": True,
+    "accept_cdi_annotations_unprivileged": False,
+}
 NATIVE_DOCKER = {"provider": "native", "accept_envvar_unprivileged": True, "accept_volume_mounts": False}
 NVIDIA_DEFAULTS = {"provider": "nvidia", "accept_envvar_unprivileged": True, "accept_volume_mounts": False}
 NVIDIA_K8S = {"provider": "nvidia", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
@@ -322,6 +327,15 @@ RUNTIME_OK = {"engines": {"containerd": {"registered": True, "cdi": True}}}
             r"registered is false: config.toml not writable",
         ),
         ({"engines": {"containerd": {"registered": True, "cdi": False}}}, ["cdi-cri"], r"cdi-cri needs CDI"),
+        # containerd 1.6 (no CDI) with cdi-annotations: the shim would have to honour the plugin's annotations, and on
+        # a Kubernetes node it ignores them from unprivileged pods; the node fails early, naming the settings
+        (
+            {"engines": {"containerd": {"registered": True, "cdi": False}}},
+            ["cdi-annotations"],
+            r"cdi-annotations needs CDI in containerd, but gpufleet_runtime.engines.containerd.cdi is false .*"
+            r"toolkit_accept_cdi_annotations_unprivileged is false .* set runtime_cdi: true on containerd 1.7\+ or "
+            r"CRI-O, or choose device_plugin_device_list_strategy: \[volume-mounts\]",
+        ),
     ],
 )
 def test_runtime_problems(runtime, strategies, message):
