@@ -600,13 +600,19 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
 
 
-def _node_owner(node: dict) -> dict:
-    """The ``fileMode``/``uid``/``gid`` of a device node in the container: the index's (the host's device-file
-    parameters, where they are not root:root 0666), else 0666 root:root."""
+def _node_owner(node: dict, user: object) -> dict:
+    """The ``fileMode``/``uid``/``gid`` of a device node in the container: the index's group and mode (the host's
+    device-file parameters, where they are not root:root 0666) owned by the container's user ``user`` (its uid; the
+    index's owner when there is none), else 0666 root:root.
+
+    The container's user, not the host's owner: the shim edits the bundle's ``config.json`` only, and the engine
+    starts ``docker exec``/``kubectl exec`` processes from its own copy of the spec, without the group the shim adds;
+    as the node's owner such a process of the same user still opens its GPU (the CDI library gives a node that names
+    no owner to the container's user in the same way, pkg/cdi/container-edits.go ``Apply``)."""
     mode, uid, gid = node.get("fileMode"), node.get("uid"), node.get("gid")
     if not (_is_id(mode) and mode <= 0o777 and _is_id(uid) and _is_id(gid)):
         return {"fileMode": 0o666, "uid": 0, "gid": 0}
-    return {"fileMode": mode, "uid": uid, "gid": gid}
+    return {"fileMode": mode, "uid": user if _is_id(user) else uid, "gid": gid}
 
 
 def apply_edits(
@@ -621,8 +627,9 @@ def apply_edits(
     Device nodes go to ``linux.devices`` and to the ``linux.resources.devices`` allow list with the
     major/minor the host node has now (``stat_node(hostPath)``); mounts whose required capabilities
     (``mount_capabilities[containerPath]``, a list) are not all in ``capabilities`` are skipped; hooks
-    and env are appended. A node is made with the owner, group and mode the index gives it (the host's
-    device-file parameters, ``cdi/spec.node_owner``), else root:root 0666; the edits' ``additionalGids`` (the group
+    and env are appended. A node is made with the group and mode the index gives it (the host's device-file
+    parameters, ``cdi/spec.node_owner``), owned by the container's user (``_node_owner``), else root:root 0666;
+    the edits' ``additionalGids`` (the group
     of device files not open to everyone) join ``process.user.additionalGids``, so the container's user may open
     them, as the CDI library does for a CDI-aware engine. Everything is de-duplicated (by path, destination, hook,
     env key, group), so applying the same edits twice, or after a CDI-aware engine did, changes nothing.
@@ -655,7 +662,8 @@ def apply_edits(
                     raise RequestError(f"GPU device node {host} is missing on this host ({reason})") from None
             if path not in have_paths:
                 have_paths.add(path)
-                devices.append({"path": path, "type": "c", "major": major, "minor": minor, **_node_owner(node)})
+                owner = _node_owner(node, (process.get("user") or {}).get("uid"))
+                devices.append({"path": path, "type": "c", "major": major, "minor": minor, **owner})
             if ("c", major, minor) not in have_allow:
                 have_allow.add(("c", major, minor))
                 allow.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})

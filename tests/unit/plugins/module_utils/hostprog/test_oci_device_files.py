@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The shim's edit on a host whose device files are not open to everyone (issue 34): the nodes get the host's owner,
-group and mode from the index, and the edits' ``additionalGids`` join ``process.user.additionalGids``."""
+"""The shim's edit on a host whose device files are not open to everyone (issue 34): the nodes get the host's group
+and mode from the index, owned by the container's user (an exec'd process, started from the engine's own copy of the
+spec, never has the group), and the edits' ``additionalGids`` join ``process.user.additionalGids``."""
 
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def test_group_and_mode_from_the_index_whatever_the_spec_version(version):
     doc = config({"uid": 1000, "gid": 1000})
     assert inject(doc, index_for({"uid": 0, "gid": 44, "mode": 0o660}, version), stat_node=fake_stat)
     assert devices(doc) == {
-        "/dev/nvidiactl": (0o660, 0, 44),
+        "/dev/nvidiactl": (0o660, 1000, 44),
         "/dev/nvidia-uvm": (0o666, 0, 0),  # nvidia-modprobe: always 0666
-        "/dev/nvidia0": (0o660, 0, 44),
+        "/dev/nvidia0": (0o660, 1000, 44),
     }
     assert doc["process"]["user"] == {"uid": 1000, "gid": 1000, "additionalGids": [44]}
 
@@ -82,9 +83,11 @@ def test_groups_the_engine_set_are_kept_and_nothing_is_doubled():
 
 
 def test_a_config_without_a_user_gets_root_with_the_group():
+    """No user in config.json (runc's default is root): the index's owner, root."""
     doc = config()
     inject(doc, index_for({"uid": 0, "gid": 44, "mode": 0o660}), stat_node=fake_stat)
     assert doc["process"]["user"] == {"uid": 0, "gid": 0, "additionalGids": [44]}
+    assert devices(doc)["/dev/nvidiactl"] == (0o660, 0, 44)
 
 
 def test_malformed_owner_or_groups_in_edits_fall_back_to_the_old_node():
