@@ -128,7 +128,8 @@ options:
         C(video); read from C(/proc/driver/nvidia/params), else the C(options nvidia) lines of C(modprobe.d)): the GPU
         device nodes then carry the host's owner, group and mode, and the spec's C(additionalGids) puts the
         container's process in that group, so a non-root container opens its GPU as a member of the group would on
-        the host. Engines that read it - docker 26.1, podman 5.1, containerd 1.7.16, CRI-O 1.30 and later.
+        the host. Engines that read it and keep the group for the container's process - podman 5.1, containerd
+        1.7.16, CRI-O 1.30, docker 29.5 and later (docker 26.1 to 29.4 read it but drop the group).
       - C(0.6.0) carries the driver version, CUDA version and device-node fingerprint as
         top-level annotations. C(0.5.0) is for engines whose CDI library reads no newer spec (podman before 4.7,
         such as Debian 12's 4.3; containerd before 1.7.12; CRI-O before 1.28); it has no annotations, so the YAML

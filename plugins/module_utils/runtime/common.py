@@ -104,8 +104,24 @@ CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (
 # v28.0.0 v0.8.0; podman v5.0.3 v0.6.2, v5.1.0 v0.7.2, v5.4.0 v0.8.0; containerd v1.7.15 v0.6.2, v1.7.16 v0.7.2,
 # v2.0.0 v0.8.0, v2.1.0 v1.0.1; cri-o v1.29.13 v0.6.2, v1.30.0 v0.7.2.
 CDI_0_7_MIN_VERSIONS = {"podman": (5, 1, 0), "containerd": (1, 7, 16), "crio": (1, 30, 0), "docker": (26, 1, 0)}
-# cdiVersion -> the first engine versions that read it (0.5.0: every engine that reads CDI at all)
-CDI_MIN_READERS = {"0.6.0": CDI_0_6_MIN_VERSIONS, "0.7.0": CDI_0_7_MIN_VERSIONS}
+# The first version of each engine whose containers' processes keep the spec's ``additionalGids``: the only reason this
+# collection writes 0.7.0, so the version ``cdi_spec_version`` asks of an engine for it. docker applies CDI edits in
+# ``WithDevices`` and, up to 29.4, ``WithUser`` ran after it and replaced ``process.user``, dropping them (moby/moby
+# daemon/oci_linux.go ``createSpec``; fixed by commit 704210f9 "daemon: preserve CDI additional GIDs" of 2026-05-08,
+# first in docker-v29.5.0 of 2026-05-14; read 2026-11-27; on the simulated trixie node docker 26.1.5 with a 0.7.0 spec
+# ran ``--user 1000:1000`` without the group: "Insufficient Permissions"). containerd's CRI sets the user and
+# ``WithAdditionalGIDs`` before ``WithCDI`` (pkg/cri/server/container_create_linux.go at v1.7.24,
+# internal/cri/server/container_create_linux.go at v2.1.4), podman 5.x keeps them (run on the simulated node, 5.4.2),
+# CRI-O adds the user's groups after the devices with ``AddProcessAdditionalGid``, which appends
+# (server/container_create*.go at v1.30.0; read, not run: no simulated node has CRI-O).
+CDI_ADDITIONAL_GIDS_MIN_VERSIONS = {
+    "podman": (5, 1, 0),
+    "containerd": (1, 7, 16),
+    "crio": (1, 30, 0),
+    "docker": (29, 5, 0),
+}
+# cdiVersion -> the first engine versions this collection writes it for (0.5.0: every engine that reads CDI at all)
+CDI_MIN_READERS = {"0.6.0": CDI_0_6_MIN_VERSIONS, "0.7.0": CDI_ADDITIONAL_GIDS_MIN_VERSIONS}
 
 
 def cdi_spec_version(engines: dict | None, wanted: str = "0.6.0") -> tuple[str, list[str]]:
@@ -113,7 +129,8 @@ def cdi_spec_version(engines: dict | None, wanted: str = "0.6.0") -> tuple[str, 
     every engine found on the host that reads CDI specs accepts, and the engines (``"podman 4.3.1"``) that held it
     below ``wanted``.
 
-    ``wanted`` is 0.7.0 only where the spec needs ``additionalGids`` (device files not open to everyone), else 0.6.0:
+    ``wanted`` is 0.7.0 only where the spec needs ``additionalGids`` (device files not open to everyone), else 0.6.0;
+    for 0.7.0 an engine must also keep the groups (``CDI_ADDITIONAL_GIDS_MIN_VERSIONS``), not only read the version:
     a host whose spec needs nothing newer keeps the bytes it had. ``engines`` is ``gpu_facts``' ``engines``
     (``discovery.engines.detect``): ``{name: {installed, version}}``. An engine that reads no CDI spec at its version
     does not count; an engine of unknown version counts as old.

@@ -68,14 +68,20 @@ def test_cdi_spec_version_is_what_every_engine_reads(engines, version, held):
 @pytest.mark.parametrize(
     ("engines", "version", "held"),
     [
-        # Debian 13 (docker 26.1.5, containerd 1.7.24, podman 5.4.2) and sid (docker 28.5.2, containerd 2.1.9) read 0.7
-        (_engines(docker="26.1.5+dfsg1-9+deb13u1", containerd="1.7.24~ds1-6", podman="5.4.2+ds1-2"), "0.7.0", []),
-        (_engines(docker="28.5.2+dfsg4-5", containerd="2.1.9~ds1-5"), "0.7.0", []),
+        # Debian 13 and sid: docker 26.1.5 and 28.5.2 read 0.7.0 but drop its additionalGids (before docker 29.5)
+        (
+            _engines(docker="26.1.5+dfsg1-9+deb13u1", containerd="1.7.24~ds1-6", podman="5.4.2+ds1-2"),
+            "0.6.0",
+            ["docker 26.1.5+dfsg1-9+deb13u1"],
+        ),
+        (_engines(docker="28.5.2+dfsg4-5", containerd="2.1.9~ds1-5"), "0.6.0", ["docker 28.5.2+dfsg4-5"]),
+        (_engines(containerd="1.7.24~ds1-6", podman="5.4.2+ds1-2"), "0.7.0", []),
+        (_engines(docker="29.5.0", containerd="2.1.9~ds1-5"), "0.7.0", []),
         # Debian 12: podman 4.3.1 holds it at 0.5.0; docker 20.10 and containerd 1.6 read no CDI and do not count
         (_engines(docker="20.10.24", containerd="1.6.20", podman="4.3.1"), "0.5.0", ["podman 4.3.1"]),
         # the first versions whose vendored container-device-interface is v0.7 (go.mod / vendor.mod at the tags)
         (_engines(docker="26.0.2"), "0.6.0", ["docker 26.0.2"]),
-        (_engines(docker="26.1.0"), "0.7.0", []),
+        (_engines(docker="29.4.3"), "0.6.0", ["docker 29.4.3"]),
         (_engines(podman="5.0.3"), "0.6.0", ["podman 5.0.3"]),
         (_engines(podman="5.1.0"), "0.7.0", []),
         (_engines(containerd="1.7.15"), "0.6.0", ["containerd 1.7.15"]),
