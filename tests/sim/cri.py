@@ -205,7 +205,9 @@ class Mount:
 class Container:
     """A ``ContainerConfig``: metadata = 1 (name = 1, attempt = 2), image = 2 (ImageSpec.image = 1),
     command = 3, args = 4, working_dir = 5, envs = 6 (KeyValue key = 1, value = 2), mounts = 7, labels = 9,
-    annotations = 10, log_path = 11, CDI_devices = 17 (CDIDevice.name = 1)."""
+    annotations = 10, log_path = 11, linux = 15 (LinuxContainerConfig.security_context = 2:
+    LinuxContainerSecurityContext run_as_user = 5, run_as_group = 12, each an Int64Value, value = 1; what a pod's
+    ``securityContext.runAsUser``/``runAsGroup`` become), CDI_devices = 17 (CDIDevice.name = 1)."""
 
     name: str
     image: str
@@ -217,8 +219,16 @@ class Container:
     annotations: dict[str, str] = field(default_factory=dict)
     log_path: str = ""
     cdi_devices: list[str] = field(default_factory=list)
+    run_as_user: int | None = None
+    run_as_group: int | None = None
 
     def encode(self) -> bytes:
+        security = b""
+        if self.run_as_user is not None:
+            security += f_message(5, f_int(1, self.run_as_user), always=True)
+        if self.run_as_group is not None:
+            security += f_message(12, f_int(1, self.run_as_group), always=True)
+        linux = f_message(15, f_message(2, security, always=True), always=True) if security else b""
         return (
             f_message(1, f_bytes(1, self.name))
             + f_message(2, f_bytes(1, self.image))
@@ -229,6 +239,7 @@ class Container:
             + f_map(9, self.labels)
             + f_map(10, self.annotations)
             + f_bytes(11, self.log_path)
+            + linux
             + b"".join(f_message(17, f_bytes(1, name), always=True) for name in self.cdi_devices)
         )
 

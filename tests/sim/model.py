@@ -160,7 +160,19 @@ GPU_FIELDS = {
     "audio",
     "display",
 }
-NODE_FIELDS = {"name", "suite", "driver_state", "driver_packages", "engines", "gpus", "driver_version", "cuda_version"}
+NODE_FIELDS = {
+    "name",
+    "suite",
+    "driver_state",
+    "driver_packages",
+    "engines",
+    "gpus",
+    "driver_version",
+    "cuda_version",
+    "device_files",
+}
+# The nvidia module's device-file parameters (NVreg_DeviceFileUID/GID/Mode), nvidia-modprobe's defaults.
+DEVICE_FILES_DEFAULT = {"uid": 0, "gid": 0, "mode": 0o666}
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 BUS_ID_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -285,6 +297,7 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
         engines = []
     if not isinstance(engines, list) or any(e not in ENGINES for e in engines):
         raise FleetError(f"{where}.engines: {engines!r}; expected a list drawn from {', '.join(ENGINES)}")
+    device_files = _device_files(raw.get("device_files"), where)
     versions = dict(SUITE_DRIVER[suite])
     for key in ("driver_version", "cuda_version"):
         if key in raw:
@@ -300,8 +313,30 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
         "driver_packages": packages,
         "engines": sorted(set(engines), key=ENGINES.index),
         "gpus": gpus,
+        "device_files": device_files,
         **versions,
     }
+
+
+def _device_files(raw: Any, where: str) -> dict[str, int]:
+    """``device_files: {uid, gid, mode}`` (mode as an int or an octal string such as ``"0660"``): the nvidia module's
+    NVreg_DeviceFile* options the node simulates; absent keys keep the driver's defaults (0, 0, 0666)."""
+    if raw is None:
+        return dict(DEVICE_FILES_DEFAULT)
+    if not isinstance(raw, dict) or set(raw) - set(DEVICE_FILES_DEFAULT):
+        raise FleetError(f"{where}.device_files: expected a mapping of uid, gid and mode, got {raw!r}")
+    result = dict(DEVICE_FILES_DEFAULT)
+    for key, given in raw.items():
+        value = given
+        if key == "mode" and isinstance(given, str):
+            try:
+                value = int(given, 8)
+            except ValueError:
+                raise FleetError(f"{where}.device_files.mode: {given!r} is not an octal mode") from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (key == "mode" and value > 0o777):
+            raise FleetError(f"{where}.device_files.{key}: {value!r} is out of range")
+        result[key] = value
+    return result
 
 
 def validate_fleet(data: Any, source: str = "fleet") -> list[dict[str, Any]]:
@@ -372,5 +407,6 @@ def node_config(node: dict[str, Any]) -> dict[str, Any]:
         "nvml_version": f"{node['cuda_version'].split('.')[0]}.{node['driver_version']}",
         "uvm_major": UVM_MAJOR,
         "caps_major": CAPS_MAJOR,
+        "device_files": dict(node.get("device_files") or DEVICE_FILES_DEFAULT),
         "gpus": gpus,
     }

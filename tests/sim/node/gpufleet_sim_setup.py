@@ -20,6 +20,11 @@ Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
   the NVIDIA lines), `driver/nvidia/{version,params,gpus/<bus>/information}` and, with MIG enabled,
   `driver/nvidia/capabilities/mig/{config,monitor}`. gpufleet-nvidia-devices.service reads it
   (GPUFLEET_NVIDIA_PROC, set by the drop-in tests/sim/fleet.py puts in the node);
+* with `device_files` in gpus.json other than the driver's defaults (root:root 0666), simulates a host whose
+  /etc/modprobe.d sets `options nvidia NVreg_DeviceFileUID=.. NVreg_DeviceFileGID=.. NVreg_DeviceFileMode=0...`:
+  writes that file (/etc/modprobe.d/gpufleet-sim-nvidia.conf, removed again with the defaults), the params the
+  module would show (DeviceFileMode in decimal) and makes /dev/nvidia<N>, nvidiactl and nvidia-modeset with that
+  owner, group and mode (the uvm pair stays root:root 0666, as nvidia-modprobe makes it);
 * with `"device_nodes_at_boot": false` in gpus.json, makes no device node: a host on which nothing
   creates them at boot (the collection's gpufleet-nvidia-devices.service must);
 * makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
@@ -50,14 +55,35 @@ CURRENT = LIBDIR + "/nvidia/current"
 FAKE_PROC = "/run/gpufleet-sim/proc"
 
 
-def mknod(path, major, minor, mode=0o666):
+MODPROBE_CONF = "/etc/modprobe.d/gpufleet-sim-nvidia.conf"
+DEVICE_FILES_DEFAULT = {"uid": 0, "gid": 0, "mode": 0o666}
+
+
+def mknod(path, major, minor, mode=0o666, *, uid=0, gid=0):
     if os.path.exists(path):
         st = os.stat(path)
         if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (major, minor):
             return
         os.unlink(path)
     os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
+    os.chown(path, uid, gid)
     os.chmod(path, mode)
+
+
+def device_files(cfg):
+    """The node's nvidia device-file parameters (uid, gid, mode), and its modprobe.d file to match."""
+    files = dict(DEVICE_FILES_DEFAULT, **(cfg.get("device_files") or {}))
+    if files == DEVICE_FILES_DEFAULT:
+        if os.path.exists(MODPROBE_CONF):
+            os.unlink(MODPROBE_CONF)
+    else:
+        write(
+            MODPROBE_CONF,
+            "# gpufleet-sim: the hardening this node simulates\n"
+            f"options nvidia NVreg_DeviceFileUID={files['uid']} NVreg_DeviceFileGID={files['gid']} "
+            f"NVreg_DeviceFileMode=0{files['mode']:o}\n",
+        )
+    return files
 
 
 def _mount_options(mountpoint):
@@ -139,7 +165,12 @@ def fake_proc(cfg):
         f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {cfg['driver_version']}  Release Build  (gpufleet-sim)\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
     )
-    write(f"{drv}/params", "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n")
+    files = device_files(cfg)
+    write(
+        f"{drv}/params",
+        f"ModifyDeviceFiles: 1\nDeviceFileUID: {files['uid']}\nDeviceFileGID: {files['gid']}\n"
+        f"DeviceFileMode: {files['mode']}\n",
+    )
     if os.path.isdir(f"{drv}/gpus"):
         shutil.rmtree(f"{drv}/gpus")
     for gpu in cfg["gpus"]:
@@ -198,11 +229,13 @@ def main():
         fake_proc(cfg)
     elif os.path.isdir(FAKE_PROC):
         shutil.rmtree(FAKE_PROC)
+    files = device_files(cfg)
     if state == "loaded" and cfg.get("device_nodes_at_boot", True):
+        owner = {"mode": files["mode"], "uid": files["uid"], "gid": files["gid"]}
         for gpu in cfg["gpus"]:
-            mknod(f"/dev/nvidia{gpu['minor']}", 195, gpu["minor"])
-        mknod("/dev/nvidiactl", 195, 255)
-        mknod("/dev/nvidia-modeset", 195, 254)
+            mknod(f"/dev/nvidia{gpu['minor']}", 195, gpu["minor"], **owner)
+        mknod("/dev/nvidiactl", 195, 255, **owner)
+        mknod("/dev/nvidia-modeset", 195, 254, **owner)
         mknod("/dev/nvidia-uvm", cfg["uvm_major"], 0)
         mknod("/dev/nvidia-uvm-tools", cfg["uvm_major"], 1)
         if any(g["mig_mode"] == 1 for g in cfg["gpus"]):

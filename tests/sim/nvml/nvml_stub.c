@@ -6,7 +6,10 @@
  *   after a marker line (so the stub still answers inside a container it was injected into).
  * As real NVML does, it only reports GPUs whose /dev/nvidia<minor> exists (in a container: the ones
  * given to it, renumbered from 0), and nvmlInit fails with "Driver Not Loaded" unless the node's
- * driver_state is "loaded". Functions it does not implement are simply absent, as on an old driver.
+ * driver_state is "loaded". As the real library opens /dev/nvidiactl and the GPU nodes read-write, nvmlInit fails
+ * with NVML_ERROR_NO_PERMISSION ("Insufficient Permissions") when a node that exists is not the process's to open
+ * (EACCES: its owner, group and mode, such as 0660 for group video under NVreg_DeviceFileMode); no kernel driver
+ * answers in a simulated node (ENXIO), which counts as opened. Functions it does not implement are simply absent, as on an old driver.
  * For unit tests of callers: "init_error" (a code nvmlInit returns instead), per GPU "lost": true
  * (its handle lookup fails with GPU_IS_LOST) and "mig_devices": [{name, uuid, gi_id, ci_id,
  * memory_total, slot}] (MIG instances, at their slot of nvmlDeviceGetMigDeviceHandleByIndex).
@@ -20,6 +23,8 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +36,7 @@
 typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -221,6 +226,13 @@ static char *load_config_text(void) {
 static void mig_load_state(void);
 static void copy_str(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
 
+/* Whether this process may not open a device node that exists (EACCES); missing, or no driver behind it, is not. */
+static int denied(const char *path) {
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0) { close(fd); return 0; }
+    return errno == EACCES;
+}
+
 static nvmlReturn_t load_config(void) {
     char *text = load_config_text();
     if (!text) return NVML_ERROR_DRIVER_NOT_LOADED;
@@ -289,7 +301,14 @@ static nvmlReturn_t load_config(void) {
     jfree(root);
     mig_load_state();
     if (init_error) return init_error;
-    return strcmp(driver_state, "loaded") ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_SUCCESS;
+    if (strcmp(driver_state, "loaded")) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (!all && denied("/dev/nvidiactl")) return NVML_ERROR_NO_PERMISSION;
+    for (unsigned i = 0; !all && i < device_count; i++) {
+        char node[64];
+        snprintf(node, sizeof(node), "/dev/nvidia%u", devices[i].minor);
+        if (denied(node)) return NVML_ERROR_NO_PERMISSION;
+    }
+    return NVML_SUCCESS;
 }
 
 #define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
