@@ -125,7 +125,7 @@ options:
     description:
       - The spec's C(cdiVersion). C(0.7.0) is needed where the driver's device files are not readable and writable by
         everyone (the nvidia module's C(NVreg_DeviceFileGID)/C(NVreg_DeviceFileMode), such as C(0660) for group
-        C(video); read from C(/proc/driver/nvidia/params), else the C(options nvidia) lines of C(modprobe.d)): the GPU
+        C(video); read from C(/proc/driver/nvidia/params), else the C(options nvidia) lines of C(modprobe.d)) - the GPU
         device nodes then carry the host's owner, group and mode, and the spec's C(additionalGids) puts the
         container's process in that group, so a non-root container opens its GPU as a member of the group would on
         the host. Engines that read it and keep the group for the container's process - podman 5.1, containerd

@@ -401,7 +401,7 @@ ansible_facts:
               description:
                 - The owner, group and mode the driver gives its device files (the nvidia module's
                   C(NVreg_DeviceFileUID)/C(GID)/C(Mode)) - C(uid), C(gid), C(mode) (octal text), C(source)
-                  (C(/proc/driver/nvidia/params) while the driver is loaded, else C(modprobe.d), else C(default):
+                  (C(/proc/driver/nvidia/params) while the driver is loaded, else C(modprobe.d), else C(default) -
                   root, root, 0666) - and C(additional_gids), the group a container's process is given to open them
                   (empty where everyone may; M(gpufleet.nvidia.cdi_spec)).
               type: dict
