@@ -6,10 +6,12 @@
 
 Copied into the node and run there as ``python3 _security_images.py <command> ...``:
 
-* ``build --preload SO --canary-lib SO [--ctr NAMESPACE]``: one pass that makes every crafted image of
+* ``build --preload SO --canary-lib SO [--ctr NAMESPACE] [--podman]``: one pass that makes every crafted image of
   ``ATTACKS`` from ``gpufleet-sim/mini:latest`` (its single layer, taken from ``docker save``, python
-  stripped), ``docker import``s each as ``gpufleet-sec/<attack>:latest`` and, with ``--ctr``, loads them all
-  into containerd with one ``docker save | ctr -n NAMESPACE images import``. No registry, no Dockerfile.
+  stripped), ``docker import``s each as ``gpufleet-sec/<attack>:latest`` (``docker load`` of a hand-made archive
+  where an ENV value is longer than an argument may be) and, with ``--ctr``/``--podman``, loads them all
+  into containerd / podman from one ``docker save``. No registry, no Dockerfile. The crafted ``ld.so.cache``
+  files are written here (``ld_cache``: the new format, in ldconfig's order).
 * ``reset ATTACK``: recreate the attack's canary (``/var/tmp/gpufleet-canary-<attack>`` on the node, the
   "host"), then print ``snapshot``'s JSON.
 * ``snapshot ATTACK``: JSON of the canary's exact listing (every entry: type, mode, size, mtime in ns, link
@@ -17,7 +19,7 @@ Copied into the node and run there as ``python3 _security_images.py <command> ..
 * ``unblock ATTACK``: open for writing every FIFO the attack planted that a process on the node is stuck
   on (seen through ``/proc/<pid>/root`` and the container root folders), so a hung start ends and can be
   cleaned up; prints what it opened.
-* ``clean [--ctr NAMESPACE]``: remove the images and the canaries.
+* ``clean [--ctr NAMESPACE] [--podman]``: remove the images and the canaries.
 
 The attack content points at the canary through ``/proc/1/root/var/tmp/gpufleet-canary-<attack>``: inside a
 started container ``/proc/1/root`` is the container's own root (where that path does not exist, or holds
@@ -36,6 +38,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tarfile
@@ -64,8 +67,18 @@ ATTACKS = {
     "fifo-conf": (5, "/etc/ld.so.conf is a FIFO"),
     "fifo-cache": (5, "/etc/ld.so.cache is a FIFO"),
     "env": (6, "ENV LD_PRELOAD, PYTHONPATH, PYTHONSTARTUP, PYTHONHOME pointing into the image"),
+    "newline-name": (7, "/etc/ld.so.conf.d -> a FILE whose name holds a newline and a forged log line"),
+    "caps-huge": (8, "ENV NVIDIA_DRIVER_CAPABILITIES of 1 MiB"),
+    "ldcache-digits": (9, "/etc/ld.so.cache with an entry libcuda.so.<300,000 digits>"),
+    "ldcache-equal": (9, "/etc/ld.so.cache with 4,000 value-equal libcuda.so.0...01 names (8 MiB of zeros)"),
+    "ldcache-offsets": (9, "/etc/ld.so.cache whose entries' string offsets point outside the file (0xFFFFFFF0)"),
 }
 FIFOS = {"fifo-conf": "etc/ld.so.conf", "fifo-cache": "etc/ld.so.cache"}
+# What the newline-name image makes an error message carry after its newline: a line of runc's text log. It must
+# never start a line of the engine's output or log.
+FORGED = 'FORGED-GPUFLEET-LINE time="2026-01-01T00:00:00Z" level=info msg="container started"'
+NEWLINE_NAME = "gf-lib\n" + FORGED
+HUGE_CAPS = "compute," * (1 << 17)  # 1 MiB: over any argv string (MAX_ARG_STRLEN), so the image is built by docker load
 MARKER_PY = """import os
 try:
     _name = "escaped-python-%s-%d" % (os.path.basename(__file__), os.getpid())
@@ -82,6 +95,53 @@ def canary(attack: str) -> str:
 
 def image(attack: str) -> str:
     return f"{REPOSITORY}/{attack}:latest"
+
+
+# -- crafted ld.so.cache files (the new format, as plugins/module_utils/cdi/ldcache.py documents it) ------------
+def _libcmp_key(name: bytes) -> list:
+    """glibc's ``_dl_cache_libcmp`` order as a sort key (digit runs as numbers, without int(): 300,000 digits)."""
+    key, i = [], 0
+    while i < len(name):
+        if 48 <= name[i] <= 57:
+            j = i
+            while j < len(name) and 48 <= name[j] <= 57:
+                j += 1
+            digits = name[i:j].lstrip(b"0") or b"0"
+            key.append((1, len(digits), digits))
+            i = j
+        else:
+            key.append((0, name[i] - 256 if name[i] > 127 else name[i], b""))
+            i += 1
+    return key
+
+
+def ld_cache(names: list[bytes], key_offset: int | None = None) -> bytes:
+    """A new-format ``ld.so.cache`` (48-byte header, 24-byte entries, strings after the table) of x86-64
+    libraries ``names``, each at ``/usr/lib/x86_64-linux-gnu/<name>`` (a name longer than a file name may be at
+    ``long-<i>.so``), in ldconfig's order (names descending by libcmp; equal names as given); ``key_offset``
+    replaces every entry's name offset (one outside the file)."""
+    names = sorted(names, key=_libcmp_key, reverse=True)
+    table = 48 + 24 * len(names)
+    strings = bytearray()
+    rows = []
+    for i, name in enumerate(names):
+        key = table + len(strings)
+        strings += name + b"\0"
+        value = table + len(strings)
+        strings += b"/usr/lib/x86_64-linux-gnu/" + (name if len(name) <= 255 else b"long-%d.so" % i) + b"\0"
+        rows.append(struct.pack("<iIIIQ", 0x0303, key if key_offset is None else key_offset, value, 0, 0))
+    head = struct.pack("<17s3sIIB3xI12x", b"glibc-ld.so.cache", b"1.1", len(names), len(strings), 2, 0)
+    return head + b"".join(rows) + bytes(strings)
+
+
+LD_CACHES = {
+    "ldcache-digits": lambda: ld_cache([b"libcuda.so." + b"7" * 300_000, b"libc.so.6", b"libm.so.6"]),
+    "ldcache-equal": lambda: ld_cache(
+        [b"libcuda.so." + b"0" * (4000 - i) + b"1" for i in range(4000)] + [b"libc.so.6"]
+    ),
+    "ldcache-offsets": lambda: ld_cache([b"libz.so.1"] * 1000 + [b"libc.so.6"], key_offset=0xFFFFFFF0),
+}
+MAX_CACHE_BYTES = 8 << 20  # the hook's bound: each crafted cache is within it, so it is read and parsed
 
 
 def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
@@ -213,6 +273,17 @@ def craft(attack: str, base: Layer, preload: bytes) -> tuple[Layer, list[str]]:
         layer.add("etc/ld.so.cache", tarfile.SYMTYPE, link=target + "/" + VICTIM, mode=0o777)
     elif attack in FIFOS:
         layer.add(FIFOS[attack], tarfile.FIFOTYPE, mode=0o644)
+    elif attack == "newline-name":
+        # A folder only our code writes into (the engines mount nothing there, so their own errors do not name it).
+        layer.move_tree("etc/ld.so.conf.d", "gf-conf.d")  # files left under a link would be lost by docker save
+        layer.add(NEWLINE_NAME, tarfile.REGTYPE, b"a file, not a folder\n")
+        layer.add("etc/ld.so.conf.d", tarfile.SYMTYPE, link="/" + NEWLINE_NAME, mode=0o777)
+    elif attack == "caps-huge":
+        env.append("NVIDIA_DRIVER_CAPABILITIES=" + HUGE_CAPS)
+    elif attack in LD_CACHES:
+        data = LD_CACHES[attack]()
+        assert len(data) <= MAX_CACHE_BYTES, (attack, len(data))
+        layer.add("etc/ld.so.cache", tarfile.REGTYPE, data)
     elif attack == "env":
         layer.add("gfcanary.so", tarfile.REGTYPE, preload, mode=0o755)
         for name in ("sitecustomize.py", "usercustomize.py", "startup.py", "struct.py", "json.py", "encodings.py"):
@@ -241,22 +312,53 @@ def build(args: argparse.Namespace) -> None:
         tags = []
         for attack in ATTACKS:
             layer, env = craft(attack, base, preload)
-            changes = []
-            for item in env:
-                changes += ["--change", "ENV " + item]
-            _run(["docker", "import", *changes, "-", image(attack)], input=layer.tar())
+            if sum(len(e) for e in env) > 64 << 10:  # too long for one argv string: a hand-made docker save archive
+                _docker_load(image(attack), layer.tar(), env, work)
+            else:
+                changes = []
+                for item in env:
+                    changes += ["--change", "ENV " + item]
+                _run(["docker", "import", *changes, "-", image(attack)], input=layer.tar())
             tags.append(image(attack))
         print("docker: " + " ".join(tags))
-        if args.ctr:
-            save = os.path.join(work, "crafted.tar")
+        save = os.path.join(work, "crafted.tar")
+        if args.ctr or args.podman:
             with open(save, "wb") as f:
                 subprocess.run(["docker", "save", *tags], check=True, stdout=f)
+        if args.ctr:
             _run(["ctr", "-n", args.ctr, "images", "import", save])
             print(f"containerd ({args.ctr}): " + " ".join(tags))
+        if args.podman:
+            _run(["podman", "load", "-i", save])
+            print("podman: " + " ".join(tags))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for attack in ATTACKS:
         reset_canary(attack, args.canary_lib)
+
+
+def _docker_load(tag: str, layer: bytes, env: list[str], work: str) -> None:
+    """``docker load`` of a one-layer image in docker save's own format (``manifest.json``, the config, the layer):
+    how an image gets an ENV value longer than an argument of ``docker import --change`` may be."""
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": env, "Cmd": ["sh"]},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": "gpufleet-sec"}],
+    }
+    config_bytes = json.dumps(config).encode()
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": ["layer/layer.tar"]}]).encode()
+    archive = os.path.join(work, "load.tar")
+    with tarfile.open(archive, "w") as t:
+        for name, data in (("manifest.json", manifest), (config_name, config_bytes), ("layer/layer.tar", layer)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = int(time.time())
+            t.addfile(info, io.BytesIO(data))
+    _run(["docker", "load", "-i", archive])
 
 
 # -- canaries ---------------------------------------------------------------------------------------------
@@ -321,6 +423,7 @@ def unblock(attack: str) -> list[str]:
     candidates = set(glob.glob("/proc/[0-9]*/root/" + rel))
     candidates.update(glob.glob("/run/containerd/io.containerd.runtime.v2.task/*/*/rootfs/" + rel))
     candidates.update(glob.glob("/var/lib/docker/overlay2/*/merged/" + rel))
+    candidates.update(glob.glob("/var/lib/containers/storage/overlay/*/merged/" + rel))
     opened = []
     for path in sorted(candidates):
         try:
@@ -340,6 +443,8 @@ def clean(args: argparse.Namespace) -> None:
     if args.ctr:
         refs = ["docker.io/" + t for t in tags]
         subprocess.run(["ctr", "-n", args.ctr, "images", "rm", *refs], check=False, capture_output=True)
+    if args.podman:
+        subprocess.run(["podman", "rmi", "-f", *tags], check=False, capture_output=True)
     for attack in ATTACKS:
         shutil.rmtree(canary(attack), ignore_errors=True)
 
@@ -351,6 +456,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--preload", required=True)
     p.add_argument("--canary-lib", required=True)
     p.add_argument("--ctr", default="")
+    p.add_argument("--podman", action="store_true")
     for name in ("reset", "snapshot", "unblock"):
         p = sub.add_parser(name)
         p.add_argument("attack", choices=sorted(ATTACKS))
@@ -358,6 +464,7 @@ def main(argv: list[str]) -> int:
             p.add_argument("--canary-lib", required=True)
     p = sub.add_parser("clean")
     p.add_argument("--ctr", default="")
+    p.add_argument("--podman", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "build":
         build(args)
