@@ -169,9 +169,8 @@ def _ldconfig_cache(root):
     return (root / "etc" / "ld.so.cache").read_bytes()
 
 
-@needs_ldconfig
-def test_added_entries_land_where_glibc_ldconfig_puts_them(tmp_path):
-    """Cache A from ldconfig over FIRST; ldconfig over FIRST + SECOND gives B; add_entries(A, SECOND) == B."""
+def _ldconfig_before_after(tmp_path, first, second):
+    """glibc's ldconfig over libraries named ``first`` (A), then over ``first`` + ``second`` (B): ``(A, B)``."""
     src = tmp_path / "x.c"
     src.write_text("int x(void) { return 0; }\n")
     root = tmp_path / "root"
@@ -179,10 +178,16 @@ def test_added_entries_land_where_glibc_ldconfig_puts_them(tmp_path):
     lib.mkdir(parents=True)
     (root / "etc").mkdir()
     (root / "etc" / "ld.so.conf").write_text("/opt/lib\n")
-    _make_libs(lib, FIRST, src)
+    _make_libs(lib, first, src)
     before = _ldconfig_cache(root)
-    _make_libs(lib, SECOND, src)
-    reference = _ldconfig_cache(root)
+    _make_libs(lib, second, src)
+    return before, _ldconfig_cache(root)
+
+
+@needs_ldconfig
+def test_added_entries_land_where_glibc_ldconfig_puts_them(tmp_path):
+    """Cache A from ldconfig over FIRST; ldconfig over FIRST + SECOND gives B; add_entries(A, SECOND) == B."""
+    before, reference = _ldconfig_before_after(tmp_path, FIRST, SECOND)
     ours = add_entries(before, [(name, f"/opt/lib/{name}", "x86_64") for name in SECOND])
 
     def listing(data):
@@ -377,19 +382,9 @@ def test_libcmp_wraps_digit_runs_at_32_bits_as_glibc_does():
 @needs_ldconfig
 def test_names_with_huge_numbers_land_where_glibc_ldconfig_puts_them(tmp_path):
     """Digit runs past 2**31 and 2**32: ldconfig sorts them with the same wrapping comparison the merge uses."""
-    src = tmp_path / "x.c"
-    src.write_text("int x(void) { return 0; }\n")
-    root = tmp_path / "root"
-    lib = root / "opt" / "lib"
-    lib.mkdir(parents=True)
-    (root / "etc").mkdir()
-    (root / "etc" / "ld.so.conf").write_text("/opt/lib\n")
     first = ["libw.so.2", "libw.so.3000000000", "libw.so.7"]
     second = ["libw.so.4294967297", "libw.so.2147483648", "libw.so." + "9" * 40, "libw.so.5"]
-    _make_libs(lib, first, src)
-    before = _ldconfig_cache(root)
-    _make_libs(lib, second, src)
-    reference = _ldconfig_cache(root)
+    before, reference = _ldconfig_before_after(tmp_path, first, second)
     ours = add_entries(before, [(name, f"/opt/lib/{name}", "x86_64") for name in second])
     assert [(e.soname, e.path) for e in parse_ld_so_cache(ours)] == [
         (e.soname, e.path) for e in parse_ld_so_cache(reference)
