@@ -107,9 +107,9 @@ options:
         (C(nvidia.com/gpu=<device>)) in the C(config.json) of a container without C(CAP_SYS_ADMIN) in its bounding
         capability set, as an allocation of those GPUs. C(false) - they are ignored there (not even parsed); a
         privileged container's still count. NVIDIA's runtime has no such setting (it honours them in its C(cdi) mode).
-      - Set C(false) on a Kubernetes node: CRI-O copies every pod annotation into every container's OCI spec, and
-        containerd those its runtime's C(pod_annotations) match, so any pod could otherwise take every GPU with
-        C(cdi.k8s.io/x=nvidia.com/gpu=all). The device plugin's CDI strategies do not need the shim there: the
+      - Set C(false) on a Kubernetes node, since CRI-O copies every pod annotation into every container's OCI spec,
+        and containerd those its runtime's C(pod_annotations) match, so any pod could otherwise take every GPU with
+        C(cdi.k8s.io/x=nvidia.com/gpu=all). The device plugin's CDI strategies do not need the shim there, since the
         engine applies the plugin's CDI annotations itself (the C(device_plugin) role requires CDI in the engine).
       - Keep C(true) (the default) on hosts where only docker or podman start GPU containers (C(--annotation)).
       - Written to O(config_path) only when the runtime shim is among O(programs).
