@@ -301,7 +301,12 @@ def test_an_unexpected_exception_is_one_line(monkeypatch, capsys, module, patche
     argv = {"shim": ["x", "create", "c1"], "cdi_refresh": ["x", "--config", os.devnull]}.get(module, ["x", "info"])
     if module in ("dev_nodes", "dev_char"):
         argv = ["x", "--dry-run"]
-    code = mod.main(argv)
+    saved = dict(os.environ)  # the hook's main replaces the process's environment (sanitize_environment)
+    try:
+        code = mod.main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     assert code == 1
     err = capsys.readouterr().err
     assert "gf\\ntime=" in one_line(err, err.partition(":")[0])
