@@ -169,9 +169,9 @@ def test_under_ci_only_the_unlisted_skips_fail(tmp_path: Path) -> None:
     proc = _pytest(tmp_path, ci=True, allowed=INTEGRATION_ALLOWED)
     assert proc.returncode == 1, proc.stdout
     assert "2 passed, 3 skipped, 1 xfailed, 2 errors" in proc.stdout, proc.stdout
-    for nodeid, _ in SKIPS[:3]:
+    for nodeid, _reason in SKIPS[:3]:
         assert f"CI=true: {nodeid} was skipped" not in proc.stdout
-    for nodeid, _ in SKIPS[3:]:
+    for nodeid, _reason in SKIPS[3:]:
         assert f"CI=true: {nodeid} was skipped (" in proc.stdout
 
 
