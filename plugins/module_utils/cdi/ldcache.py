@@ -346,13 +346,13 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     # The image's entries for the same library and arch, wherever they are (digit runs compare by value, so
     # lib0 and lib00 are one name to libcmp and may sit in either order: found by the property tests), and
     # entries that point into an extension directory that is not kept.
-    dropped = [i for i, name in enumerate(names) if (name, flags[i]) in replaced]
+    dropped = {i for i, name in enumerate(names) if (name, flags[i]) in replaced}
     if not sections:
-        dropped += [i for i, high in enumerate(words[5::_WORDS]) if high & (HWCAP_EXTENSION >> 32)]
+        dropped.update(i for i, high in enumerate(words[5::_WORDS]) if high & (HWCAP_EXTENSION >> 32))
 
     # Our entries among themselves: the order ldconfig gives equal-hwcap entries.
     additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
-    count = nlibs - len(set(dropped)) + len(additions)
+    count = nlibs - len(dropped) + len(additions)
     shift = (count - nlibs) * _NEW_ENTRY.size
     kept = list(words)
     if shift:
@@ -365,7 +365,7 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     cursor = 0
     # Walk the table once: an addition is written before entry `position`, a dropped entry is skipped.
     events = sorted([(position, 0, rank) for rank, (position, *_rest) in enumerate(additions)] + [
-        (index, 1, 0) for index in set(dropped)
+        (index, 1, 0) for index in dropped
     ])  # fmt: skip
     for index, is_drop, rank in events:
         if index > cursor:
