@@ -26,6 +26,7 @@ import os
 import re
 import stat
 
+from ..base.fileio import FileLimitError, read_regular
 from ..base.record import record
 
 NVIDIA_MAJOR = 195
@@ -332,14 +333,12 @@ def read_device_file_params(root: str = "/", proc_dir: str | None = None) -> dic
 
 
 def _read_small(path: str) -> str | None:
+    """The text of a params or modprobe.d file through the one bounded reader (``base.fileio.read_regular``: a regular
+    file only, opened ``O_NONBLOCK``, at most ``_MODPROBE_MAX_BYTES``); None for anything else."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(_MODPROBE_MAX_BYTES + 1)
-    except OSError:
+        return read_regular(path, _MODPROBE_MAX_BYTES).decode("utf-8", "replace")
+    except (OSError, FileLimitError):
         return None
-    if len(data) > _MODPROBE_MAX_BYTES:
-        return None
-    return data.decode("utf-8", "replace")
 
 
 def world_accessible(mode: int) -> bool:

@@ -7,6 +7,8 @@ container's process needs (issue 34)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.devices import (
@@ -141,3 +143,15 @@ def test_additional_gids_follow_nvidias_rule(params, gids):
 def test_world_accessible():
     assert world_accessible(0o666) and world_accessible(0o606)
     assert not world_accessible(0o660) and not world_accessible(0o664) and not world_accessible(0o662)
+
+
+def test_a_fifo_at_params_or_in_modprobe_d_is_skipped_never_read(tmp_path):
+    """A FIFO (no writer) at the params file or among modprobe.d's files would block a plain open: both are passed
+    over through the bounded reader, and the regular files still decide."""
+    (tmp_path / "etc/modprobe.d").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    os.mkfifo(str(tmp_path / "proc/driver/nvidia/params"))
+    os.mkfifo(str(tmp_path / "etc/modprobe.d/a-fifo.conf"))
+    (tmp_path / "etc/modprobe.d/nvidia.conf").write_text(HARDENED)
+    params = read_device_file_params(str(tmp_path))
+    assert (params["gid"], params["mode"], params["source"]) == (44, 0o660, "modprobe.d")
