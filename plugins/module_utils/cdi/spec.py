@@ -48,6 +48,7 @@ from typing import Any
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
+from ..base.version import compare as compare_versions
 from .devices import (
     GROUPED_NODES,
     additional_gids,
@@ -350,7 +351,7 @@ def build_spec(
     if owner:
         index_devices = {name: _with_owner(edits, owner) for name, edits in index_devices.items()}
         index_common = dict(_with_owner(common, owner), **({"additionalGids": gids} if gids else {}))
-        if _version_tuple(cdi_version) >= _version_tuple(ADDITIONAL_GIDS_VERSION):
+        if compare_versions(cdi_version, ">=", ADDITIONAL_GIDS_VERSION):
             devices = [dict(d, containerEdits=index_devices[d["name"]]) for d in devices]
             common = index_common
     spec.update(devices=devices, containerEdits=common)
@@ -368,10 +369,6 @@ def build_spec(
     if "annotations" not in spec:
         index["specAnnotations"] = annotations
     return spec, index
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")

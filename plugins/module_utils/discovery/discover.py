@@ -32,7 +32,6 @@ from ..cdi.devices import (
     parse_proc_devices,
     read_device_file_params,
     scan_device_nodes,
-    world_accessible,
 )
 from ..cdi.driver_files import (
     BINARY_DIRS,
@@ -412,7 +411,7 @@ def device_files(root: str = "/") -> dict[str, Any]:
         "gid": int(params["gid"]),
         "mode": f"{mode:04o}",
         "source": params["source"],
-        "additional_gids": [] if world_accessible(mode) else additional_gids(params),
+        "additional_gids": additional_gids(params),
     }
 
 

@@ -99,11 +99,11 @@ CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0", "0.7.0")
 # which vendors v0.6 (moby/moby#45933).
 CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (1, 28, 0), "docker": (25, 0, 0)}
 # The first version of each engine whose vendored container-device-interface reads cdiVersion 0.7.0 (and applies
-# ``additionalGids`` to ``process.user.additionalGids``: pkg/cdi/container-edits.go ``Apply`` from v0.7.0). From each
-# engine's go.mod (moby: vendor.mod) at its release tags, read 2026-11-27: moby v26.0.2 CDI v0.6.2, v26.1.0 v0.7.1,
-# v28.0.0 v0.8.0; podman v5.0.3 v0.6.2, v5.1.0 v0.7.2, v5.4.0 v0.8.0; containerd v1.7.15 v0.6.2, v1.7.16 v0.7.2,
-# v2.0.0 v0.8.0, v2.1.0 v1.0.1; cri-o v1.29.13 v0.6.2, v1.30.0 v0.7.2.
-CDI_0_7_MIN_VERSIONS = {"podman": (5, 1, 0), "containerd": (1, 7, 16), "crio": (1, 30, 0), "docker": (26, 1, 0)}
+# ``additionalGids`` to ``process.user.additionalGids``: pkg/cdi/container-edits.go ``Apply`` from v0.7.0): podman
+# 5.1.0, containerd 1.7.16, CRI-O 1.30.0, docker 26.1.0. From each engine's go.mod (moby: vendor.mod) at its release
+# tags, read 2026-11-27: moby v26.0.2 CDI v0.6.2, v26.1.0 v0.7.1, v28.0.0 v0.8.0; podman v5.0.3 v0.6.2, v5.1.0 v0.7.2,
+# v5.4.0 v0.8.0; containerd v1.7.15 v0.6.2, v1.7.16 v0.7.2, v2.0.0 v0.8.0, v2.1.0 v1.0.1; cri-o v1.29.13 v0.6.2,
+# v1.30.0 v0.7.2. Reading the version is not enough for docker (below), so the table that decides is the next one.
 # The first version of each engine whose containers' processes keep the spec's ``additionalGids``: the only reason this
 # collection writes 0.7.0, so the version ``cdi_spec_version`` asks of an engine for it. docker applies CDI edits in
 # ``WithDevices`` and, up to 29.4, ``WithUser`` ran after it and replaced ``process.user``, dropping them (moby/moby
