@@ -264,316 +264,18 @@ diff:
 """
 
 import os
-import tempfile
 import traceback
-from typing import Any, NoReturn
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
-    atomic_write,
-    backup,
-    read_text,
-    remove_stale_temporaries,
-    stale_temporaries,
-)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import text_of
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Engine
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Request
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE, adapter
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.service import (
-    PendingRestart,
-    Service,
-    restart_with_rollback,
-)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import (
-    MISSING_TOMLKIT_HINT,
-    TOMLKIT_IMPORT_ERROR,
-)
-
-
-class Runner:
-    """One run of the module against one engine adapter: plan, validate, write, restart (the ``job`` of
-    ``runtime.base.Engine``)."""
-
-    def __init__(self, module: AnsibleModule, engine: Engine) -> None:
-        self.module = module
-        self.p = module.params
-        self.engine = engine
-        self.config_path = self.p["config_path"] or engine.config_path
-        self.drop_in = self._drop_in()
-        self.unit = self.p["unit"] or engine.unit
-        self.pending = PendingRestart(self.unit)
-        self.version = parse_version(self.p["engine_version"]) if self.p["engine_version"] else self._detect_version()
-        self.changes = []
-        self.planned = {}  # path -> (old_text, existed, new_text or None to delete)
-        self._loaded = None  # the takeover record, once read
-        self._remembered = None  # (path, values present replaced)
-        self.result = {
-            "changed": False,
-            "config_file": engine.target(self.config_path, self.drop_in),
-            "files": [],
-            "backup_files": [],
-            "restarted": False,
-            "changes": [],
-            "engine_version": text_of(self.version),
-        }
-
-    def _drop_in(self) -> str | None:
-        value = self.p["drop_in"]
-        if self.engine.drop_in is None:
-            return None
-        if value is None:
-            return self.engine.drop_in
-        if isinstance(value, bool) or str(value).lower() in BOOLEANS_FALSE or str(value).lower() in BOOLEANS_TRUE:
-            truthy = value is True or str(value).lower() in BOOLEANS_TRUE
-            return self.engine.drop_in if truthy else None
-        value = str(value)
-        if not os.path.isabs(value):
-            self.module.fail_json(msg=f"drop_in must be an absolute path or false, got {value!r}")
-        return value
-
-    def _detect_version(self) -> tuple[int, int, int] | None:
-        binary = self.module.get_bin_path(self.engine.binary)
-        if not binary:
-            return None
-        rc, out, err = self.module.run_command([binary, "--version"])
-        return parse_version(out or err) if rc == 0 else None
-
-    # ---- what the adapters call -----------------------------------------------------------------------
-    def recorded(self, path: str) -> dict | None:
-        """The values of ``path`` before ``present`` first replaced them (the takeover record), if recorded."""
-        return self._record().get("engines", {}).get(path)
-
-    def remember(self, path: str, was: dict) -> None:
-        """Keep ``was`` (the values ``present`` replaces in ``path``) in the takeover record once written."""
-        self._remembered = (path, was)
-
-    def _record(self) -> dict:
-        if not self.p["record_path"]:
-            return takeover.empty()
-        if self._loaded is None:
-            try:
-                self._loaded = takeover.load(read_text(self.p["record_path"]), self.p["record_path"])
-            except (OSError, ValueError) as exc:
-                self.fail(
-                    f"cannot read the takeover record {self.p['record_path']}: {exc}; fix or move it aside",
-                    path=self.p["record_path"],
-                )
-        return self._loaded
-
-    def _update_record(self) -> None:
-        """After the files were written: the values ``present`` replaced go into the record (the first ones stay),
-        ``absent`` drops the entry it gave back."""
-        if not self.p["record_path"]:
-            return
-        record = self._record()
-        if self.p["state"] == "present" and self._remembered:
-            new = takeover.with_engine(record, *self._remembered)
-        elif self.p["state"] == "absent":
-            new = takeover.given_back(record, self.config_path)
-        else:
-            return
-        if new == record:
-            return
-        path = self.p["record_path"]
-        if takeover.is_empty(new):
-            if os.path.exists(path):
-                os.unlink(path)
-        else:
-            atomic_write(path, takeover.dump(new), 0o644, makedirs=True)
-        self._loaded = new
-
-    def read(self, path: str) -> tuple[str, bool]:
-        """(text, existed)."""
-        text = read_text(path)
-        return ("", False) if text is None else (text, True)
-
-    def warn(self, msg: str) -> None:
-        self.module.warn(msg)
-
-    def bin_path(self, name: str) -> str | None:
-        return self.module.get_bin_path(name)
-
-    def new_text(self, path: str) -> str:
-        """The candidate text of ``path`` ("" for a file about to be removed)."""
-        if path in self.planned:
-            return self.planned[path][2] or ""
-        return self.read(path)[0]
-
-    def check(self, cmd: list[str], how: str) -> str:
-        rc, out, err = self.module.run_command(cmd)
-        self.result["validated_by"] = how
-        if rc != 0:
-            self.fail(
-                f"{how} refused the candidate configuration; nothing was written: {(err or out).strip()}",
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            )
-        return out
-
-    def fail(self, msg: str, **extra: Any) -> NoReturn:
-        self.module.fail_json(msg=msg, changes=self.changes, **extra)
-
-    # ---- planning -------------------------------------------------------------------------------------
-    def compute(self) -> None:
-        p = self.p
-        if p["state"] == "present" and p["cdi"]:
-            warning = self.engine.cdi_warning(self.version)
-            if warning:
-                self.warn(warning)
-        if self.engine.config_format == "toml" and TOMLKIT_IMPORT_ERROR:
-            self.module.fail_json(
-                msg=missing_required_lib("tomlkit") + " " + MISSING_TOMLKIT_HINT, exception=TOMLKIT_IMPORT_ERROR
-            )
-        for path, edit, old, existed in self.engine.plan(self):
-            self.changes += edit.changes
-            if not edit.changed:
-                continue
-            new = edit.text
-            if new == "" and self.engine.empty_main_is_default and path == self.config_path:
-                new = None  # an empty main file means the built-in defaults, as a missing one does
-            if new is None and not existed:
-                continue
-            self.planned[path] = (old, existed, new)
-
-    def validate(self) -> None:
-        with tempfile.TemporaryDirectory(prefix="gpufleet-runtime-") as tmp:
-            self.engine.validate(self, tmp)
-
-    # ---- writing --------------------------------------------------------------------------------------
-    def write_all(self) -> None:
-        """Write every planned file, or none: when one cannot be written (a full disk), the ones written before it
-        get their old text back and the module fails naming the file."""
-        written = []
-        for path, (_old, existed, new) in self.planned.items():
-            try:
-                # A copy inside a drop-in folder (conf.d, crio.conf.d) could be read by the engine as more
-                # configuration (CRI-O reads every file there): the drop-ins are ours, only the admin's main
-                # file is backed up.
-                if self.p["backup"] and existed and not os.path.dirname(path).endswith(".d"):
-                    self.result["backup_files"].append(backup(path))
-                self.write(path, new)
-            except OSError as exc:
-                undone = self._undo(written)
-                self.pending.clear()
-                self.fail(
-                    f"cannot write {path}: {exc.strerror or exc}; "
-                    + (f"{', '.join(undone)} got their previous text back, " if undone else "")
-                    + "no file of this engine changed and it was not restarted. Free space (or fix the permissions) "
-                    f"in {os.path.dirname(path)} and rerun.",
-                    path=path,
-                )
-            written.append(path)
-
-    def _undo(self, paths: list[str]) -> list[str]:
-        for path in paths:
-            old, existed, _new = self.planned[path]
-            self.write(path, old if existed else None)
-        return paths
-
-    def write(self, path: str, new: str | None) -> None:
-        if new is None:
-            if os.path.exists(path):
-                os.unlink(path)
-            return
-        context = self.module.selinux_context(path) if os.path.exists(path) else None
-
-        def keep_context(tmp: str) -> None:
-            if context is not None:
-                self.module.set_context_if_different(tmp, context, False)
-
-        atomic_write(path, new, makedirs=True, prepare=keep_context)
-
-    def restore(self) -> None:
-        self._undo(list(self.planned))
-
-    # ---- restart --------------------------------------------------------------------------------------
-    def restart(self) -> None:
-        unit = self.unit
-        systemctl = self.module.get_bin_path("systemctl", required=True)
-        service = Service(
-            self.module.run_command,
-            systemctl,
-            unit,
-            probe=self.engine.probe(self.bin_path),
-            timeout=self.p["restart_timeout"],
-            journalctl=self.module.get_bin_path("journalctl"),
-        )
-        outcome = restart_with_rollback(service, self.restore)
-        self.pending.clear()  # it runs the new files, or the old ones again
-        if outcome.restarted:
-            self.result["restarted"] = True
-            return
-        self.fail(
-            f"{unit} did not come back within {self.p['restart_timeout']}s with the new configuration; "
-            f"the previous files were put back and {unit} was restarted "
-            f"({'it answers again' if outcome.engine_back else 'it does NOT answer either: look at the journal'}). "
-            f"Engine output: {outcome.journal}",
-            rolled_back=True,
-            engine_back=outcome.engine_back,
-        )
-
-    def sweep(self) -> None:
-        """Remove the temporary files an earlier run killed inside its atomic write left next to this engine's
-        files (``base.fileio.stale_temporaries``: only our own names, only when their writer is gone)."""
-        paths = sorted({self.config_path, *([self.drop_in] if self.drop_in else []), *self.planned})
-        stale = [tmp for path in paths for tmp in stale_temporaries(path)]
-        if not stale:
-            return
-        if not self.module.check_mode:
-            stale = [tmp for path in paths for tmp in remove_stale_temporaries(path)]
-        self.result["changed"] = True
-        self.result["removed_temporary_files"] = stale
-        self.changes += [f"remove {tmp}: left by an earlier run killed while it wrote" for tmp in stale]
-
-    def run(self) -> NoReturn:
-        self.compute()
-        self.sweep()
-        self.result["changes"] = self.changes
-        self.result["files"] = sorted(self.planned)
-        if not self.planned:
-            if self.p["restart"] and self.pending:
-                # an earlier run wrote these files and was killed before the engine restarted with them
-                self.result["changed"] = True
-                self.result["changes"] = [
-                    *self.changes,
-                    f"restart {self.unit}: an earlier run changed its files and "
-                    f"ended before the restart ({self.pending.path})",
-                ]
-                if not self.module.check_mode:
-                    self.restart()
-            if not self.module.check_mode:
-                self._update_record()
-            self.module.exit_json(**self.result)
-        self.result["changed"] = True
-        if self.module._diff:
-            self.result["diff"] = [
-                {
-                    "before": old if existed else "",
-                    "after": new or "",
-                    "before_header": path if existed else f"{path} (absent)",
-                    "after_header": path if new is not None else f"{path} (removed)",
-                }
-                for path, (old, existed, new) in sorted(self.planned.items())
-            ]
-        if self.p["validate"]:
-            self.validate()
-        if self.module.check_mode:
-            self.module.exit_json(**self.result)
-        if self.p["restart"]:
-            self.pending.set(sorted(self.planned))
-        self.write_all()
-        self._update_record()
-        if self.p["restart"]:
-            self.restart()
-        self.module.exit_json(**self.result)
-
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.runner import Failed, MissingLibrary, run
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import MISSING_TOMLKIT_HINT
 
 ARGUMENT_SPEC = {
     "engine": {"type": "str", "required": True, "choices": list(CONFIGURABLE)},
@@ -594,20 +296,44 @@ ARGUMENT_SPEC = {
 }
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        required_if=[("state", "present", ["path"])],
-        supports_check_mode=True,
-    )
+def argspec() -> dict:
+    return {
+        "argument_spec": ARGUMENT_SPEC,
+        "required_if": [("state", "present", ["path"])],
+        "supports_check_mode": True,
+    }
+
+
+def request_of(params: dict) -> Request:
+    """The typed request in the module's parameters; ``drop_in`` as a boolean when it spells one, else its text."""
+    drop_in = params["drop_in"]
+    if drop_in is not None:
+        word = str(drop_in).lower()
+        if isinstance(drop_in, bool) or word in BOOLEANS_FALSE or word in BOOLEANS_TRUE:
+            drop_in = drop_in is True or word in BOOLEANS_TRUE
+        else:
+            drop_in = str(drop_in)
+    return Request.of(dict(params, drop_in=drop_in))
+
+
+def run_module(module: AnsibleModule) -> None:
     if module.params["path"] and not os.path.isabs(module.params["path"]):
         module.fail_json(msg=f"path must be absolute, got {module.params['path']!r}")
     try:
-        Runner(module, adapter(module.params["engine"])).run()
+        result = run(request_of(module.params), module, adapter(module.params["engine"]), takeover)
+    except Failed as exc:
+        module.fail_json(**exc.fields)
+    except MissingLibrary as exc:
+        module.fail_json(msg=missing_required_lib(exc.name) + " " + MISSING_TOMLKIT_HINT, exception=exc.error)
     except RuntimeConfigError as exc:
         module.fail_json(msg=str(exc), path=exc.path, line=exc.line, hint=exc.hint)
     except (OSError, ValueError) as exc:
         module.fail_json(msg=to_native(exc), exception=traceback.format_exc())
+    module.exit_json(**result.as_dict())
+
+
+def main() -> None:
+    run_module(AnsibleModule(**argspec()))
 
 
 if __name__ == "__main__":

@@ -19,17 +19,19 @@ An adapter says:
   engine's own check of a candidate configuration) and ``probe`` (a command that answers once the engine
   is up after a restart).
 
-``plan`` and ``validate`` get a ``job`` (the module's runner): ``job.p`` (the module's parameters),
-``job.config_path``, ``job.drop_in``, ``job.version``, ``job.read(path)`` -> ``(text, existed)``,
-``job.warn(msg)``, ``job.result``; and for ``validate``: ``job.bin_path(name)``, ``job.check(argv, how)``
-(runs it, fails the module when it refuses, returns stdout), ``job.new_text(path)`` and ``job.fail(msg, **extra)``.
+``plan`` and ``validate`` get a ``Job`` (``runner.Runner`` is the one the module uses): its ``request`` (the typed
+``Request``), ``config_path``, ``drop_in``, ``version``, ``result`` (the typed ``Result``), ``read(path)`` ->
+``(text, existed)``, ``warn(msg)``, ``recorded(path)``/``remember(path, was)`` (the takeover record); and for
+``validate``: ``bin_path(name)``, ``check(argv, how)`` (runs it, fails the run when it refuses, returns stdout),
+``new_text(path)`` and ``fail(msg, **extra)``.
 
 Standard library only (target Pythons 3.8+; ``tomlkit`` or Python 3.11's ``tomllib`` to read TOML).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 from .common import CDI_MIN_VERSIONS, older_than
 
@@ -72,6 +74,93 @@ class Planned(NamedTuple):
     existed: bool
 
 
+class Request(NamedTuple):
+    """What one run of ``container_runtime`` asks of an engine (the module's options, read once)."""
+
+    engine: str
+    name: str = "nvidia"
+    path: str | None = None
+    set_as_default: bool | None = None
+    cdi: bool = False
+    config_path: str | None = None
+    # None: the engine's default drop-in; False: write into the main file; True: the default; text: that path
+    drop_in: bool | str | None = None
+    state: str = "present"
+    backup: bool = False
+    validate: bool = True
+    restart: bool = False
+    restart_timeout: int = 60
+    unit: str | None = None
+    engine_version: str | None = None
+    record_path: str | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Request:
+        """The request in ``options`` (a mapping with every field, such as a module's parameters)."""
+        return cls(**{name: options[name] for name in cls._fields})
+
+
+@dataclass
+class Result:
+    """What one run reports (the module's RETURN); ``as_dict`` gives the fields set, in the documented order."""
+
+    config_file: str
+    engine_version: str
+    changed: bool = False
+    files: list[str] = field(default_factory=list)
+    backup_files: list[str] = field(default_factory=list)
+    restarted: bool = False
+    changes: list[str] = field(default_factory=list)
+    config_version: int | None = None
+    removed_temporary_files: list[str] | None = None
+    diff: list[dict[str, str]] | None = None
+    validated_by: str | None = None
+
+    ALWAYS = ("changed", "config_file", "files", "backup_files", "restarted", "changes", "engine_version")
+    WHEN_SET = ("config_version", "removed_temporary_files", "diff", "validated_by")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.ALWAYS}
+        out.update((name, getattr(self, name)) for name in self.WHEN_SET if getattr(self, name) is not None)
+        return out
+
+
+class Job:
+    """What ``Engine.plan`` and ``Engine.validate`` work with (see the module docstring); ``runner.Runner`` is it."""
+
+    request: Request
+    config_path: str
+    drop_in: str | None
+    version: Version
+    result: Result
+    # where the engine's unit files are read (a test's tree; a host: "/")
+    unit_root: str = "/"
+
+    def read(self, path: str) -> tuple[str, bool]:
+        raise NotImplementedError
+
+    def warn(self, msg: str) -> None:
+        raise NotImplementedError
+
+    def recorded(self, path: str) -> dict[str, Any] | None:
+        return None
+
+    def remember(self, path: str, was: dict[str, Any]) -> None:
+        return None
+
+    def bin_path(self, name: str) -> str | None:
+        raise NotImplementedError
+
+    def new_text(self, path: str) -> str:
+        raise NotImplementedError
+
+    def check(self, cmd: list[str], how: str) -> str:
+        raise NotImplementedError
+
+    def fail(self, msg: str, **extra: Any) -> NoReturn:
+        raise NotImplementedError
+
+
 class Engine:
     """The adapter interface (see the module docstring). Subclasses set the attributes and override what
     their engine supports; the defaults describe an engine this collection only reads."""
@@ -109,13 +198,13 @@ class Engine:
         unreadable) as the engine at ``version`` (None: unknown) sees them."""
         raise NotImplementedError
 
-    def plan(self, job: Any) -> list[Planned]:
+    def plan(self, job: Job) -> list[Planned]:
         raise NotImplementedError(f"{self.name}: this collection does not configure it")
 
-    def validate(self, job: Any, tmp: str) -> None:
+    def validate(self, job: Job, tmp: str) -> None:
         """Check the candidate files (``job.new_text``) with the engine itself, in the scratch folder ``tmp``;
-        sets ``job.result['validated_by']``."""
-        job.result["validated_by"] = "parse"
+        sets ``job.result.validated_by``."""
+        job.result.validated_by = "parse"
 
     def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         """A command that succeeds once the engine answers (None: only systemd's view is left)."""

@@ -41,7 +41,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from . import toml as t
-from .base import Planned
+from .base import Job, Planned
 from .common import (
     FIX_BY_HAND,
     MANAGED_MARKER,
@@ -528,18 +528,18 @@ class Containerd(ContainerdFacts):
         "the key is written but has no effect until containerd is upgraded"
     )
 
-    def plan(self, job: Any) -> list[Planned]:
-        p = job.p
-        present = p["state"] == "present"
+    def plan(self, job: Job) -> list[Planned]:
+        p = job.request
+        present = p.state == "present"
         text, existed = job.read(job.config_path)
         empty_version = default_version(job.version)
-        job.result["config_version"] = detect_version(text, job.config_path, empty_version)
+        job.result.config_version = detect_version(text, job.config_path, empty_version)
         if job.drop_in is None:
-            kw = {"name": p["name"], "cdi": p["cdi"], "path": job.config_path, "empty_version": empty_version}
+            kw = {"name": p.name, "cdi": p.cdi, "path": job.config_path, "empty_version": empty_version}
             if present:
-                edit = present_main(text, p["path"], set_as_default=p["set_as_default"], **kw)
+                edit = present_main(text, p.path, set_as_default=p.set_as_default, **kw)
             else:
-                edit = absent_main(text, p["path"], **kw)
+                edit = absent_main(text, p.path, **kw)
             return [Planned(job.config_path, edit, text, existed)]
         drop_text, drop_exists = job.read(job.drop_in)
         kw = {"path": job.config_path, "drop_in": job.drop_in, "empty_version": empty_version}
@@ -547,10 +547,10 @@ class Containerd(ContainerdFacts):
             main_edit, drop_edit = present_drop_in(
                 text,
                 drop_text if drop_exists else None,
-                p["path"],
-                name=p["name"],
-                set_as_default=p["set_as_default"],
-                cdi=p["cdi"],
+                p.path,
+                name=p.name,
+                set_as_default=p.set_as_default,
+                cdi=p.cdi,
                 whole_table=whole_table_needed(job.version),
                 imports=self._imports(job, text),
                 **kw,
@@ -562,7 +562,7 @@ class Containerd(ContainerdFacts):
             Planned(job.drop_in, drop_edit, drop_text, drop_exists),
         ]
 
-    def _imports(self, job: Any, main_text: str) -> list[tuple[str, str]]:
+    def _imports(self, job: Job, main_text: str) -> list[tuple[str, str]]:
         """The other imported files (path, text), in containerd's order, ours excluded."""
         if not main_text.strip():
             return []
@@ -572,10 +572,10 @@ class Containerd(ContainerdFacts):
             return []
         return [(f, job.read(f)[0]) for f in self.config_files(main, _files, job.config_path) if f != job.drop_in]
 
-    def validate(self, job: Any, tmp: str) -> None:
+    def validate(self, job: Job, tmp: str) -> None:
         binary = job.bin_path("containerd")
         if not binary:
-            job.result["validated_by"] = "parse"
+            job.result.validated_by = "parse"
             return
         text = job.new_text(job.config_path)
         if job.drop_in:
@@ -587,10 +587,10 @@ class Containerd(ContainerdFacts):
         with open(candidate, "w", encoding="utf-8") as f:
             f.write(text)
         out = job.check([binary, "--config", candidate, "config", "dump"], "containerd config dump")
-        if job.p["state"] == "present" and f"runtimes.{job.p['name']}]" not in out:
+        if job.request.state == "present" and f"runtimes.{job.request.name}]" not in out:
             job.fail(
                 "containerd reads the candidate config but does not see runtime "
-                f"{job.p['name']!r} in it (a config version this containerd does not know, or an "
+                f"{job.request.name!r} in it (a config version this containerd does not know, or an "
                 "import after the drop-in that replaces the CRI plugin table); nothing was written",
                 config_dump=out,
             )

@@ -24,7 +24,7 @@ import shutil
 from typing import Any, Callable, Sequence
 
 from . import toml as t
-from .base import Planned
+from .base import Job, Planned
 from .common import (
     MANAGED_MARKER,
     Edit,
@@ -207,28 +207,28 @@ class Crio(CrioFacts):
 
     SOCKET = "unix:///var/run/crio/crio.sock"
 
-    def plan(self, job: Any) -> list[Planned]:
-        p = job.p
-        present = p["state"] == "present"
-        if p["cdi"]:
+    def plan(self, job: Job) -> list[Planned]:
+        p = job.request
+        present = p.state == "present"
+        if p.cdi:
             job.warn(CDI_NOTE)
         main_text, main_exists = job.read(job.config_path)
         if job.drop_in is None:
             if present:
                 edit = present_main(
-                    main_text, p["path"], name=p["name"], set_as_default=p["set_as_default"], path=job.config_path
+                    main_text, p.path, name=p.name, set_as_default=p.set_as_default, path=job.config_path
                 )
             else:
-                edit = absent_main(main_text, p["path"], name=p["name"], path=job.config_path)
+                edit = absent_main(main_text, p.path, name=p.name, path=job.config_path)
             return [Planned(job.config_path, edit, main_text, main_exists)]
         drop_text, drop_exists = job.read(job.drop_in)
         if present:
             others = [f for f in _files(os.path.join(os.path.dirname(job.drop_in), "*.conf")) if f != job.drop_in]
             edit = present_drop_in(
                 drop_text if drop_exists else None,
-                p["path"],
-                name=p["name"],
-                set_as_default=p["set_as_default"],
+                p.path,
+                name=p.name,
+                set_as_default=p.set_as_default,
                 configs=[(job.config_path, main_text)] + [(f, job.read(f)[0]) for f in others],
                 drop_in=job.drop_in,
             )
@@ -236,10 +236,10 @@ class Crio(CrioFacts):
             edit = absent_drop_in(drop_text if drop_exists else None, drop_in=job.drop_in)
         return [Planned(job.drop_in, edit, drop_text, drop_exists)]
 
-    def validate(self, job: Any, tmp: str) -> None:
+    def validate(self, job: Job, tmp: str) -> None:
         binary = job.bin_path("crio")
         if not binary:
-            job.result["validated_by"] = "parse"
+            job.result.validated_by = "parse"
             return
         conf_dir = os.path.join(tmp, "crio.conf.d")
         os.mkdir(conf_dir)

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..base.names import SHIM
-from .base import Planned
+from .base import Job, Planned
 from .common import (
     FIX_BY_HAND,
     Edit,
@@ -287,33 +287,29 @@ class Docker(DockerFacts):
 
     VALIDATE_FROM = (23, 0, 0)
 
-    def plan(self, job: Any) -> list[Planned]:
-        p = job.p
+    def plan(self, job: Job) -> list[Planned]:
+        p = job.request
         text, existed = job.read(job.config_path)
-        if p["state"] == "present":
-            edit = present(
-                text, p["path"], name=p["name"], set_as_default=p["set_as_default"], cdi=p["cdi"], path=job.config_path
-            )
-            remember = getattr(job, "remember", None)
-            was = prior(text, name=p["name"], path=job.config_path) if edit.changed and remember else None
-            if was and not ours(was["runtime"], p["path"]) and any(v is not None for v in was.values()):
-                remember(job.config_path, was)
+        if p.state == "present":
+            edit = present(text, p.path, name=p.name, set_as_default=p.set_as_default, cdi=p.cdi, path=job.config_path)
+            was = prior(text, name=p.name, path=job.config_path) if edit.changed else None
+            if was and not ours(was["runtime"], p.path) and any(v is not None for v in was.values()):
+                job.remember(job.config_path, was)
         else:
-            recorded = getattr(job, "recorded", None)
-            was = recorded(job.config_path) if recorded else None
-            edit = absent(text, p["path"], name=p["name"], cdi=p["cdi"], path=job.config_path, was=was)
+            was = job.recorded(job.config_path)
+            edit = absent(text, p.path, name=p.name, cdi=p.cdi, path=job.config_path, was=was)
         if edit.changed:
-            unit = p.get("unit") or self.unit
+            unit = p.unit or self.unit
             unit = unit if unit.endswith(".service") else unit + ".service"
             # the unit's files are read where the engine runs (``job.unit_root``: a test's tree; the module: "/")
-            flags = dockerd_flags(getattr(job, "unit_root", "/"), unit)
+            flags = dockerd_flags(job.unit_root, unit)
             refuse_flag_conflicts(flags, edit.text, job.config_path)
         return [Planned(job.config_path, edit, text, existed)]
 
-    def validate(self, job: Any, tmp: str) -> None:
+    def validate(self, job: Job, tmp: str) -> None:
         dockerd = job.bin_path("dockerd")
         if not (dockerd and job.version and job.version >= self.VALIDATE_FROM):
-            job.result["validated_by"] = "parse"  # the editor parsed and re-serialised it
+            job.result.validated_by = "parse"  # the editor parsed and re-serialised it
             return
         candidate = os.path.join(tmp, "daemon.json")
         with open(candidate, "w", encoding="utf-8") as f:

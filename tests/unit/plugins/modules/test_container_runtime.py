@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import runner, service
 from ansible_collections.gpufleet.nvidia.plugins.modules import container_runtime
 
 pytestmark = pytest.mark.controller
@@ -340,7 +340,7 @@ def test_a_run_killed_between_write_and_restart_is_finished_by_the_next(tmp_path
     monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
     monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
     args = {"engine": "docker", "config_path": str(cfg), "restart": True, "engine_version": "20.10.24"}
-    monkeypatch.setattr(container_runtime.Runner, "restart", lambda self: None)
+    monkeypatch.setattr(runner.Runner, "restart", lambda self: None)
     r = result(**args)  # "killed": the restart never ran
     assert r["changed"] and (pending_dir / "docker").read_text() == f"{cfg}\n"
     monkeypatch.undo()
@@ -378,14 +378,14 @@ def test_a_file_that_cannot_be_written_puts_back_the_ones_written_before(tmp_pat
     main.write_text('version = 2\n# the admin\'s note\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n')
     before = main.read_bytes()
     drop = tmp_path / "conf.d" / "99-gpufleet-nvidia.toml"
-    real = container_runtime.atomic_write
+    real = runner.atomic_write
 
     def full_disk(path, data, *args, **kwargs):
         if path == str(drop):
             raise OSError(28, "No space left on device")
         return real(path, data, *args, **kwargs)
 
-    monkeypatch.setattr(container_runtime, "atomic_write", full_disk)
+    monkeypatch.setattr(runner, "atomic_write", full_disk)
     fake = HealthySystem(main, "")
     monkeypatch.setattr(container_runtime.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.bin_path(*a, **k))
     monkeypatch.setattr(container_runtime.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))

@@ -10,16 +10,16 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import read_text
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import base
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import adapter
 
 SHIM = "/usr/local/bin/nvidia-shim"
 
 
-class Job:
+class Job(base.Job):
     def __init__(self, engine, tmp_path, version=None, bins=(), check_out="", **params):
         self.engine = adapter(engine)
-        self.p = {"name": "nvidia", "path": SHIM, "set_as_default": False, "cdi": False, "state": "present"}
-        self.p.update(params)
+        self.request = base.Request(engine, **{"path": SHIM, "set_as_default": False, **params})
         self.config_path = str(tmp_path / os.path.basename(self.engine.config_path))
         drop_in = params.get("drop_in", True)
         self.drop_in = (
@@ -33,7 +33,7 @@ class Job:
         )
         self.version = version
         self.unit_root = str(tmp_path)  # the docker unit's files (dockerd's flags) are read under the test's tree
-        self.result = {}
+        self.result = base.Result(config_file="", engine_version="")
         self.warnings = []
         self.bins = set(bins)
         self.checks = []
@@ -56,7 +56,7 @@ class Job:
     def check(self, cmd, how):
         files = {a: read_text(a) for a in cmd if a.endswith((".json", ".toml", ".conf")) and os.path.isfile(a)}
         self.checks.append((cmd, how, files))
-        self.result["validated_by"] = how
+        self.result.validated_by = how
         return self.check_out
 
     def fail(self, msg, **extra):
@@ -85,7 +85,7 @@ def test_docker_before_23_is_checked_by_parsing_only(tmp_path):
     job = Job("docker", tmp_path, version=(20, 10, 24), bins=["dockerd"])
     job.plan()
     job.engine.validate(job, str(tmp_path))
-    assert job.result["validated_by"] == "parse" and not job.checks
+    assert job.result.validated_by == "parse" and not job.checks
     assert job.engine.probe(lambda name: None) is None
 
 
@@ -95,7 +95,7 @@ def test_containerd_plans_main_and_drop_in_and_dumps_the_candidate_pair(tmp_path
     planned = job.plan()
     assert [p.path for p in planned] == [job.config_path, job.drop_in]
     assert not planned[0].edit.changed  # the glob already imports the drop-in
-    assert job.result["config_version"] == 2
+    assert job.result.config_version == 2
     (tmp_path / "scratch").mkdir()
     job.engine.validate(job, str(tmp_path / "scratch"))  # the scratch folder is the module's
     cmd, how, files = job.checks[0]
@@ -157,7 +157,7 @@ def test_absent_plans_the_removal_of_our_drop_in(tmp_path):
     os.makedirs(os.path.dirname(job.drop_in))
     with open(job.drop_in, "w") as f:
         f.write(job.plan()[0].edit.text)
-    job.p["state"] = "absent"
+    job.request = job.request._replace(state="absent")
     (planned,) = job.plan()
     assert planned.existed and planned.edit.text is None and planned.edit.changed
 
