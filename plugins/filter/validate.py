@@ -20,7 +20,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
   this host has NVSwitches and so must wait (bounded) for Fabric Manager before GPU containers run, and what to say
   when it did not come up (issue 23);
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
-  decision to turn CDI on; the rule itself is ``_runtime_common.reads_cdi``).
+  decision to turn CDI on; the rule itself is ``runtime.common.reads_cdi``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ NVSMI = "NVSMI"
 NVSMI_RC = "NVSMI-RC"
 # The driver libraries every check asks for (utility and compute, the capabilities a container gets by default): each
 # must have an entry in the container's ld cache resolving to a file of the host driver's version, as
-# libnvidia-container injects them (design notes section 2: kept only when the resolved file name ends with the driver
-# version).
+# libnvidia-container injects them (kept only when the resolved file name ends with the driver version).
 REQUIRED_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 # dlopen(libcuda.so.1) where the image has python3 (ctypes asks for RTLD_NOW): the library and everything it links
 # must load. cuInit is not called: without a driver (the simulated nodes) it fails, with one it is CUDA's business.

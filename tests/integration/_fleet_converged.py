@@ -12,8 +12,8 @@ Four GPU nodes, ``driver_packages: true``, 2 GPUs each, the default engines of e
 * ``cri-trixie``: docker 26, containerd 1.7, podman 5.4;
 * ``cri-sid``: docker 28, containerd 2.1 (config v3);
 * ``cri-kube`` (trixie) in the inventory group ``kube_nodes``: the toolkit role tells the shim to ignore an
-  unprivileged container's ``NVIDIA_VISIBLE_DEVICES`` there and to take the device plugin's volume mounts (design
-  notes, "Security"); the device plugin stage renders its documents (``render_only``);
+  unprivileged container's ``NVIDIA_VISIBLE_DEVICES`` there and to take the device plugin's volume mounts
+  (docs/security.md); the device plugin stage renders its documents (``render_only``);
 * ``cri-cpu`` (bookworm, docker and containerd, no GPU): discovered and reported, never changed. Its configuration
   trees and packages are recorded (``_host_state.snapshot``) right before ``site.yml`` and right after it, for
   ``test_stages_alone.py``.
@@ -22,8 +22,8 @@ Before ``tests/sim/playbooks/prepare.yml`` and ``site.yml`` (defaults, apart fro
 plugin documents go) each node gets what a Kubernetes site would have and the collection does not make: the sandbox
 ("pause") image that containerd names in its configuration, under that name, in the ``k8s.io`` namespace (no registry
 is reachable; it is the node's mini image with a process that waits for SIGTERM), and ``restrict_oom_score_adj =
-true`` in the CRI table of ``/etc/containerd/config.toml`` (the nodes run without CAP_SYS_RESOURCE, design notes
-section 3, and a sandbox asks for oom_score_adj -998; the runtime role's drop-in carries that setting over).
+true`` in the CRI table of ``/etc/containerd/config.toml`` (the nodes run without CAP_SYS_RESOURCE, tests/sim/README.md,
+and a sandbox asks for oom_score_adj -998; the runtime role's drop-in carries that setting over).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ One fleet for the whole session (CI time is limited): ``driver_packages: true``,
 * ``e2e-sid``: docker 28 (runtime ``nvidia`` and native CDI), containerd 2.1 (``ctr --runc-binary``); driver 550.
 
 On each node the host programs are installed from this working tree by ``tests/tools/install_host_programs.py``
-(the same ``_host_programs.install`` the toolkit role uses), ``gpufleet.nvidia.cdi_spec`` and
+(the same ``hostprog.install.install`` the toolkit role uses), ``gpufleet.nvidia.cdi_spec`` and
 ``gpufleet.nvidia.container_runtime`` run through ansible-playbook, the libcuda probe and the NVML script
 are put under ``/usr/local/libexec/gpufleet-e2e/``, and ``gpufleet-sim-mini-image --python`` loads
 ``gpufleet-sim/mini:latest`` into every engine of the node.

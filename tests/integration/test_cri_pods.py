@@ -17,12 +17,12 @@ The fleet (one for the module, ``driver_packages: true``, 2 GPUs each, the defau
   v3): not Kubernetes nodes, so the shim takes a container's own ``NVIDIA_VISIBLE_DEVICES``;
 * ``cri-kube`` (trixie, containerd 1.7) in the inventory group ``kube_nodes``: the toolkit role tells the shim to
   ignore an unprivileged container's ``NVIDIA_VISIBLE_DEVICES`` there and to take the device plugin's volume mounts
-  (design notes, "Security"); containerd itself reads the CDI annotations (``enable_cdi``).
+  (docs/security.md); containerd itself reads the CDI annotations (``enable_cdi``).
 
 Before site.yml each node gets what a site would have and the collection does not make: the sandbox ("pause") image
 that containerd names in its configuration, under that name, in the ``k8s.io`` namespace (no registry is reachable;
 it is the node's mini image with a process that waits for SIGTERM), and ``restrict_oom_score_adj = true`` in the CRI
-table of ``/etc/containerd/config.toml`` (the nodes run without CAP_SYS_RESOURCE, design notes section 3, and the
+table of ``/etc/containerd/config.toml`` (the nodes run without CAP_SYS_RESOURCE, tests/sim/README.md, and the
 sandbox asks for oom_score_adj -998; the runtime role's drop-in carries that setting over, which this also shows).
 Pods use the node's network (no CNI in the nodes).
 

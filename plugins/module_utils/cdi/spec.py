@@ -4,7 +4,7 @@
 """The CDI spec for ``nvidia.com/gpu``: model, generation and byte-stable rendering.
 
 ``build_spec`` is a pure function of the GPUs (dicts shaped like ``ansible_facts.nvidia.gpus``), the
-driver files (``_driver_files.find_driver_files``) and the control device nodes; it returns the spec and
+driver files (``cdi.driver_files.find_driver_files``) and the control device nodes; it returns the spec and
 the *index*, a compact JSON document the runtime shim reads on every GPU container start instead of the
 YAML spec. The index carries what a CDI spec cannot: the capability each mount belongs to (so
 ``NVIDIA_DRIVER_CAPABILITIES`` can filter mounts at start), the CUDA version ``NVIDIA_REQUIRE_cuda`` is
@@ -86,7 +86,7 @@ MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 HOOK_PATH = "/usr/local/bin/gpufleet-cdi-hook"
 HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
 # Seconds the engine gives the hook (OCI ``hooks[].timeout``, CDI ``hooks[].timeout``). Its work takes
-# milliseconds and reads nothing that can block; the limit is the backstop the design notes ask for.
+# milliseconds and reads nothing that can block; the limit stops a hook that hangs anyway from holding the start.
 HOOK_TIMEOUT = 10
 INDEX_FORMAT = 1
 DEFAULT_INDEX_PATH = "/etc/gpufleet/cdi-nvidia.json"

@@ -10,11 +10,11 @@
 1. writes ``/etc/ld.so.conf.d/00-gpufleet-nvidia.conf`` (the folders) in the container root, so an
    ``ldconfig`` run later inside the container keeps the driver's folder;
 2. for each ``--library`` mounted into this container, makes its soname link (``libcuda.so.1 ->
-   libcuda.so.535.309.01``) and adds it to the container's ``/etc/ld.so.cache`` (``_ldcache.add_entries``:
+   libcuda.so.535.309.01``) and adds it to the container's ``/etc/ld.so.cache`` (``cdi.ldcache.add_entries``:
    the image's entries are kept, the driver's are spliced in where glibc's ldconfig would put them);
 3. creates each ``--link`` (``libcuda.so -> libcuda.so.1``) when its target exists and the name is free.
 
-The runtime shim does the same work itself before ``runc create`` (``_shim``); this hook is what
+The runtime shim does the same work itself before ``runc create`` (``hostprog.shim``); this hook is what
 engines that read the CDI spec themselves (docker 25+, podman, containerd, CRI-O) run.
 
 It runs as root on the host, in the container's mount namespace before ``pivot_root``, with the
@@ -29,7 +29,7 @@ container's ``/proc`` already mounted, on a root file system the image's author 
   (``root.path``), named by the runtime's state on stdin; ``process.env`` is never read. Its own
   environment is replaced by a fixed minimal one first (the launcher also starts Python with ``-I -S``,
   so ``PYTHON*`` variables are ignored).
-* Every container path is resolved inside the root (``_pathsafe.resolve_in_root``: absolute link
+* Every container path is resolved inside the root (``base.pathsafe.resolve_in_root``: absolute link
   targets restart at the root, ``..`` stops there, so ``/proc/1/root`` leads back into the root), then
   opened one component at a time with ``O_NOFOLLOW`` from a descriptor of the root; meeting a link on
   that walk means the tree changed under us, and the hook refuses. Files are created with
@@ -37,7 +37,7 @@ container's ``/proc`` already mounted, on a root file system the image's author 
   links are created with ``symlinkat``. Nothing is written through a path string that crosses the root.
 * The only file of the image it reads is ``/etc/ld.so.cache``, and only when it is a regular file
   (never a FIFO, device or socket: it is checked without being opened, then opened ``O_NONBLOCK``) of at
-  most ``_ldcache.MAX_CACHE_BYTES``; its parsing is linear in its size.
+  most ``cdi.ldcache.MAX_CACHE_BYTES``; its parsing is linear in its size.
 """
 
 from __future__ import annotations

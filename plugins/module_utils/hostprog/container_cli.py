@@ -36,7 +36,7 @@ and why:
   enters the container's mount namespace, mounts driver files on paths inside an image-controlled root file
   system after the container's ``/proc`` exists, runs ``ldconfig`` there, and rewrites the cgroup v2 device
   eBPF program runc attached (replacing runc's own filter from outside runc). That is exactly the class of
-  code behind the anchors' container escapes (design notes, "Security": CVE-2024-0132, symlinks planted in
+  code behind the known container escapes (docs/security.md: CVE-2024-0132, symlinks planted in
   the image, ``/proc/1/root`` reachable from a root process); the collection keeps every such edit in the
   OCI spec, before runc creates anything, where runc itself resolves paths inside the root.
 * So the runtime shim does it: started as ``ctr run --runc-binary <bindir>/gpufleet-container-runtime --gpus 0

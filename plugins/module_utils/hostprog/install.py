@@ -35,8 +35,9 @@ PROGRAMS = {
     "nvidia-docker": ("hostprog.nvidia_docker", "main"),
     "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
 }
-# The runtime shim's configuration (``_shim.CONFIG_PATH``): written when the shim is installed. The shim trusts it
-# only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory alike.
+# The runtime shim's configuration (``hostprog.shim.CONFIG_PATH``): written when the shim is installed. The shim
+# trusts it only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory
+# alike.
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"
 RUNTIME_CONFIG_MODE = 0o644
 # What the shim does with a container's own device request. ``accept_envvar_unprivileged``: honour
@@ -111,10 +112,10 @@ sys.exit({function}(sys.argv))
 """
 
 # The runtime shim is called for every command of every container (create, start, state, kill, delete...),
-# so its launcher is a POSIX shell script that starts Python (_shim.main) only for a ``create``/``run``
-# whose config.json contains one of _shim._HINTS (one grep, ~1 ms); every other call is exec'd straight
+# so its launcher is a POSIX shell script that starts Python (hostprog.shim.main) only for a ``create``/``run``
+# whose config.json contains one of hostprog.shim._HINTS (one grep, ~1 ms); every other call is exec'd straight
 # to the real runtime, the ~10 ms of a Python start saved each time. The flag names with a value must
-# match _shim._VALUE_FLAGS (a unit test checks it).
+# match hostprog.shim._VALUE_FLAGS (a unit test checks it).
 _SHIM_LAUNCHER = """#!/bin/sh
 # {name}: installed by gpufleet.nvidia; the code is in {libdir}/{package}/hostprog/shim.py
 GPUFLEET_RUNTIME="${{GPUFLEET_RUNTIME:-{runtime}}}"

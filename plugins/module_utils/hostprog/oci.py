@@ -5,13 +5,13 @@
 
 Used by the runtime shim (``gpufleet-container-runtime``) on every GPU container start, so it is pure
 standard library, imports nothing heavy, and never reads more than the bundle's ``config.json`` and the
-shim's index (the compact JSON sibling of the CDI spec that ``cdi_spec`` writes, see ``_cdi.py``).
+shim's index (the compact JSON sibling of the CDI spec that ``cdi_spec`` writes, see ``cdi.generate``).
 
-The request rules (design notes, section 2):
+The request rules:
 
 * ``NVIDIA_VISIBLE_DEVICES``: ``all``; ``none`` (driver files, no GPU); ``void``, empty or unset (not a
   GPU container); or a comma list of indexes, ``GPU-<uuid>``, ``MIG-<uuid>``, ``<gpu>:<mig>``.
-* ``NVIDIA_DRIVER_CAPABILITIES``: see ``_driver_files.parse_capabilities``.
+* ``NVIDIA_DRIVER_CAPABILITIES``: see ``cdi.driver_files.parse_capabilities``.
 * ``NVIDIA_REQUIRE_*``: a space separates alternatives (OR), a comma separates constraints (AND);
   every variable must hold, unless ``NVIDIA_DISABLE_REQUIRE`` is true.
 * CDI annotations ``cdi.k8s.io/<key>`` and ``nvidia.cdi.k8s.io/<key>``: comma lists of qualified
@@ -23,7 +23,7 @@ The request rules (design notes, section 2):
 When a variable appears more than once in ``process.env`` the last one wins (docker appends the
 ``--gpus`` values after the image's own).
 
-Who may ask (design notes, "Security"): CDI annotations are the orchestrator's allocation, and count
+Who may ask (docs/security.md): CDI annotations are the orchestrator's allocation, and count
 unless ``accept_cdi_annotations_unprivileged`` is off: then, as the variable below, only for a privileged
 container (CRI-O copies every pod annotation into every container's spec, containerd those its
 ``pod_annotations`` match, so there a pod could name any GPU; docs/security.md "When CDI annotations are an

@@ -13,7 +13,7 @@ and ``sys`` on that path, and nothing else is read but the small runtime configu
 A request that cannot be satisfied fails the start: one line on stderr (and in runc's ``--log`` file,
 where containerd looks for the reason), exit status 1. A GPU container never starts without its GPUs.
 
-The installed launcher (``_host_programs``) is a shell script that execs the runtime itself for every
+The installed launcher (``hostprog.install``) is a shell script that execs the runtime itself for every
 command but ``create``/``run``, and passes the runtime it was installed with in ``GPUFLEET_RUNTIME``.
 
 Configuration: ``/etc/gpufleet/runtime.json`` (``GPUFLEET_RUNTIME_CONFIG`` overrides the path; both
@@ -21,13 +21,13 @@ variables come from the engine's own environment, never from a container's), a J
 optional keys ``runtime`` (runc or crun, absolute; ``GPUFLEET_RUNTIME`` wins), ``index`` (the CDI index,
 ``/etc/gpufleet/cdi-nvidia.json``), ``accept_envvar_unprivileged`` (default true),
 ``accept_volume_mounts`` (default false) and ``accept_cdi_annotations_unprivileged`` (default true): see
-``_oci.gpu_request``; ``debug_log`` (a file; absent or empty: off):
+``hostprog.oci.gpu_request``; ``debug_log`` (a file; absent or empty: off):
 one JSON line per GPU container start, see ``debuglog``. The toolkit role writes it.
 
-What it trusts (the design notes' "Security"): the configuration, the index and the runtime decide what
+What it trusts (docs/security.md): the configuration, the index and the runtime decide what
 runs as root, so each is used only when owned by root (or by the shim's own user, for a rootless engine)
 and not writable by group or others, checked on the open file. Everything from the bundle and the image
-is bounded (``_oci.MAX_*``, ``_ldcache.MAX_CACHE_BYTES``), type-checked, and parsed in linear time; every
+is bounded (``hostprog.oci.MAX_*``, ``cdi.ldcache.MAX_CACHE_BYTES``), type-checked, and parsed in linear time; every
 failure is one line and exit status 1, never a traceback.
 """
 
