@@ -231,207 +231,44 @@ removed_temporary_files:
   sample: [/etc/cdi/.nvidia.yaml.gpufleet-4242-0badc0de]
 """
 
-import os
-import shutil
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import (
-    atomic_write,
-    read_text,
-    remove_stale_temporaries,
-    stale_temporaries,
-)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.devices import world_accessible
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import CapabilityError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.generate import NoGpuError, generate
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import (
-    DEFAULT_INDEX_PATH,
-    HOOK_PATH,
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import ROOT, STATE, run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import DEFAULT_INDEX_PATH, HOOK_PATH
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import device_files, discovered_gpus
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.engines import detect as detect_engines
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_toolkit import (
-    cdi_specs,
-    disabled_path,
-    specs_to_disable,
-)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.cdi_refresh import write_text
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import CDI_SPEC_VERSIONS, cdi_spec_version
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.cdi_writer import SpecRequest, write_spec
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import CDI_SPEC_VERSIONS
 
 
-def _cdi_version(module: AnsibleModule, p: dict, files: dict) -> tuple[str, str]:
-    """The cdiVersion to write, and why (``auto``: from the engines found under the root, as gpu_facts finds them, up
-    to 0.7.0 where the device files ``files`` are not open to everyone)."""
-    if p["cdi_version"] != "auto":
-        return p["cdi_version"], "given"
-    engines = detect_engines(p["root"], run_command=module.run_command)
-    grouped = not world_accessible(int(files["mode"], 8))
-    version, held = cdi_spec_version(engines, "0.7.0" if grouped else "0.6.0")
-    need = ""
-    if grouped:
-        need = f"the device files are mode {files['mode']} for group {files['gid']} ({files['source']})"
-    if held and grouped:
-        return version, (
-            f"auto: {need}, which needs cdiVersion 0.7.0 (additionalGids), but {', '.join(held)} reads cdiVersion "
-            f"{version} at most: CDI containers get the device nodes as before (mode 0666, owned by the container's "
-            "user), not the host's group and mode; upgrade those engines to carry them"
-        )
-    if held:
-        return version, f"auto: {', '.join(held)} reads cdiVersion {version} at most"
-    if grouped:
-        return version, f"auto: {need}: additionalGids gives containers the group; every engine found reads 0.7.0"
-    return version, "auto: every engine found reads it"
+def argspec() -> dict:
+    return {
+        "path": {"type": "path", "default": "/etc/cdi/nvidia.yaml"},
+        "state": STATE,
+        "format": {"type": "str", "choices": ["yaml", "json"], "default": "yaml"},
+        "index_path": {"type": "path", "default": DEFAULT_INDEX_PATH},
+        "root": ROOT,
+        "driver_root": {"type": "path", "default": "/"},
+        "dev_root": {"type": "path", "default": "/"},
+        "device_name_strategy": {
+            "type": "list",
+            "elements": "str",
+            "choices": ["index", "uuid"],
+            "default": ["index", "uuid"],
+        },
+        "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
+        "hook_path": {"type": "path", "default": HOOK_PATH},
+        "disable_others": {"type": "bool", "default": True},
+        "record_path": takeover.RECORD_PATH_OPTION,
+        "gpus": {"type": "list", "elements": "dict"},
+        "driver_version": {"type": "str"},
+        "cuda_version": {"type": "str"},
+        "cdi_version": {"type": "str", "choices": ["auto", *CDI_SPEC_VERSIONS], "default": "auto"},
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "default": "/etc/cdi/nvidia.yaml"},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "format": {"type": "str", "choices": ["yaml", "json"], "default": "yaml"},
-            "index_path": {"type": "path", "default": DEFAULT_INDEX_PATH},
-            "root": {"type": "path", "default": "/"},
-            "driver_root": {"type": "path", "default": "/"},
-            "dev_root": {"type": "path", "default": "/"},
-            "device_name_strategy": {
-                "type": "list",
-                "elements": "str",
-                "choices": ["index", "uuid"],
-                "default": ["index", "uuid"],
-            },
-            "capabilities": {"type": "list", "elements": "str", "default": ["all"]},
-            "hook_path": {"type": "path", "default": HOOK_PATH},
-            "disable_others": {"type": "bool", "default": True},
-            "record_path": {"type": "path", "default": takeover.RECORD_PATH},
-            "gpus": {"type": "list", "elements": "dict"},
-            "driver_version": {"type": "str"},
-            "cuda_version": {"type": "str"},
-            "cdi_version": {"type": "str", "choices": ["auto", *CDI_SPEC_VERSIONS], "default": "auto"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    root = p["root"]
-    spec_file = host_path(root, p["path"])
-    index_file = host_path(root, p["index_path"]) if p["index_path"] else None
-    result = {"changed": False, "path": p["path"], "index_path": p["index_path"] or ""}
-    targets = [(spec_file, p["path"])] + ([(index_file, p["index_path"])] if index_file else [])
-
-    if p["state"] == "absent":
-        before = read_text(spec_file)
-        existing = [path for path, _label in targets if os.path.lexists(path)]
-        result["changed"] = bool(existing)
-        if module._diff:
-            result["diff"] = {"before": before or "", "after": "", "before_header": p["path"]}
-        if existing and not module.check_mode:
-            for path in existing:
-                os.unlink(path)
-        module.exit_json(**result)
-
-    p = dict(p)
-    files = device_files(root)
-    p["cdi_version"], reason = _cdi_version(module, p, files)
-    try:
-        version, spec, spec_text, index, index_text = generate(p, discovered_gpus)
-    except NoGpuError as exc:
-        module.fail_json(msg=str(exc), **result)
-    except (ValueError, KeyError, TypeError, CapabilityError) as exc:
-        module.fail_json(msg=f"cannot build the CDI spec: {exc}", **result)
-
-    before = read_text(spec_file)
-    changes = [(spec_file, spec_text)] if before != spec_text else []
-    if index_file and read_text(index_file) != index_text:
-        changes.append((index_file, index_text))
-    for path, _label in targets:
-        if path not in [c[0] for c in changes] and os.path.exists(path) and os.stat(path).st_mode & 0o7777 != 0o644:
-            changes.append((path, spec_text if path == spec_file else index_text))
-
-    names = [d["name"] for d in spec["devices"]]
-    others = specs_to_disable(cdi_specs(root), p["path"], spec["kind"], names) if p["disable_others"] else []
-    stamp = time.strftime("%Y%m%d%H%M%S")
-    disabled = [
-        {
-            "path": other["path"],
-            "backup": disabled_path(other["path"], lambda c: os.path.lexists(host_path(root, c)), stamp),
-            "devices": sorted(set(other["devices"]) & set(names)),
-        }
-        for other in others
-    ]
-    # the temporary files a run killed inside its atomic write left next to the spec or the index (only our own
-    # names, only when their writer is gone: base.fileio.stale_temporaries)
-    stale = [tmp for path, _label in targets for tmp in stale_temporaries(path)]
-    if stale and not module.check_mode:
-        stale = [tmp for path, _label in targets for tmp in remove_stale_temporaries(path)]
-    if stale:
-        result["removed_temporary_files"] = stale
-    result.update(
-        changed=bool(changes or disabled or stale),
-        disabled=disabled,
-        driver_version=version,
-        cuda_version=index["cudaVersion"],
-        cdi_version=spec["cdiVersion"],
-        cdi_version_reason=reason,
-        device_files=files,
-        devices=names,
-        spec=spec,
-    )
-    if module._diff:
-        result["diff"] = {
-            "before": before or "",
-            "after": spec_text,
-            "before_header": p["path"],
-            "after_header": p["path"],
-        }
-        if disabled:
-            moved = [
-                {
-                    "before": f"{d['path']} (a CDI spec for {spec['kind']}={', '.join(d['devices'])})\n",
-                    "after": f"{d['backup']} (moved aside: one spec per device; the CDI cache loads *.json, *.yaml)\n",
-                    "before_header": d["path"],
-                    "after_header": d["backup"],
-                }
-                for d in disabled
-            ]
-            result["diff"] = [result["diff"], *moved]
-    if disabled and not module.check_mode and p["record_path"]:
-        # recorded first: a run killed between the move and the record would leave a spec nobody gives back
-        record_file = host_path(root, p["record_path"])
-        try:
-            record = takeover.load(read_text(record_file, tolerant=True), p["record_path"])
-            atomic_write(record_file, takeover.dump(takeover.with_specs(record, disabled)), 0o644, makedirs=True)
-        except (OSError, ValueError) as exc:
-            module.fail_json(
-                msg=f"cannot record the specs to move aside in {p['record_path']}: {exc}; nothing was moved: fix or "
-                "move that file aside, or set record_path to an empty string to keep no record",
-                **result,
-            )
-    if disabled and not module.check_mode:
-        for d in disabled:
-            source, backup = host_path(root, d["path"]), host_path(root, d["backup"])
-            try:
-                if d["path"] == p["path"]:
-                    shutil.copy2(source, backup)  # replaced below by ours, atomically
-                else:
-                    os.rename(source, backup)
-            except OSError as exc:
-                module.fail_json(
-                    msg=f"cannot move the CDI spec {d['path']} aside to {d['backup']}: {exc.strerror or exc}; move it "
-                    "out of the *.json/*.yaml names yourself, or set disable_others=false to keep both",
-                    **result,
-                )
-    if changes and not module.check_mode:
-        labels = dict(targets)
-        for path, text in changes:
-            try:
-                write_text(path, text)
-            except OSError as exc:
-                # a full disk fails in write(), whose error carries no file name: name the file being written
-                module.fail_json(msg=f"cannot write {labels[path]}: {exc.strerror or exc}", **result)
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, SpecRequest.from_params, write_spec)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 RECORD_PATH = "/var/lib/gpufleet-nvidia/takeover.json"
 RECORD_LIMIT = 1 << 20
+# the record's option, in the terms of the module's root (``cdi_spec`` and ``takeover``)
+RECORD_PATH_OPTION = {"type": "path", "default": RECORD_PATH}
 
 
 def empty() -> dict[str, Any]:

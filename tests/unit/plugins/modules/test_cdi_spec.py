@@ -15,6 +15,7 @@ pytestmark = pytest.mark.controller
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import cdi_writer  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.modules import cdi_spec  # noqa: E402
 
 GPUS = [{"index": 0, "minor": 0, "uuid": "GPU-11111111-1111-1111-1111-111111111111"}]
@@ -156,18 +157,18 @@ def test_a_full_disk_at_the_index_names_the_index_and_leaves_it_whole(module_run
     index_file = tmp / "etc" / "gpufleet" / "cdi-nvidia.json"
     index_file.parent.mkdir(parents=True)
     index_file.write_text("{}\n")
-    real = cdi_spec.write_text
+    real = cdi_writer.write_file
 
     def full_disk(path, text, *args, **kwargs):
         if path == str(index_file):
             raise OSError(28, "No space left on device")
         return real(path, text, *args, **kwargs)
 
-    monkeypatch.setattr(cdi_spec, "write_text", full_disk)
+    monkeypatch.setattr(cdi_writer, "write_file", full_disk)
     code, result = call()
     assert code == 1 and result["msg"] == "cannot write /etc/gpufleet/cdi-nvidia.json: No space left on device"
     assert index_file.read_text() == "{}\n"
-    monkeypatch.setattr(cdi_spec, "write_text", real)
+    monkeypatch.setattr(cdi_writer, "write_file", real)
     assert call()[1]["changed"]
     assert json.loads(index_file.read_text())["spec"] == "/etc/cdi/nvidia.yaml"
     assert not call()[1]["changed"]
