@@ -55,7 +55,13 @@ from typing import Any, Callable
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.config import plugin_config
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import (
+    DevicePluginError,
+    image,
+    normalize,
+)
 
 HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
 
@@ -87,8 +93,8 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
 
 def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     settings, nodes = _plain(settings or {}), _plain(nodes or [])
-    normalized = dp.normalize(settings)
-    groups = dp.documents(settings, nodes, dump=config_yaml)
+    normalized = normalize(settings)
+    groups = documents(settings, nodes, dump=config_yaml)
     files = [
         {
             "group": group,
@@ -100,13 +106,13 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         }
         for group, name, docs in groups
     ]
-    config = dp.plugin_config(normalized)
-    documents = [doc for _group, _name, docs in groups for doc in docs]
+    config = plugin_config(normalized)
+    every_doc = [doc for _group, _name, docs in groups for doc in docs]
     return {
         "files": files,
-        "documents": documents,
+        "documents": every_doc,
         # What the role puts on each node (never GFD's labels while GFD is on), by node name.
-        "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents if d["kind"] == "Node"},
+        "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in every_doc if d["kind"] == "Node"},
         # The merge patches that take those labels off again (a null value deletes a key, RFC 7386).
         "node_unlabels": [
             {
@@ -114,17 +120,17 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
                 "kind": "Node",
                 "metadata": {"name": d["metadata"]["name"], "labels": dict.fromkeys(d["metadata"]["labels"])},
             }
-            for d in documents
+            for d in every_doc
             if d["kind"] == "Node"
         ],
         "config": config,
         "config_text": config_yaml(config),
-        "helm_values": dp.helm_values(settings, dump=config_yaml),
+        "helm_values": helm_values(settings, dump=config_yaml),
         "settings": normalized,
         "images": {
-            "device_plugin": dp.image(normalized),
-            "dcgm_exporter": dp.image(normalized, "dcgm_exporter_image"),
-            "validate": dp.image(normalized, "validate_image"),
+            "device_plugin": image(normalized),
+            "dcgm_exporter": image(normalized, "dcgm_exporter_image"),
+            "validate": image(normalized, "validate_image"),
         },
     }
 
@@ -134,7 +140,7 @@ def device_plugin_manifests(
 ) -> dict[str, Any]:
     try:
         return render(settings, nodes)
-    except dp.DevicePluginError as exc:
+    except DevicePluginError as exc:
         raise AnsibleFilterError(f"gpufleet.nvidia.device_plugin role: {exc}") from exc
 
 

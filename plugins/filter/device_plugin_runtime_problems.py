@@ -60,11 +60,11 @@ _value:
 import json
 from typing import Any, Callable
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin import (
-    DEFAULTS,
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import (
     runtime_problems,
     toolkit_problems,
 )
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DEFAULTS
 
 
 def device_plugin_runtime_problems(

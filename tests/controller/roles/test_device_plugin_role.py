@@ -192,7 +192,7 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
 def test_the_builder_takes_its_defaults_from_the_role():
     """The builder's defaults are the role's defaults/main.yml (test_argument_specs.py, next to this file, holds those
     to the specs and the README); vars/main.yml hands the builder every setting it knows."""
-    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin import DEFAULTS, ROLE_ONLY
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DEFAULTS, ROLE_ONLY
 
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert {"device_plugin_" + key: value for key, value in DEFAULTS.items()} == {

@@ -10,14 +10,21 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.daemonsets import runtime_class
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.labels import PRESENT_LABEL
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import (
+    runtime_problems,
+    toolkit_problems,
+)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DevicePluginError, normalize
 
 NODE = {"name": "gpu-1.example", "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2"}}
 
 
 def docs_by_kind(settings, nodes=(NODE,)):
     out = {}
-    for _group, _name, docs in dp.documents(settings, list(nodes)):
+    for _group, _name, docs in documents(settings, list(nodes)):
         for doc in docs:
             out.setdefault(doc["kind"], []).append(doc)
     return out
@@ -122,8 +129,8 @@ def test_mps_sharing_with_resources_list_and_its_control_daemon():
     ],
 )
 def test_option_checks_name_the_variable(settings, message):
-    with pytest.raises(dp.DevicePluginError, match=message):
-        dp.documents(settings, [NODE])
+    with pytest.raises(DevicePluginError, match=message):
+        documents(settings, [NODE])
 
 
 def test_daemonsets_select_gpu_nodes_use_the_runtime_class_and_roll_on_config_change():
@@ -175,10 +182,10 @@ def test_rbac_only_where_a_component_talks_to_the_api():
 
 def test_runtime_class_node_labels_and_validation_pod():
     kinds = docs_by_kind({})
-    assert kinds["RuntimeClass"] == [dp.runtime_class(dp.normalize({}))]
+    assert kinds["RuntimeClass"] == [runtime_class(normalize({}))]
     assert kinds["RuntimeClass"][0]["handler"] == "nvidia"
     # GFD is on by default: the role writes only the label GFD never writes (gpu.count is GFD's)
-    node = {"name": "gpu-1.example", "labels": {dp.PRESENT_LABEL: "true"}}
+    node = {"name": "gpu-1.example", "labels": {PRESENT_LABEL: "true"}}
     assert kinds["Node"] == [{"apiVersion": "v1", "kind": "Node", "metadata": node}]
     pod = kinds["Pod"][0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
@@ -191,10 +198,10 @@ def test_runtime_class_node_labels_and_validation_pod():
 def test_nodes_switches_and_duplicates():
     assert "Node" not in docs_by_kind({"node_labels": False})
     assert "Pod" not in docs_by_kind({"validate": False})
-    with pytest.raises(dp.DevicePluginError, match="named by two hosts"):
-        dp.documents({}, [NODE, NODE])
-    with pytest.raises(dp.DevicePluginError, match="not a valid Kubernetes node name"):
-        dp.documents({}, [{"name": "Bad_Node", "labels": {}}])
+    with pytest.raises(DevicePluginError, match="named by two hosts"):
+        documents({}, [NODE, NODE])
+    with pytest.raises(DevicePluginError, match="not a valid Kubernetes node name"):
+        documents({}, [{"name": "Bad_Node", "labels": {}}])
 
 
 def test_validation_command_string_runs_through_a_shell():
@@ -204,7 +211,7 @@ def test_validation_command_string_runs_through_a_shell():
 
 def test_helm_values_carry_the_same_config():
     settings = {"mig_strategy": "single", "time_slicing": {"replicas": 2}, "image_registry": "mirror.local"}
-    values = dp.helm_values(settings)
+    values = helm_values(settings)
     assert json.loads(values["config"]["map"]["default"]) == config_of(settings)
     assert values["image"] == {
         "repository": "mirror.local/nvidia/k8s-device-plugin",
@@ -216,7 +223,7 @@ def test_helm_values_carry_the_same_config():
     # The chart's security contexts are the manifests' (not left to the chart's derivation).
     assert values["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
     assert values["gfd"] == {"enabled": True, "securityContext": {"privileged": True}}
-    assert dp.helm_values({"pass_device_specs": True})["securityContext"] == {"privileged": True}
+    assert helm_values({"pass_device_specs": True})["securityContext"] == {"privileged": True}
 
 
 def plugin_container(settings):
@@ -303,7 +310,7 @@ NVIDIA_K8S = {"provider": "nvidia", "accept_envvar_unprivileged": False, "accept
     ],
 )
 def test_toolkit_problems(toolkit, strategies, messages):
-    problems = dp.toolkit_problems(toolkit, strategies)
+    problems = toolkit_problems(toolkit, strategies)
     assert len(problems) == len(messages), problems
     for problem, message in zip(problems, messages):
         assert re.search(message, problem), problem
@@ -339,14 +346,14 @@ RUNTIME_OK = {"engines": {"containerd": {"registered": True, "cdi": True}}}
     ],
 )
 def test_runtime_problems(runtime, strategies, message):
-    problems = dp.runtime_problems(runtime, "containerd", strategies)
+    problems = runtime_problems(runtime, "containerd", strategies)
     assert len(problems) == 1
     assert re.search(message, problems[0])
 
 
 def test_runtime_ready():
-    assert dp.runtime_problems(RUNTIME_OK, "containerd", ["cdi-annotations"]) == []
+    assert runtime_problems(RUNTIME_OK, "containerd", ["cdi-annotations"]) == []
     assert (
-        dp.runtime_problems({"engines": {"containerd": {"registered": True, "cdi": False}}}, "containerd", ["envvar"])
+        runtime_problems({"engines": {"containerd": {"registered": True, "cdi": False}}}, "containerd", ["envvar"])
         == []
     )

@@ -16,7 +16,12 @@ import json
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import toolkit_problems
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import (
+    ROLE_DEFAULTS,
+    DevicePluginError,
+)
 
 CHART = "k8s-device-plugin v0.17.4, deployments/helm/nvidia-device-plugin"
 NODE = {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2"}}
@@ -24,7 +29,7 @@ NODE = {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true", "nvidia.co
 
 def render(settings, nodes=(NODE,)):
     """``{(kind, name): document}`` of the whole render."""
-    return {(d["kind"], d["metadata"]["name"]): d for _g, _f, docs in dp.documents(settings, list(nodes)) for d in docs}
+    return {(d["kind"], d["metadata"]["name"]): d for _g, _f, docs in documents(settings, list(nodes)) for d in docs}
 
 
 def daemonset(settings, name):
@@ -190,7 +195,7 @@ def test_rename_means_what_the_plugin_does():
     assert sharing["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/gpu", "replicas": 4, "rename": "nvidia.com/gpu.shared"}
     ]
-    with pytest.raises(dp.DevicePluginError, match=r"rename 'nvidia.com/shared-gpu' would be ignored.*gpu.shared"):
+    with pytest.raises(DevicePluginError, match=r"rename 'nvidia.com/shared-gpu' would be ignored.*gpu.shared"):
         render({"time_slicing": {"replicas": 4, "rename": "nvidia.com/shared-gpu"}})
     mixed = {
         "resources": [
@@ -198,7 +203,7 @@ def test_rename_means_what_the_plugin_does():
             {"name": "nvidia.com/mig-3g.40gb", "replicas": 2},
         ]
     }
-    with pytest.raises(dp.DevicePluginError, match="renames every shared resource or none"):
+    with pytest.raises(DevicePluginError, match="renames every shared resource or none"):
         render({"mig_strategy": "mixed", "time_slicing": mixed})
 
 
@@ -237,7 +242,7 @@ def test_cdi_spec_hooks_name_nvidias_hook_program(strategies):
     assert env(c)["NVIDIA_CDI_HOOK_PATH"] == "/usr/bin/nvidia-cdi-hook"
     assert mounts(c)["cdi-root"] == "/var/run/cdi" and host_paths(spec)["cdi-root"] == "/var/run/cdi"
     assert mounts(c)["driver-root"] == "/driver-root"
-    assert dp.helm_values(settings)["cdi"] == {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}
+    assert helm_values(settings)["cdi"] == {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}
     assert (
         env(container({**settings, "cdi_hook_path": "/opt/nvidia/bin/nvidia-cdi-hook"}, PLUGIN))["NVIDIA_CDI_HOOK_PATH"]
         == "/opt/nvidia/bin/nvidia-cdi-hook"
@@ -247,9 +252,9 @@ def test_cdi_spec_hooks_name_nvidias_hook_program(strategies):
 
 def test_cdi_strategy_with_the_native_toolkit_fails_the_node_early():
     native = {"provider": "native", "accept_envvar_unprivileged": False, "accept_volume_mounts": True}
-    (problem,) = dp.toolkit_problems(native, ["cdi-cri"])
+    (problem,) = toolkit_problems(native, ["cdi-cri"])
     assert "nvidia-cdi-hook" in problem and "toolkit_provider: nvidia" in problem
-    assert dp.toolkit_problems({**native, "provider": "nvidia"}, ["cdi-cri"]) == []
+    assert toolkit_problems({**native, "provider": "nvidia"}, ["cdi-cri"]) == []
 
 
 # --- 6. Labels the role writes never contradict GFD's ---------------------------------------------------------------
@@ -346,11 +351,11 @@ def test_without_gfd_under_mig_the_per_gpu_resource_labels_are_left_out(mig):
 
 @pytest.mark.parametrize("api", [False, True])
 def test_helm_mode_deploys_nfd_with_gfd_and_passes_the_node_feature_api(api):
-    values = dp.helm_values({"gfd_node_feature_api": api})
+    values = helm_values({"gfd_node_feature_api": api})
     assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": api}
     assert values["gfd"]["enabled"] is True
-    assert dp.helm_values({"gfd_enabled": False})["nfd"]["enabled"] is False
-    assert dp.helm_values({"nfd_enabled": False})["nfd"]["enabled"] is False
+    assert helm_values({"gfd_enabled": False})["nfd"]["enabled"] is False
+    assert helm_values({"nfd_enabled": False})["nfd"]["enabled"] is False
 
 
 def test_dcgm_exporter_knows_its_node():
@@ -372,7 +377,7 @@ def test_dcgm_exporter_knows_its_node():
 
 
 def test_the_render_is_the_release_these_facts_were_read_at():
-    defaults = yaml.safe_load(dp.ROLE_DEFAULTS.read_text())
+    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
     assert defaults["device_plugin_image_tag"] == "v0.17.4"
     assert defaults["device_plugin_helm_chart_version"] == "0.17.4"
     assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"

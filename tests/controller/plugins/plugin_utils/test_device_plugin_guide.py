@@ -20,7 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.config import plugin_config
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import normalize
 
 DOCS = Path(__file__).resolve().parents[4] / "docs"
 GUIDE = DOCS / "kubernetes.md"
@@ -82,7 +84,7 @@ def test_guide_pod_schedules_against_the_render(meta, obj):
         "labels": {"nvidia.com/gpu.present": "true"},
         "gpus": [{"mig_devices": [{"profile": p} for p in meta.get("mig_profiles", [])]}],
     }
-    docs = [d for _g, _f, group in dp.documents(meta["settings"], [node]) for d in group]
+    docs = [d for _g, _f, group in documents(meta["settings"], [node]) for d in group]
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     names = advertised(config, meta.get("mig_profiles", []))
     for container in pod["spec"]["containers"]:
@@ -102,8 +104,6 @@ def test_guide_pod_schedules_against_the_render(meta, obj):
 
 def test_a_pod_asking_for_the_wrong_resource_would_not_schedule():
     """The check above can fail: with renaming there is no nvidia.com/gpu left to ask for."""
-    config = dp.plugin_config(dp.normalize({"time_slicing": {"replicas": 4, "rename_by_default": True}}))
+    config = plugin_config(normalize({"time_slicing": {"replicas": 4, "rename_by_default": True}}))
     assert "nvidia.com/gpu" not in advertised(config, [])
-    assert advertised(dp.plugin_config(dp.normalize({"mig_strategy": "mixed"})), ["1g.10gb"]) == {
-        "nvidia.com/mig-1g.10gb"
-    }
+    assert advertised(plugin_config(normalize({"mig_strategy": "mixed"})), ["1g.10gb"]) == {"nvidia.com/mig-1g.10gb"}

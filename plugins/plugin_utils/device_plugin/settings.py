@@ -1,0 +1,229 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The device_plugin role's settings: its defaults and the checks on every setting.
+
+Settings are the role's variables without the ``device_plugin_`` prefix. Every check raises
+``DevicePluginError`` whose message names the variable and what to set instead.
+
+The defaults (the images' real, published NGC tags among them) are the role's ``defaults/main.yml``, read
+here: one home for each value, which ``meta/argument_specs.yml`` and the README's table are tested against.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Iterable, NoReturn
+
+import yaml
+
+ROLE_DEFAULTS = Path(__file__).resolve().parents[3] / "roles" / "device_plugin" / "defaults" / "main.yml"
+# The role's variables that steer the role itself (where to send the documents, which hosts), not the documents.
+ROLE_ONLY = frozenset(
+    {
+        "api_delegate_to",
+        "check_runtime",
+        "context",
+        "enabled",
+        "gpu_facts",
+        "helm_binary",
+        "helm_chart_ref",
+        "helm_chart_repo_url",
+        "helm_chart_version",
+        "helm_release_name",
+        "kubeconfig",
+        "mode",
+        "node_group",
+        "node_name",
+        "render_dir",
+        "state",
+        "validate_keep_pods",
+        "validate_timeout",
+    }
+)
+
+MIG_STRATEGIES = ("none", "single", "mixed")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+ENGINES = ("containerd", "crio")
+GPU_RESOURCE = "nvidia.com/gpu"
+# Renaming in k8s-device-plugin v0.17.4 (api/config/v1/config.go DisableResourceNamingInConfig, replicas.go
+# disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is true, and
+# then every shared resource is renamed to <name>.shared (ResourceName.DefaultSharedRename), whatever "rename" says.
+SHARED_SUFFIX = ".shared"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+
+
+def role_defaults(path: Path = ROLE_DEFAULTS) -> dict[str, Any]:
+    """The builder's settings and their defaults: the role's defaults without ``device_plugin_`` and ``ROLE_ONLY``."""
+    values = yaml.safe_load(path.read_text())
+    names = {name[len("device_plugin_") :]: value for name, value in values.items()}
+    return {name: value for name, value in names.items() if name not in ROLE_ONLY}
+
+
+DEFAULTS = role_defaults()
+
+
+class DevicePluginError(ValueError):
+    """A setting that cannot work; the message names the role variable."""
+
+
+def _fail(key: str, msg: str) -> NoReturn:
+    raise DevicePluginError(f"device_plugin_{key}: {msg}")
+
+
+def _as_list(value: str | Iterable[Any] | None) -> list[Any]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return list(value or [])
+
+
+def _sharing(kind: str, raw: dict[str, Any] | None) -> dict[str, Any]:
+    """Normalize ``time_slicing``/``mps``: ``{replicas, rename, rename_by_default,
+    fail_requests_greater_than_one, resources}``; ``{}`` means off."""
+    if not raw:
+        return {}
+    if not isinstance(raw, dict):
+        _fail(kind, f"must be a dict such as {{replicas: 4}}, got {type(raw).__name__}")
+    known = {"replicas", "rename", "rename_by_default", "fail_requests_greater_than_one", "resources"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        _fail(kind, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    resources = raw.get("resources")
+    if resources is None:
+        resources = [{"name": GPU_RESOURCE, "replicas": raw.get("replicas"), "rename": raw.get("rename") or ""}]
+    elif "replicas" in raw or "rename" in raw:
+        _fail(kind, "give either replicas/rename (for nvidia.com/gpu) or a resources list, not both")
+    out = []
+    for index, res in enumerate(resources):
+        where = f"{kind}.resources[{index}]"
+        name = res.get("name", GPU_RESOURCE)
+        replicas = res.get("replicas")
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+            _fail(
+                where,
+                f"replicas must be an integer of at least 2 (got {replicas!r}); 1 means no sharing: leave "
+                f"device_plugin_{kind} empty instead",
+            )
+        if not _RESOURCE_NAME.match(name) or not name.startswith("nvidia.com/"):
+            _fail(
+                where, f"name {name!r} is not an nvidia.com/ resource such as nvidia.com/gpu or nvidia.com/mig-1g.5gb"
+            )
+        entry = {"name": name, "replicas": replicas}
+        rename = res.get("rename") or ""
+        if rename:
+            if not _RESOURCE_NAME.match(rename if "/" in rename else "x/" + rename):
+                _fail(where, f"rename {rename!r} is not a valid resource name (such as nvidia.com/gpu.shared)")
+            if rename != name + SHARED_SUFFIX:
+                _fail(
+                    where,
+                    f"rename {rename!r} would be ignored: the pinned device plugin only renames a shared resource to "
+                    f"<name>{SHARED_SUFFIX} ({name + SHARED_SUFFIX}), for every shared resource at once; set rename to "
+                    f"{name + SHARED_SUFFIX} or use rename_by_default: true",
+                )
+        out.append(entry)
+    names = [e["name"] for e in out]
+    if len(set(names)) != len(names):
+        _fail(kind, f"resource listed twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    renamed = [bool(res.get("rename")) for res in resources]
+    rename_by_default = bool(raw.get("rename_by_default", False))
+    if any(renamed) and not all(renamed) and not rename_by_default:
+        _fail(
+            kind,
+            "the pinned device plugin renames every shared resource or none: give rename to all of them, or set "
+            "rename_by_default: true",
+        )
+    rename_by_default = rename_by_default or any(renamed)
+    if rename_by_default:
+        for entry in out:
+            entry["rename"] = entry["name"] + SHARED_SUFFIX
+    return {
+        "rename_by_default": rename_by_default,
+        "fail_requests_greater_than_one": bool(raw.get("fail_requests_greater_than_one", False)),
+        "resources": out,
+    }
+
+
+def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings with defaults filled in and every option checked."""
+    unknown = sorted(set(settings or {}) - set(DEFAULTS))
+    if unknown:
+        raise DevicePluginError(f"unknown setting(s): {', '.join('device_plugin_' + k for k in unknown)}")
+    s = copy.deepcopy(DEFAULTS)
+    s.update({k: copy.deepcopy(v) for k, v in (settings or {}).items() if v is not None})
+    if not _DNS_LABEL.match(str(s["namespace"])) or len(s["namespace"]) > 63:
+        _fail("namespace", f"{s['namespace']!r} is not a DNS label (lower-case letters, digits, '-')")
+    if s["mig_strategy"] not in MIG_STRATEGIES:
+        _fail("mig_strategy", f"{s['mig_strategy']!r} is not one of {', '.join(MIG_STRATEGIES)}")
+    strategies = _as_list(s["device_list_strategy"])
+    if not strategies:
+        _fail("device_list_strategy", f"must name at least one of {', '.join(DEVICE_LIST_STRATEGIES)}")
+    for strategy in strategies:
+        if strategy not in DEVICE_LIST_STRATEGIES:
+            _fail("device_list_strategy", f"{strategy!r} is not one of {', '.join(DEVICE_LIST_STRATEGIES)}")
+    if len(set(strategies)) != len(strategies):
+        _fail("device_list_strategy", f"lists a strategy twice: {strategies}")
+    s["device_list_strategy"] = strategies
+    if s["device_id_strategy"] not in DEVICE_ID_STRATEGIES:
+        _fail("device_id_strategy", f"{s['device_id_strategy']!r} is not one of {', '.join(DEVICE_ID_STRATEGIES)}")
+    if s["container_engine"] not in ENGINES:
+        _fail("container_engine", f"{s['container_engine']!r} is not one of {', '.join(ENGINES)}")
+    s["time_slicing"] = _sharing("time_slicing", s["time_slicing"])
+    s["mps"] = _sharing("mps", s["mps"])
+    if s["time_slicing"] and s["mps"]:
+        _fail(
+            "mps",
+            "time slicing and MPS cannot both be on: set one of device_plugin_time_slicing / device_plugin_mps to {}",
+        )
+    if s["mps"] and s["mig_strategy"] != "none":
+        _fail(
+            "mps",
+            f"MPS sharing is not supported together with MIG (device_plugin_mig_strategy="
+            f"{s['mig_strategy']}); use time slicing or set the MIG strategy to none",
+        )
+    if s["mps"] and s["device_id_strategy"] != "uuid":
+        _fail("mps", "MPS sharing needs device_plugin_device_id_strategy=uuid")
+    for key in ("image", "dcgm_exporter_image", "validate_image"):
+        for part in ("registry", "repository", "tag"):
+            value = str(s[f"{key}_{part}"])
+            if not value or not _IMAGE_PART.match(value):
+                _fail(f"{key}_{part}", f"{value!r} is not a valid image reference part")
+    if s["image_pull_policy"] not in ("Always", "IfNotPresent", "Never"):
+        _fail("image_pull_policy", f"{s['image_pull_policy']!r} is not Always, IfNotPresent or Never")
+    if not isinstance(s["node_selector"], dict):
+        _fail("node_selector", "must be a dict of label: value")
+    s["node_selector"] = {str(k): str(v) for k, v in s["node_selector"].items()}
+    if not isinstance(s["tolerations"], list) or not all(isinstance(t, dict) for t in s["tolerations"]):
+        _fail("tolerations", "must be a list of Kubernetes toleration dicts")
+    if s["runtime_class_name"] and not _DNS_LABEL.match(s["runtime_class_name"]):
+        _fail("runtime_class_name", f"{s['runtime_class_name']!r} is not a DNS label")
+    if s["dcgm_exporter_service_monitor"] and not s["dcgm_exporter_enabled"]:
+        _fail("dcgm_exporter_service_monitor", "needs device_plugin_dcgm_exporter_enabled=true")
+    port = s["dcgm_exporter_port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        _fail("dcgm_exporter_port", f"{port!r} is not a TCP port")
+    if not str(s["cdi_hook_path"]).startswith("/"):
+        _fail("cdi_hook_path", f"{s['cdi_hook_path']!r} is not an absolute path")
+    if not str(s["nvidia_driver_root"]).startswith("/"):
+        _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
+    s["image_pull_secrets"] = _as_list(s["image_pull_secrets"])
+    s["validate_command"] = (
+        _as_list(s["validate_command"])
+        if isinstance(s["validate_command"], list)
+        else (["sh", "-c", s["validate_command"]] if s["validate_command"] else [])
+    )
+    return s
+
+
+def uses_cdi(s: dict[str, Any]) -> bool:
+    return any(strategy in CDI_STRATEGIES for strategy in s["device_list_strategy"])
+
+
+def image(s: dict[str, Any], key: str = "image") -> str:
+    return f"{s[key + '_registry']}/{s[key + '_repository']}:{s[key + '_tag']}"
