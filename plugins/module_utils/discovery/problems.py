@@ -4,7 +4,11 @@
 """Problems discovery can see on a host, each as ``{code, message, fix}``.
 
 The codes are stable (roles and the fleet report key on them); messages name the object concerned.
-Every check is a pure function of facts already gathered plus a few files under the root.
+Every check is a small pure function of facts already gathered plus a few files under the root: it takes a
+``Host`` and returns its problems, ``[]`` when it sees none. The tables list the checks in the order their problems
+are reported: ``CHECKS`` (``check``, everything), ``HEALTH_CHECKS`` (``health_problems``, the GPUs' own health, with
+``GPU_CHECKS`` run per GPU) and ``TOOLKIT_CHECKS`` (``toolkit_problems``, conflicts between toolkits). A check is
+added by writing its function and naming it in its table; ``tests/tools/problem_docs.py`` documents its codes.
 
 Standard library only (target Pythons 3.8+).
 """
@@ -13,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Sequence
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
@@ -37,9 +42,44 @@ UVM_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _UVM_IN_SPEC = re.compile(r"""["']?path["']?\s*:\s*["']?/dev/nvidia-uvm["'\s,}]""")
 _LIB_VERSION = re.compile(r"\.so\.(\d{3,}\.\d+(?:\.\d+)?)\b")
 
+Problem = Dict[str, str]
 
-def problem(code: str, message: str, fix: str) -> dict[str, str]:
+
+def problem(code: str, message: str, fix: str) -> Problem:
     return {"code": code, "message": message, "fix": fix}
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the checks read: ``facts`` (the ``nvidia`` dict being built), the root its files are read under, and
+    what discovery saw beside the facts: the nouveau module loaded, Secure Boot (None: not an EFI boot or not known),
+    the nvidia module's taint flags and ``toolkit.shadowed``'s pairs."""
+
+    facts: dict[str, Any]
+    root: str = "/"
+    nouveau_loaded: bool = False
+    secure_boot: bool | None = None
+    nvidia_taint: str | None = None
+    shadowed: Sequence[tuple[str, str]] = ()
+
+    @property
+    def driver(self) -> dict[str, Any]:
+        return self.facts["driver"]
+
+    @property
+    def installed(self) -> str | None:
+        return self.driver["installed_version"]
+
+    @property
+    def loaded_version(self) -> str | None:
+        return self.driver["loaded_version"]
+
+    @property
+    def loaded(self) -> bool:
+        return self.driver["loaded"]
+
+
+Check = Callable[[Host], List[Problem]]
 
 
 def secure_boot_enabled(sys_dir: str) -> bool | None:
@@ -73,116 +113,144 @@ def cdi_spec_versions(root: str) -> dict[str, tuple[str | None, set[str]]]:
     return found
 
 
-def check(
-    facts: dict[str, Any],
-    root: str,
-    *,
-    nouveau_loaded: bool,
-    secure_boot: bool | None,
-    nvidia_taint: str | None,
-    shadowed: list[tuple[str, str]] | tuple = (),
-) -> list[dict[str, str]]:
-    """Every problem in ``facts`` (the ``nvidia`` dict being built), in a stable order; ``shadowed`` is
-    ``toolkit.shadowed``'s pairs."""
-    found: list[dict[str, str]] = []
-    driver = facts["driver"]
-    installed, loaded_version, loaded = driver["installed_version"], driver["loaded_version"], driver["loaded"]
+# The driver and its kernel module.
 
-    if nouveau_loaded:
-        found.append(
-            problem(
-                "nouveau_loaded",
-                "the nouveau kernel module is loaded; it claims the GPUs and the nvidia module cannot bind them",
-                "blacklist nouveau (/etc/modprobe.d/blacklist-nouveau.conf: 'blacklist nouveau' and "
-                "'options nouveau modeset=0'), rebuild the initramfs and reboot",
-            )
+
+def nouveau_loaded(host: Host) -> list[Problem]:
+    if not host.nouveau_loaded:
+        return []
+    return [
+        problem(
+            "nouveau_loaded",
+            "the nouveau kernel module is loaded; it claims the GPUs and the nvidia module cannot bind them",
+            "blacklist nouveau (/etc/modprobe.d/blacklist-nouveau.conf: 'blacklist nouveau' and "
+            "'options nouveau modeset=0'), rebuild the initramfs and reboot",
         )
-    if facts["pci_gpu_count"] and not installed and not loaded:
-        found.append(
-            problem(
-                "driver_not_installed",
-                f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but no NVIDIA driver is installed",
-                "install the driver (role gpufleet.nvidia.driver)",
-            )
+    ]
+
+
+def driver_not_installed(host: Host) -> list[Problem]:
+    facts = host.facts
+    if not facts["pci_gpu_count"] or host.installed or host.loaded:
+        return []
+    return [
+        problem(
+            "driver_not_installed",
+            f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but no NVIDIA driver is installed",
+            "install the driver (role gpufleet.nvidia.driver)",
         )
-    if installed and not loaded:
-        if secure_boot:
-            found.append(
-                problem(
-                    "secure_boot_module_not_loaded",
-                    f"Secure Boot is on and the nvidia kernel module (userspace {installed} installed) is not loaded; "
-                    "an unsigned module is refused by a kernel enforcing signatures",
-                    "sign the module with a key enrolled in MOK (DKMS: mokutil --import the DKMS key, then "
-                    "reboot and enroll it), or use signed prebuilt modules",
-                )
-            )
-        else:
-            found.append(
-                problem(
-                    "driver_not_loaded",
-                    f"NVIDIA driver {installed} is installed but its kernel module is not loaded",
-                    "reboot, or load it with 'modprobe nvidia' and check dmesg if that fails",
-                )
-            )
-    if secure_boot and loaded and nvidia_taint and "E" in nvidia_taint:
-        found.append(
+    ]
+
+
+def driver_not_loaded(host: Host) -> list[Problem]:
+    """An installed driver whose module is not loaded: with Secure Boot on, probably refused as unsigned."""
+    installed = host.installed
+    if not installed or host.loaded:
+        return []
+    if host.secure_boot:
+        return [
             problem(
-                "unsigned_module_loaded",
-                "Secure Boot is on and the loaded nvidia kernel module is unsigned (taint 'E'): signature "
-                "enforcement is off now and the module will be refused once it is on",
-                "sign the module with a key enrolled in MOK",
+                "secure_boot_module_not_loaded",
+                f"Secure Boot is on and the nvidia kernel module (userspace {installed} installed) is not loaded; "
+                "an unsigned module is refused by a kernel enforcing signatures",
+                "sign the module with a key enrolled in MOK (DKMS: mokutil --import the DKMS key, then "
+                "reboot and enroll it), or use signed prebuilt modules",
             )
+        ]
+    return [
+        problem(
+            "driver_not_loaded",
+            f"NVIDIA driver {installed} is installed but its kernel module is not loaded",
+            "reboot, or load it with 'modprobe nvidia' and check dmesg if that fails",
         )
-    if installed and loaded_version and installed != loaded_version:
-        found.append(
-            problem(
-                "driver_version_mismatch",
-                f"the installed NVIDIA userspace is {installed} but the loaded kernel module is {loaded_version} "
-                "(NVML fails with 'Driver/library version mismatch')",
-                f"reboot so that the {installed} kernel module is loaded",
-            )
+    ]
+
+
+def unsigned_module_loaded(host: Host) -> list[Problem]:
+    if not (host.secure_boot and host.loaded and host.nvidia_taint and "E" in host.nvidia_taint):
+        return []
+    return [
+        problem(
+            "unsigned_module_loaded",
+            "Secure Boot is on and the loaded nvidia kernel module is unsigned (taint 'E'): signature "
+            "enforcement is off now and the module will be refused once it is on",
+            "sign the module with a key enrolled in MOK",
         )
-    missing_links = [n for n in facts["device_nodes"] if not n.get("char_link_present", True)]
-    if missing_links:
-        listed = ", ".join(f"{n['path']} ({n['char_link']})" for n in missing_links)
-        found.append(
-            problem(
-                "device_char_links_missing",
-                f"device node(s) without their /dev/char link: {listed}; containers lose GPU access "
-                "('Failed to initialize NVML: Unknown Error') after 'systemctl daemon-reload'",
-                "create the /dev/char/<major>:<minor> links (role gpufleet.nvidia.runtime does), "
-                "or run 'nvidia-ctk system create-dev-char-symlinks --create-all'",
-            )
+    ]
+
+
+def driver_version_mismatch(host: Host) -> list[Problem]:
+    installed, loaded_version = host.installed, host.loaded_version
+    if not (installed and loaded_version and installed != loaded_version):
+        return []
+    return [
+        problem(
+            "driver_version_mismatch",
+            f"the installed NVIDIA userspace is {installed} but the loaded kernel module is {loaded_version} "
+            "(NVML fails with 'Driver/library version mismatch')",
+            f"reboot so that the {installed} kernel module is loaded",
         )
-    if driver.get("uvm_loaded"):
-        found.extend(uvm_problems(facts, root))
-    if facts["pci_gpu_count"] and loaded and facts["gpu_count"] == 0:
-        found.append(
+    ]
+
+
+def device_char_links_missing(host: Host) -> list[Problem]:
+    missing_links = [n for n in host.facts["device_nodes"] if not n.get("char_link_present", True)]
+    if not missing_links:
+        return []
+    listed = ", ".join(f"{n['path']} ({n['char_link']})" for n in missing_links)
+    return [
+        problem(
+            "device_char_links_missing",
+            f"device node(s) without their /dev/char link: {listed}; containers lose GPU access "
+            "('Failed to initialize NVML: Unknown Error') after 'systemctl daemon-reload'",
+            "create the /dev/char/<major>:<minor> links (role gpufleet.nvidia.runtime does), "
+            "or run 'nvidia-ctk system create-dev-char-symlinks --create-all'",
+        )
+    ]
+
+
+def gpus_not_visible(host: Host) -> list[Problem]:
+    """GPUs on the PCI bus that the loaded driver does not see: none of them, or some."""
+    facts = host.facts
+    if not host.loaded:
+        return []
+    if facts["pci_gpu_count"] and facts["gpu_count"] == 0:
+        return [
             problem(
                 "no_gpu_visible",
                 f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but the loaded driver sees none",
                 "check dmesg for NVRM errors (unsupported GPU, RmInitAdapter failed, GPU excluded)",
             )
-        )
-    elif loaded and facts["pci_gpu_count"] > facts["gpu_count"]:
-        found.append(
+        ]
+    if facts["pci_gpu_count"] > facts["gpu_count"]:
+        return [
             problem(
                 "gpus_not_visible",
                 f"{facts['pci_gpu_count']} NVIDIA GPU(s) on the PCI bus but the driver sees {facts['gpu_count']}",
                 "check dmesg for NVRM/Xid errors; a GPU may have fallen off the bus",
             )
+        ]
+    return []
+
+
+def gpu_lost(host: Host) -> list[Problem]:
+    lost = [g for g in host.facts["gpus"] if g.get("lost")]
+    if not lost:
+        return []
+    lost_ids = ", ".join(g["pci_bus_id"] or str(g["minor"]) for g in lost)
+    return [
+        problem(
+            "gpu_lost",
+            f"GPU(s) {lost_ids} fell off the bus ('GPU is lost' / 'Unable to determine the device handle')",
+            "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs",
         )
-    lost = [g for g in facts["gpus"] if g.get("lost")]
-    if lost:
-        lost_ids = ", ".join(g["pci_bus_id"] or str(g["minor"]) for g in lost)
-        found.append(
-            problem(
-                "gpu_lost",
-                f"GPU(s) {lost_ids} fell off the bus ('GPU is lost' / 'Unable to determine the device handle')",
-                "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs",
-            )
-        )
-    docker = (facts.get("engines") or {}).get("docker") or {}
+    ]
+
+
+def docker_unit_runtime_flag(host: Host) -> list[Problem]:
+    """A runtime flag of dockerd's unit that daemon.json sets too (now, or once the runtime role registers ours)."""
+    docker = (host.facts.get("engines") or {}).get("docker") or {}
+    found = []
     for flag in docker.get("unit_flags") or ():
         key = flag["option"]
         in_file = (key == "runtimes" and len(docker.get("runtimes") or ()) > 1) or (
@@ -203,26 +271,38 @@ def check(
                 "'systemctl daemon-reload && systemctl restart docker'",
             )
         )
-    found.extend(health_problems(facts))
-    found.extend(toolkit_problems(facts, root, shadowed))
-    if installed:
-        for path, (stamp, lib_versions) in sorted(cdi_spec_versions(root).items()):
-            if stamp is not None:
-                stale = stamp != installed
-                seen = stamp
-            else:
-                stale = bool(lib_versions) and lib_versions != {installed}
-                seen = ", ".join(sorted(lib_versions))
-            if stale:
-                found.append(
-                    problem(
-                        "cdi_spec_stale",
-                        f"CDI spec {path} was generated for driver {seen} but {installed} is installed",
-                        "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
-                    )
-                )
     return found
 
+
+def cdi_spec_stale(host: Host) -> list[Problem]:
+    """An NVIDIA CDI spec for another driver version than the installed one (its stamp, else its library names)."""
+    installed = host.installed
+    if not installed:
+        return []
+    found = []
+    for path, (stamp, lib_versions) in sorted(cdi_spec_versions(host.root).items()):
+        if stamp is not None:
+            stale = stamp != installed
+            seen = stamp
+        else:
+            stale = bool(lib_versions) and lib_versions != {installed}
+            seen = ", ".join(sorted(lib_versions))
+        if stale:
+            found.append(
+                problem(
+                    "cdi_spec_stale",
+                    f"CDI spec {path} was generated for driver {seen} but {installed} is installed",
+                    "regenerate it (module gpufleet.nvidia.cdi_spec, or 'nvidia-ctk cdi generate')",
+                )
+            )
+    return found
+
+
+# The GPUs' own health: XID events whose NVIDIA resolution is the host's (reset, reboot, support), uncorrected ECC
+# errors since the last reset, a pending or failed row remap (pending page retirement before Ampere) and clocks the
+# hardware slowed down. Actions per NVIDIA's Xid catalog and "GPU Memory Error Management"
+# (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/: a remap takes effect at the next GPU reset; a remapping
+# failure is an RMA case).
 
 # Clocks event reasons that mean the hardware is protecting itself (heat, power supply), not a setting or idling
 # (nvml.h nvmlClocksEventReason*: HwSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown, SwThermalSlowdown).
@@ -233,30 +313,30 @@ def _gpu_name(gpu: dict[str, Any]) -> str:
     return f"GPU {gpu.get('index')} ({gpu.get('pci_bus_id') or gpu.get('uuid') or '?'})"
 
 
-def health_problems(facts: dict[str, Any]) -> list[dict[str, str]]:
-    """The GPUs' own health: XID events whose NVIDIA resolution is the host's (reset, reboot, support), uncorrected
-    ECC errors since the last reset, a pending or failed row remap (pending page retirement before Ampere) and clocks
-    the hardware slowed down. Actions per NVIDIA's Xid catalog and "GPU Memory Error Management"
-    (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/: a remap takes effect at the next GPU reset; a
-    remapping failure is an RMA case)."""
-    found = []
-    fabric = facts.get("fabric_manager") or {}
-    if fabric.get("nvswitch_count") and fabric.get("state") not in (None, "active"):
-        # NVIDIA Fabric Manager user guide (https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): on
-        # NVSwitch systems CUDA initialisation fails (cudaErrorSystemNotReady) until Fabric Manager has configured the
-        # switches; its package version must match the driver's.
-        found.append(
-            problem(
-                "fabric_manager_down",
-                f"{fabric['nvswitch_count']} NVSwitch(es) on the PCI bus but nvidia-fabricmanager is "
-                f"{fabric['state']}; CUDA fails on every GPU ('system not yet initialized', cudaErrorSystemNotReady)",
-                "install the nvidia-fabricmanager package of the driver's exact version and start it "
-                "('systemctl enable --now nvidia-fabricmanager'); 'journalctl -u nvidia-fabricmanager' says why it "
-                "stopped",
-            )
+def fabric_manager_down(host: Host) -> list[Problem]:
+    fabric = host.facts.get("fabric_manager") or {}
+    if not fabric.get("nvswitch_count") or fabric.get("state") in (None, "active"):
+        return []
+    # NVIDIA Fabric Manager user guide (https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): on
+    # NVSwitch systems CUDA initialisation fails (cudaErrorSystemNotReady) until Fabric Manager has configured the
+    # switches; its package version must match the driver's.
+    return [
+        problem(
+            "fabric_manager_down",
+            f"{fabric['nvswitch_count']} NVSwitch(es) on the PCI bus but nvidia-fabricmanager is "
+            f"{fabric['state']}; CUDA fails on every GPU ('system not yet initialized', cudaErrorSystemNotReady)",
+            "install the nvidia-fabricmanager package of the driver's exact version and start it "
+            "('systemctl enable --now nvidia-fabricmanager'); 'journalctl -u nvidia-fabricmanager' says why it "
+            "stopped",
         )
-    by_bus = {g.get("pci_bus_id"): g for g in facts.get("gpus") or ()}
-    for event in facts.get("xid_events") or ():
+    ]
+
+
+def gpu_xids(host: Host) -> list[Problem]:
+    """One problem per GPU and XID whose bucket of NVIDIA's catalog is a host problem (``HOST_BUCKETS``)."""
+    by_bus = {g.get("pci_bus_id"): g for g in host.facts.get("gpus") or ()}
+    found = []
+    for event in host.facts.get("xid_events") or ():
         bucket, meaning, todo = xid_action(event["xid"])
         if bucket not in HOST_BUCKETS:
             continue
@@ -271,59 +351,104 @@ def health_problems(facts: dict[str, Any]) -> list[dict[str, str]]:
                 f"{todo.replace('<index>', index)} (NVIDIA Xid catalog: {bucket})",
             )
         )
-    for gpu in facts.get("gpus") or ():
-        health = gpu.get("health") or {}
-        who, index = _gpu_name(gpu), gpu.get("index")
-        volatile = health.get("ecc_uncorrected_volatile")
-        if volatile:
-            found.append(
-                problem(
-                    "gpu_ecc_uncorrectable",
-                    f"{who} has {volatile} uncorrected ECC error(s) since its last reset "
-                    f"({health.get('ecc_uncorrected_aggregate', '?')} over its life)",
-                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot, so that the failing rows are "
-                    "remapped; contact NVIDIA support if errors come back after the reset",
-                )
-            )
-        rows = health.get("remapped_rows") or {}
-        if rows.get("failure"):
-            found.append(
-                problem(
-                    "gpu_row_remap_failed",
-                    f"{who} failed a row remapping: a memory bank has no spare row left "
-                    f"({rows.get('uncorrectable', '?')} rows remapped for uncorrectable errors)",
-                    "drain the GPU and take it out of service: NVIDIA's RMA policy covers a remapping failure "
-                    "(contact NVIDIA support or the system vendor)",
-                )
-            )
-        elif rows.get("pending"):
-            found.append(
-                problem(
-                    "gpu_row_remap_pending",
-                    f"{who} has a row remapping pending: it takes effect only at the next GPU reset",
-                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot",
-                )
-            )
-        if health.get("retired_pages_pending"):
-            found.append(
-                problem(
-                    "gpu_retired_pages_pending",
-                    f"{who} has retired pages pending: they are blacklisted only after the driver reloads",
-                    f"drain the GPU and reset it ('nvidia-smi -r -i {index}'), reload the driver or reboot",
-                )
-            )
-        slowed = [r for r in health.get("clocks_event_reasons") or () if r in BAD_CLOCK_REASONS]
-        if slowed:
-            found.append(
-                problem(
-                    "gpu_clocks_throttled",
-                    f"{who} runs with clocks held down by {', '.join(slowed)}",
-                    "check the GPU's cooling (temperature, fans, airflow) and power supply (cables, PSU); "
-                    "'nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER' shows the details",
-                )
-            )
     return found
 
+
+def gpu_ecc_uncorrectable(gpu: dict[str, Any]) -> list[Problem]:
+    health = gpu.get("health") or {}
+    who, index = _gpu_name(gpu), gpu.get("index")
+    volatile = health.get("ecc_uncorrected_volatile")
+    if not volatile:
+        return []
+    return [
+        problem(
+            "gpu_ecc_uncorrectable",
+            f"{who} has {volatile} uncorrected ECC error(s) since its last reset "
+            f"({health.get('ecc_uncorrected_aggregate', '?')} over its life)",
+            f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot, so that the failing rows are "
+            "remapped; contact NVIDIA support if errors come back after the reset",
+        )
+    ]
+
+
+def gpu_row_remap(gpu: dict[str, Any]) -> list[Problem]:
+    """A failed row remapping (no spare row left), else a pending one."""
+    rows = (gpu.get("health") or {}).get("remapped_rows") or {}
+    who, index = _gpu_name(gpu), gpu.get("index")
+    if rows.get("failure"):
+        return [
+            problem(
+                "gpu_row_remap_failed",
+                f"{who} failed a row remapping: a memory bank has no spare row left "
+                f"({rows.get('uncorrectable', '?')} rows remapped for uncorrectable errors)",
+                "drain the GPU and take it out of service: NVIDIA's RMA policy covers a remapping failure "
+                "(contact NVIDIA support or the system vendor)",
+            )
+        ]
+    if rows.get("pending"):
+        return [
+            problem(
+                "gpu_row_remap_pending",
+                f"{who} has a row remapping pending: it takes effect only at the next GPU reset",
+                f"drain the GPU and reset it ('nvidia-smi -r -i {index}') or reboot",
+            )
+        ]
+    return []
+
+
+def gpu_retired_pages_pending(gpu: dict[str, Any]) -> list[Problem]:
+    if not (gpu.get("health") or {}).get("retired_pages_pending"):
+        return []
+    who, index = _gpu_name(gpu), gpu.get("index")
+    return [
+        problem(
+            "gpu_retired_pages_pending",
+            f"{who} has retired pages pending: they are blacklisted only after the driver reloads",
+            f"drain the GPU and reset it ('nvidia-smi -r -i {index}'), reload the driver or reboot",
+        )
+    ]
+
+
+def gpu_clocks_throttled(gpu: dict[str, Any]) -> list[Problem]:
+    reasons = (gpu.get("health") or {}).get("clocks_event_reasons") or ()
+    slowed = [r for r in reasons if r in BAD_CLOCK_REASONS]
+    if not slowed:
+        return []
+    who = _gpu_name(gpu)
+    return [
+        problem(
+            "gpu_clocks_throttled",
+            f"{who} runs with clocks held down by {', '.join(slowed)}",
+            "check the GPU's cooling (temperature, fans, airflow) and power supply (cables, PSU); "
+            "'nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER' shows the details",
+        )
+    ]
+
+
+# The checks of one GPU's health counters, in order; ``gpus_health`` runs them GPU by GPU.
+GPU_CHECKS: tuple[Callable[[dict[str, Any]], list[Problem]], ...] = (
+    gpu_ecc_uncorrectable,
+    gpu_row_remap,
+    gpu_retired_pages_pending,
+    gpu_clocks_throttled,
+)
+
+
+def gpus_health(host: Host) -> list[Problem]:
+    return [p for gpu in host.facts.get("gpus") or () for gpu_check in GPU_CHECKS for p in gpu_check(gpu)]
+
+
+HEALTH_CHECKS: tuple[Check, ...] = (fabric_manager_down, gpu_xids, gpus_health)
+
+
+def health_problems(facts: dict[str, Any]) -> list[Problem]:
+    """The GPUs' own health (``HEALTH_CHECKS``), from ``facts`` alone."""
+    return run_checks(HEALTH_CHECKS, Host(facts))
+
+
+# Conflicts between toolkits: two CDI specs for one device (``facts['nvidia_toolkit']['cdi_specs']``), a launcher of
+# ours shadowing NVIDIA's program on ``PATH`` (``shadowed``), and an engine that registers a runtime whose program is
+# gone (``engines.<engine>.runtime_paths``).
 
 REFRESH_UNITS = "nvidia-cdi-refresh.path nvidia-cdi-refresh.service"
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -334,27 +459,27 @@ def _on_path(root: str, program: str) -> bool:
     return any(os.path.exists(host_path(root, c)) for c in candidates)
 
 
-def toolkit_problems(
-    facts: dict[str, Any], root: str, shadowed: list[tuple[str, str]] | tuple = ()
-) -> list[dict[str, str]]:
-    """Conflicts between toolkits: two CDI specs for one device (``facts['nvidia_toolkit']['cdi_specs']``), a
-    launcher of ours shadowing NVIDIA's program on ``PATH`` (``shadowed``), and an engine that
-    registers a runtime whose program is gone (``engines.<engine>.runtime_paths``)."""
+def _spec_conflict_fix(conflict: dict[str, Any]) -> str:
+    second = conflict["paths"][1]
+    mask = (
+        f"; NVIDIA's refresh unit writes {second} again unless stopped: 'systemctl mask --now {REFRESH_UNITS}'"
+        if any(p.startswith("/var/run/cdi/") for p in conflict["paths"])
+        else ""
+    )
+    return (
+        f"keep one spec per kind: move the one you do not use out of the spec name pattern, e.g. "
+        f"'mv {second} {second}.disabled' (the CDI cache loads only *.json and *.yaml), or run the "
+        f"gpufleet.nvidia.runtime role, which moves another spec for its devices aside with a backup{mask}"
+    )
+
+
+def cdi_spec_conflicts(host: Host) -> list[Problem]:
+    """Two CDI specs defining one device: in one directory the cache drops it, else the later directory wins."""
     found = []
-    nvidia = facts.get("nvidia_toolkit") or {}
-    for conflict in spec_conflicts(nvidia.get("cdi_specs") or []):
+    for conflict in spec_conflicts((host.facts.get("nvidia_toolkit") or {}).get("cdi_specs") or []):
         first, second = conflict["paths"]
         devices = ", ".join(conflict["devices"][:4]) + (" ..." if len(conflict["devices"]) > 4 else "")
-        mask = (
-            f"; NVIDIA's refresh unit writes {second} again unless stopped: 'systemctl mask --now {REFRESH_UNITS}'"
-            if any(p.startswith("/var/run/cdi/") for p in conflict["paths"])
-            else ""
-        )
-        fix = (
-            f"keep one spec per kind: move the one you do not use out of the spec name pattern, e.g. "
-            f"'mv {second} {second}.disabled' (the CDI cache loads only *.json and *.yaml), or run the "
-            f"gpufleet.nvidia.runtime role, which moves another spec for its devices aside with a backup{mask}"
-        )
+        fix = _spec_conflict_fix(conflict)
         if conflict["dropped"]:
             found.append(
                 problem(
@@ -374,51 +499,78 @@ def toolkit_problems(
                     fix,
                 )
             )
-    for mine, theirs in shadowed:
-        found.append(
-            problem(
-                "nvidia_program_shadowed",
-                f"{mine} (installed by gpufleet.nvidia) shadows NVIDIA's {theirs} on PATH: NVIDIA's runtime and "
-                f"anyone typing {os.path.basename(theirs)} get ours",
-                f"keep one toolkit: remove {mine} (the toolkit role's nvidia provider installs only its helpers) or "
-                "NVIDIA's packages (toolkit_provider: native, toolkit_nvidia_state: absent)",
-            )
-        )
-    for engine, info in sorted((facts.get("engines") or {}).items()):
-        for name, program in sorted((info.get("runtime_paths") or {}).items()):
-            if not _on_path(root, program):
-                default = " (its default runtime: every container fails)" if info.get("default_runtime") == name else ""
-                found.append(
-                    problem(
-                        "runtime_program_missing",
-                        f"{engine}'s configuration ({info.get('config_path')}) registers runtime {name!r} as "
-                        f"{program}, which does not exist{default}",
-                        f"install the toolkit that provides {program} again, or register the one installed now "
-                        "(role gpufleet.nvidia.runtime, or runtime_path); then restart the engine",
-                    )
-                )
     return found
 
 
-def uvm_problems(facts: dict[str, Any], root: str) -> list[dict[str, str]]:
-    """The driver provides ``/dev/nvidia-uvm`` (the uvm module is loaded): the node missing on the host, or missing
-    from a CDI spec, is a CUDA that fails in every container while ``nvidia-smi`` works."""
-    found = []
-    present = {n["path"] for n in facts["device_nodes"]}
-    missing = [p for p in UVM_NODES if p not in present]
-    if missing:
-        found.append(
-            problem(
-                "uvm_device_missing",
-                f"the nvidia-uvm module is loaded but {', '.join(missing)} does not exist; CUDA fails in containers "
-                "(cudaErrorNoDevice / 'no CUDA-capable device is detected') while nvidia-smi works",
-                "create the nodes: 'systemctl restart gpufleet-nvidia-devices' (role gpufleet.nvidia.runtime installs "
-                "it), or 'nvidia-modprobe -u -c0'; then regenerate the CDI spec ('systemctl restart "
-                "gpufleet-cdi-refresh')",
-            )
+def nvidia_program_shadowed(host: Host) -> list[Problem]:
+    return [
+        problem(
+            "nvidia_program_shadowed",
+            f"{mine} (installed by gpufleet.nvidia) shadows NVIDIA's {theirs} on PATH: NVIDIA's runtime and "
+            f"anyone typing {os.path.basename(theirs)} get ours",
+            f"keep one toolkit: remove {mine} (the toolkit role's nvidia provider installs only its helpers) or "
+            "NVIDIA's packages (toolkit_provider: native, toolkit_nvidia_state: absent)",
         )
+        for mine, theirs in host.shadowed
+    ]
+
+
+def runtime_program_missing(host: Host) -> list[Problem]:
+    found = []
+    for engine, info in sorted((host.facts.get("engines") or {}).items()):
+        for name, program in sorted((info.get("runtime_paths") or {}).items()):
+            if _on_path(host.root, program):
+                continue
+            default = " (its default runtime: every container fails)" if info.get("default_runtime") == name else ""
+            found.append(
+                problem(
+                    "runtime_program_missing",
+                    f"{engine}'s configuration ({info.get('config_path')}) registers runtime {name!r} as "
+                    f"{program}, which does not exist{default}",
+                    f"install the toolkit that provides {program} again, or register the one installed now "
+                    "(role gpufleet.nvidia.runtime, or runtime_path); then restart the engine",
+                )
+            )
+    return found
+
+
+TOOLKIT_CHECKS: tuple[Check, ...] = (cdi_spec_conflicts, nvidia_program_shadowed, runtime_program_missing)
+
+
+def toolkit_problems(facts: dict[str, Any], root: str, shadowed: Sequence[tuple[str, str]] = ()) -> list[Problem]:
+    """Conflicts between toolkits (``TOOLKIT_CHECKS``); ``shadowed`` is ``toolkit.shadowed``'s pairs."""
+    return run_checks(TOOLKIT_CHECKS, Host(facts, root, shadowed=shadowed))
+
+
+# The driver provides ``/dev/nvidia-uvm`` (the uvm module is loaded): the node missing on the host, or missing from a
+# CDI spec, is a CUDA that fails in every container while ``nvidia-smi`` works.
+
+
+def uvm_device_missing(host: Host) -> list[Problem]:
+    if not host.driver.get("uvm_loaded"):
+        return []
+    present = {n["path"] for n in host.facts["device_nodes"]}
+    missing = [p for p in UVM_NODES if p not in present]
+    if not missing:
+        return []
+    return [
+        problem(
+            "uvm_device_missing",
+            f"the nvidia-uvm module is loaded but {', '.join(missing)} does not exist; CUDA fails in containers "
+            "(cudaErrorNoDevice / 'no CUDA-capable device is detected') while nvidia-smi works",
+            "create the nodes: 'systemctl restart gpufleet-nvidia-devices' (role gpufleet.nvidia.runtime installs "
+            "it), or 'nvidia-modprobe -u -c0'; then regenerate the CDI spec ('systemctl restart "
+            "gpufleet-cdi-refresh')",
+        )
+    ]
+
+
+def cdi_spec_uvm_missing(host: Host) -> list[Problem]:
+    if not host.driver.get("uvm_loaded"):
+        return []
+    found = []
     for inner in CDI_SPEC_FILES:
-        text = read_text(host_path(root, inner), tolerant=True, errors="replace")
+        text = read_text(host_path(host.root, inner), tolerant=True, errors="replace")
         if text is not None and not _UVM_IN_SPEC.search(text):
             found.append(
                 problem(
@@ -431,6 +583,44 @@ def uvm_problems(facts: dict[str, Any], root: str) -> list[dict[str, str]]:
                 )
             )
     return found
+
+
+# Every check, in the order its problems are reported.
+CHECKS: tuple[Check, ...] = (
+    nouveau_loaded,
+    driver_not_installed,
+    driver_not_loaded,
+    unsigned_module_loaded,
+    driver_version_mismatch,
+    device_char_links_missing,
+    uvm_device_missing,
+    cdi_spec_uvm_missing,
+    gpus_not_visible,
+    gpu_lost,
+    docker_unit_runtime_flag,
+    *HEALTH_CHECKS,
+    *TOOLKIT_CHECKS,
+    cdi_spec_stale,
+)
+
+
+def run_checks(checks: Sequence[Check], host: Host) -> list[Problem]:
+    """The problems of ``checks`` on ``host``, check by check in the table's order."""
+    return [p for each in checks for p in each(host)]
+
+
+def check(
+    facts: dict[str, Any],
+    root: str,
+    *,
+    nouveau_loaded: bool,
+    secure_boot: bool | None,
+    nvidia_taint: str | None,
+    shadowed: Sequence[tuple[str, str]] = (),
+) -> list[Problem]:
+    """Every problem in ``facts`` (the ``nvidia`` dict being built), in ``CHECKS``' order; ``shadowed`` is
+    ``toolkit.shadowed``'s pairs."""
+    return run_checks(CHECKS, Host(facts, root, nouveau_loaded, secure_boot, nvidia_taint, shadowed))
 
 
 def char_link_present(root: str, node: DeviceNode) -> bool:
