@@ -39,7 +39,6 @@ ALLOWED = {
         "modules/host_programs.py",
     },
     "file_lines": {
-        "filter/validate.py",
         "module_utils/hostprog/oci.py",
         "modules/gpu_facts.py",
     },
@@ -53,7 +52,6 @@ ALLOWED = {
         "filter/nvidia_toolkit_device_requests.py",
         "filter/nvidia_toolkit_packages.py",
         "filter/toolkit_plan.py",
-        "filter/validate.py",
     },
 }
 

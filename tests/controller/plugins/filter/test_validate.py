@@ -9,26 +9,28 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.validate import (
+from ansible_collections.gpufleet.nvidia.plugins.filter.validate import FilterModule
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan import (
     BEGIN,
     CHECK_SCRIPT,
     END,
-    FilterModule,
     containerd_ref,
-    device_problems,
-    dlopen_problem,
     fabric_manager_problem,
     fabric_manager_wait,
     gpu_uuids,
     host_driver_version,
+    required_device_nodes,
+    validate_images,
+    validate_plan,
+)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_result import (
+    device_problems,
+    dlopen_problem,
     library_problems,
     nvidia_smi_gpus,
     nvidia_smi_problem,
     open_status,
     parse_output,
-    required_device_nodes,
-    validate_images,
-    validate_plan,
     validate_result,
 )
 
