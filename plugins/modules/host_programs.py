@@ -220,261 +220,42 @@ diff:
   elements: dict
 """
 
-import hashlib
-import importlib
-import os
-import pkgutil
-import shutil
-
 from ansible.module_utils.basic import AnsibleModule
 
 # The programs' own modules are imported here, so that Ansible puts them, and everything they import, into this
-# module's payload; the module reads their sources back from the payload (pkgutil), never from the controller or a
-# copy. ``_host_programs.payload`` computes the same closure from the sources (a unit test checks they agree).
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.names import SHIM
+# module's payload; the work reads their sources back from the payload (``install.read_payload_source``), never from
+# the controller or a copy. ``install.payload`` computes the same closure from the sources (a unit test checks they
+# agree).
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import STATE, run_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_hook as _cdi_hook  # noqa: F401
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cdi_refresh as _cdi_refresh  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import container_cli as _container_cli  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim
-
-PACKAGE = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim  # noqa: F401
 
 
-def read_source(module: str) -> str:
-    """A module's source text, from wherever this module's code was loaded (an AnsiballZ payload or a checkout)."""
-    data = pkgutil.get_data(PACKAGE, module.replace(".", "/") + ".py")  # a regular package (the AnsiballZ payload's)
-    if data is not None:
-        return data.decode("utf-8")
-    loaded = importlib.import_module(PACKAGE + "." + module)  # a namespace package (a collection checkout)
-    source = loaded.__loader__.get_source(loaded.__name__) if hasattr(loaded.__loader__, "get_source") else None
-    if source is None:
-        raise OSError(f"cannot read {module}.py from the module's payload")
-    return source
-
-
-def default_runtime() -> str:
-    for candidate in _shim.RUNTIME_CANDIDATES:
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return _host_programs.DEFAULT_RUNTIME
-
-
-def _current(path: str) -> tuple[str | None, int | None]:
-    """``(text or None, mode or None)`` of a file; a non-regular file counts as absent (it is replaced)."""
-    text, mode, _uid = _current_owned(path)
-    return text, mode
-
-
-def _current_owned(path: str) -> tuple[str | None, int | None, int | None]:
-    """``(text or None, mode or None, owner uid or None)`` of a file; a non-regular file counts as absent."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-            info = os.fstat(f.fileno())
-        return data.decode("utf-8", "replace"), info.st_mode & 0o7777, info.st_uid
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None, None, None
-
-
-# The second line of every launcher this module writes (install._PYTHON_LAUNCHER, install._SHIM_LAUNCHER).
-_MARKER = b": installed by gpufleet.nvidia;"
-
-
-def _ours(path: str) -> bool:
-    """Whether the launcher at ``path`` is one this module wrote (a link or another program's file is not)."""
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            return _MARKER in f.read(512)
-    except OSError:
-        return False
-
-
-def _empty_after(folder: str, gone: list[str]) -> bool:
-    """Whether ``folder`` is a real folder that holds nothing but what ``gone`` removes."""
-    if os.path.islink(folder) or not os.path.isdir(folder):
-        return False
-    try:
-        return all(os.path.join(folder, name) in gone for name in os.listdir(folder))
-    except OSError:
-        return False
-
-
-def config_dir_problem(path: str) -> str | None:
-    """Why the shim would refuse a configuration written in ``path``'s directory; ``None`` when it would not.
-
-    A missing directory is created ``0755`` by the writer, which is fine.
-    """
-    directory = os.path.dirname(path) or "."
-    try:
-        info = os.stat(directory)
-    except FileNotFoundError:
-        return None
-    if info.st_uid not in (0, os.geteuid()):
-        return (
-            f"{directory} is owned by uid {info.st_uid}, not root: the runtime shim refuses a configuration there; "
-            f"chown root {directory}"
-        )
-    if info.st_mode & 0o022:
-        return (
-            f"{directory} is writable by group or others (mode {info.st_mode & 0o7777:o}): the runtime shim refuses "
-            f"a configuration there; chmod go-w {directory}, or choose another config_path"
-        )
-    return None
+def argspec() -> dict:
+    return {
+        "state": STATE,
+        "programs": {"type": "list", "elements": "str", "choices": list(_host_programs.PROGRAMS)},
+        "bindir": {"type": "path", "default": "/usr/local/bin"},
+        "libdir": {"type": "path", "default": "/usr/local/lib/gpufleet"},
+        "python": {"type": "path", "default": _host_programs.PYTHON},
+        "runtime": {"type": "path"},
+        "accept_envvar_unprivileged": {"type": "bool", "default": True},
+        "accept_volume_mounts": {"type": "bool", "default": False},
+        "accept_cdi_annotations_unprivileged": {"type": "bool", "default": True},
+        "debug_log": {"type": "str", "default": ""},
+        "config_path": {"type": "path", "default": _host_programs.RUNTIME_CONFIG},
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "programs": {"type": "list", "elements": "str", "choices": list(_host_programs.PROGRAMS)},
-            "bindir": {"type": "path", "default": "/usr/local/bin"},
-            "libdir": {"type": "path", "default": "/usr/local/lib/gpufleet"},
-            "python": {"type": "path", "default": _host_programs.PYTHON},
-            "runtime": {"type": "path"},
-            "accept_envvar_unprivileged": {"type": "bool", "default": True},
-            "accept_volume_mounts": {"type": "bool", "default": False},
-            "accept_cdi_annotations_unprivileged": {"type": "bool", "default": True},
-            "debug_log": {"type": "str", "default": ""},
-            "config_path": {"type": "path", "default": _host_programs.RUNTIME_CONFIG},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    programs = p["programs"] or list(_host_programs.PROGRAMS)
-    runtime = p["runtime"] or default_runtime()
-    result = {
-        "changed": False,
-        "programs": {name: os.path.join(p["bindir"], name) for name in programs},
-        "changed_files": [],
-    }
-    try:
-        files = _host_programs.render_files(
-            p["bindir"], p["libdir"], read_source, p["python"], programs=programs, runtime=runtime
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        module.fail_json(msg=f"cannot render the host programs: {exc}", **result)
-    with_config = SHIM in programs
-    result["files"] = [path for path, _text, _mode in files] + ([p["config_path"]] if with_config else [])
-    diffs: list[dict[str, str]] = []
-
-    if p["state"] == "absent":
-        package_dir = os.path.join(p["libdir"], _host_programs.PACKAGE)
-        gone, kept = [], []
-        for path in result["programs"].values():
-            if os.path.lexists(path):
-                (gone if _ours(path) else kept).append(path)
-        if kept:
-            module.warn(f"left in place, not installed by gpufleet.nvidia (no marker line): {', '.join(kept)}")
-        if os.path.isdir(package_dir):
-            gone.append(package_dir)
-        config = p["config_path"]
-        if with_config and os.path.lexists(config) and (os.path.islink(config) or not os.path.isdir(config)):
-            gone.append(config)
-        # The folders the install created go too once nothing else is left in them (the libdir, the
-        # configuration's folder); a folder that holds anything else stays.
-        for folder in [p["libdir"]] + ([os.path.dirname(config)] if with_config else []):
-            if _empty_after(folder, gone):
-                gone.append(folder)
-        result.update(changed=bool(gone), changed_files=gone)
-        if module._diff:
-            diffs = [{"before_header": path, "before": "present\n", "after": "absent\n"} for path in gone]
-            result["diff"] = diffs
-        if not module.check_mode:
-            try:
-                for path in gone:
-                    if path in (p["libdir"], os.path.dirname(config)):
-                        os.rmdir(path)  # empty by now; rmdir refuses anything else
-                    elif os.path.isdir(path) and not os.path.islink(path):
-                        shutil.rmtree(path)
-                    else:
-                        os.unlink(path)
-            except OSError as exc:
-                module.fail_json(msg=f"cannot remove {exc.filename}: {exc.strerror or exc}", **result)
-        module.exit_json(**result)
-
-    result["runtime"] = runtime
-    digest = hashlib.sha256()
-    for path, text, mode in files:
-        digest.update(f"{path}\0{mode:o}\0".encode() + text.encode("utf-8") + b"\0")
-    result["digest"] = digest.hexdigest()[:12]
-    if with_config:
-        try:
-            config_text = _host_programs.render_runtime_config(
-                p["accept_envvar_unprivileged"],
-                p["accept_volume_mounts"],
-                p["debug_log"] or "",
-                accept_cdi_annotations_unprivileged=p["accept_cdi_annotations_unprivileged"],
-            )
-        except ValueError as exc:  # debug_log that is no absolute file path
-            module.fail_json(msg=f"cannot render {p['config_path']}: {exc}", **result)
-        result["runtime_config"] = {
-            "path": p["config_path"],
-            "accept_envvar_unprivileged": p["accept_envvar_unprivileged"],
-            "accept_volume_mounts": p["accept_volume_mounts"],
-            "accept_cdi_annotations_unprivileged": p["accept_cdi_annotations_unprivileged"],
-            "debug_log": p["debug_log"] or "",
-        }
-        problem = config_dir_problem(p["config_path"])
-        if problem:
-            module.fail_json(msg=f"cannot write the runtime shim's configuration: {problem}", **result)
-    changes: list[tuple[str, str, int]] = []
-    for path, text, mode in files:
-        before, before_mode = _current(path)
-        if before != text or before_mode != mode:
-            changes.append((path, text, mode))
-            if module._diff:
-                diffs.append(
-                    {
-                        "before_header": path if before is not None else "/dev/null",
-                        "after_header": path,
-                        "before": before or "",
-                        "after": text if before != text else text + f"(mode {before_mode or 0:o} -> {mode:o})\n",
-                    }
-                )
-    if with_config:
-        # The shim trusts its configuration only when owned by root (the user the engines run it as): a file of the
-        # right bytes owned by someone else, or a symbolic link, is replaced by a regular file of the writer's
-        # (root's under become).
-        path, mode = p["config_path"], _host_programs.RUNTIME_CONFIG_MODE
-        before, before_mode, before_uid = _current_owned(path)
-        wrong_owner = before is not None and before_uid != os.geteuid()
-        link = os.path.islink(path)
-        if before != config_text or before_mode != mode or wrong_owner or link:
-            changes.append((path, config_text, mode))
-            if module._diff:
-                note = ""
-                if before == config_text:
-                    note = f"(mode {before_mode or 0:o} -> {mode:o})\n" if before_mode != mode else ""
-                    note += f"(owner uid {before_uid} -> {os.geteuid()})\n" if wrong_owner else ""
-                    note += "(a symbolic link -> a regular file)\n" if link else ""
-                diffs.append(
-                    {
-                        "before_header": path if before is not None else "/dev/null",
-                        "after_header": path,
-                        "before": before or "",
-                        "after": config_text + note,
-                    }
-                )
-    result.update(changed=bool(changes), changed_files=[c[0] for c in changes])
-    if module._diff:
-        result["diff"] = diffs
-    if changes and not module.check_mode:
-        try:
-            for path, text, mode in changes:
-                _cdi_refresh.write_text(path, text, mode)  # the one atomic writer of the host programs
-        except OSError as exc:
-            module.fail_json(
-                msg=f"cannot write {exc.filename or '?'}: {exc.strerror or exc} (is "
-                f"{os.path.dirname(exc.filename or p['bindir'])} writable by the connecting user? use become)",
-                **result,
-            )
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, _host_programs.ProgramsRequest.from_params, _host_programs.install_programs)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,19 @@ Used by the ``toolkit`` role and by the tests, so the installed programs are the
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib
 import json
 import os
-from typing import Callable
+import pkgutil
+import shutil
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+from typing import Any, Callable
 
 from ..base.fileio import atomic_write
 from ..base.names import SHIM
+from ..base.runner import Failure, Host, Result
 
 PACKAGE = "gpufleet_nvidia"
 PYTHON = "/usr/bin/python3"
@@ -260,3 +267,278 @@ def install(
         if not path.endswith("__init__.py"):
             written.append(path)
     return written
+
+
+# The host_programs module's work: install or remove the programs from the module's own payload.
+
+# The package whose modules the payload holds, as the module imports them.
+MODULE_UTILS = "ansible_collections.gpufleet.nvidia.plugins.module_utils"
+# The second line of every launcher this module writes (_PYTHON_LAUNCHER, _SHIM_LAUNCHER).
+_MARKER = b": installed by gpufleet.nvidia;"
+
+
+def read_payload_source(module: str) -> str:
+    """A module's source text, from wherever this code was loaded (an AnsiballZ payload or a checkout)."""
+    data = pkgutil.get_data(MODULE_UTILS, module.replace(".", "/") + ".py")  # a regular package (the payload's)
+    if data is not None:
+        return data.decode("utf-8")
+    loaded = importlib.import_module(MODULE_UTILS + "." + module)  # a namespace package (a collection checkout)
+    source = loaded.__loader__.get_source(loaded.__name__) if hasattr(loaded.__loader__, "get_source") else None
+    if source is None:
+        raise OSError(f"cannot read {module}.py from the module's payload")
+    return source
+
+
+def default_runtime() -> str:
+    from .shim import RUNTIME_CANDIDATES  # noqa: PLC0415  # the shim's own list
+
+    for candidate in RUNTIME_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return DEFAULT_RUNTIME
+
+
+@dataclass(frozen=True)
+class ProgramsRequest:
+    """What ``host_programs`` is asked to do (``programs`` and ``runtime`` resolved to their defaults)."""
+
+    state: str
+    programs: list[str]
+    bindir: str
+    libdir: str
+    python: str
+    runtime: str
+    accept_envvar_unprivileged: bool
+    accept_volume_mounts: bool
+    accept_cdi_annotations_unprivileged: bool
+    debug_log: str
+    config_path: str
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ProgramsRequest:
+        names = [f.name for f in dataclass_fields(cls)]
+        values = {name: params[name] for name in names}
+        values["programs"] = params["programs"] or list(PROGRAMS)
+        values["runtime"] = params["runtime"] or default_runtime()
+        values["debug_log"] = params["debug_log"] or ""
+        return cls(**values)
+
+    @property
+    def with_config(self) -> bool:
+        """Whether the shim's configuration is part of the installation (the shim is among the programs)."""
+        return SHIM in self.programs
+
+
+@dataclass
+class ProgramsResult(Result):
+    """``host_programs``' return values (RETURN); ``None``: not returned."""
+
+    programs: dict[str, str]
+    changed: bool = False
+    changed_files: list[str] = field(default_factory=list)
+    files: list[str] | None = None
+    runtime: str | None = None
+    digest: str | None = None
+    runtime_config: dict[str, Any] | None = None
+    diff: list[dict[str, str]] | None = None
+
+
+def _current(path: str) -> tuple[str | None, int | None, int | None]:
+    """``(text or None, mode or None, owner uid or None)`` of a file; a non-regular file counts as absent."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+            info = os.fstat(f.fileno())
+        return data.decode("utf-8", "replace"), info.st_mode & 0o7777, info.st_uid
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None, None, None
+
+
+def _ours(path: str) -> bool:
+    """Whether the launcher at ``path`` is one this module wrote (a link or another program's file is not)."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return _MARKER in f.read(512)
+    except OSError:
+        return False
+
+
+def _empty_after(folder: str, gone: list[str]) -> bool:
+    """Whether ``folder`` is a real folder that holds nothing but what ``gone`` removes."""
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return False
+    try:
+        return all(os.path.join(folder, name) in gone for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def config_dir_problem(path: str) -> str | None:
+    """Why the shim would refuse a configuration written in ``path``'s directory; ``None`` when it would not.
+
+    A missing directory is created ``0755`` by the writer, which is fine.
+    """
+    directory = os.path.dirname(path) or "."
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    if info.st_uid not in (0, os.geteuid()):
+        return (
+            f"{directory} is owned by uid {info.st_uid}, not root: the runtime shim refuses a configuration there; "
+            f"chown root {directory}"
+        )
+    if info.st_mode & 0o022:
+        return (
+            f"{directory} is writable by group or others (mode {info.st_mode & 0o7777:o}): the runtime shim refuses "
+            f"a configuration there; chmod go-w {directory}, or choose another config_path"
+        )
+    return None
+
+
+def remove_programs(request: ProgramsRequest, host: Host, result: ProgramsResult) -> ProgramsResult:
+    """``state=absent``: our launchers, the package, the configuration, and the folders they leave empty."""
+    package_dir = os.path.join(request.libdir, PACKAGE)
+    gone, kept = [], []
+    for path in result.programs.values():
+        if os.path.lexists(path):
+            (gone if _ours(path) else kept).append(path)
+    if kept:
+        host.warn(f"left in place, not installed by gpufleet.nvidia (no marker line): {', '.join(kept)}")
+    if os.path.isdir(package_dir):
+        gone.append(package_dir)
+    config = request.config_path
+    if request.with_config and os.path.lexists(config) and (os.path.islink(config) or not os.path.isdir(config)):
+        gone.append(config)
+    # The folders the install created go too once nothing else is left in them (the libdir, the
+    # configuration's folder); a folder that holds anything else stays.
+    for folder in [request.libdir] + ([os.path.dirname(config)] if request.with_config else []):
+        if _empty_after(folder, gone):
+            gone.append(folder)
+    result.changed, result.changed_files = bool(gone), gone
+    if host.diff:
+        result.diff = [{"before_header": path, "before": "present\n", "after": "absent\n"} for path in gone]
+    if not host.check_mode:
+        try:
+            for path in gone:
+                if path in (request.libdir, os.path.dirname(config)):
+                    os.rmdir(path)  # empty by now; rmdir refuses anything else
+                elif os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+        except OSError as exc:
+            raise Failure(f"cannot remove {exc.filename}: {exc.strerror or exc}", **result.fields()) from None
+    return result
+
+
+def _runtime_config(request: ProgramsRequest, result: ProgramsResult) -> str:
+    """The shim's configuration text; ``result.runtime_config`` says what it holds."""
+    try:
+        text = render_runtime_config(
+            request.accept_envvar_unprivileged,
+            request.accept_volume_mounts,
+            request.debug_log,
+            accept_cdi_annotations_unprivileged=request.accept_cdi_annotations_unprivileged,
+        )
+    except ValueError as exc:  # debug_log that is no absolute file path
+        raise Failure(f"cannot render {request.config_path}: {exc}", **result.fields()) from None
+    result.runtime_config = {
+        "path": request.config_path,
+        "accept_envvar_unprivileged": request.accept_envvar_unprivileged,
+        "accept_volume_mounts": request.accept_volume_mounts,
+        "accept_cdi_annotations_unprivileged": request.accept_cdi_annotations_unprivileged,
+        "debug_log": request.debug_log,
+    }
+    problem = config_dir_problem(request.config_path)
+    if problem:
+        raise Failure(f"cannot write the runtime shim's configuration: {problem}", **result.fields())
+    return text
+
+
+def _file_change(path: str, text: str, mode: int) -> dict[str, str] | None:
+    """The diff of a package file or launcher to write; ``None`` when its bytes and mode are right."""
+    before, before_mode, _uid = _current(path)
+    if before == text and before_mode == mode:
+        return None
+    return {
+        "before_header": path if before is not None else "/dev/null",
+        "after_header": path,
+        "before": before or "",
+        "after": text if before != text else text + f"(mode {before_mode or 0:o} -> {mode:o})\n",
+    }
+
+
+def _config_change(path: str, text: str, mode: int) -> dict[str, str] | None:
+    """The diff of the shim's configuration to write; ``None`` when it is right.
+
+    The shim trusts its configuration only when owned by root (the user the engines run it as): a file of the right
+    bytes owned by someone else, or a symbolic link, is replaced by a regular file of the writer's (root's under
+    become).
+    """
+    before, before_mode, before_uid = _current(path)
+    wrong_owner = before is not None and before_uid != os.geteuid()
+    link = os.path.islink(path)
+    if before == text and before_mode == mode and not wrong_owner and not link:
+        return None
+    note = ""
+    if before == text:
+        note = f"(mode {before_mode or 0:o} -> {mode:o})\n" if before_mode != mode else ""
+        note += f"(owner uid {before_uid} -> {os.geteuid()})\n" if wrong_owner else ""
+        note += "(a symbolic link -> a regular file)\n" if link else ""
+    return {
+        "before_header": path if before is not None else "/dev/null",
+        "after_header": path,
+        "before": before or "",
+        "after": text + note,
+    }
+
+
+def install_programs(request: ProgramsRequest, host: Host) -> ProgramsResult:
+    """``host_programs``: install (``state=present``) or remove the programs, from the module's own payload."""
+    result = ProgramsResult(programs={name: os.path.join(request.bindir, name) for name in request.programs})
+    try:
+        files = render_files(
+            request.bindir,
+            request.libdir,
+            read_payload_source,
+            request.python,
+            programs=request.programs,
+            runtime=request.runtime,
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise Failure(f"cannot render the host programs: {exc}", **result.fields()) from None
+    result.files = [path for path, _text, _mode in files] + ([request.config_path] if request.with_config else [])
+    if request.state == "absent":
+        return remove_programs(request, host, result)
+
+    result.runtime = request.runtime
+    digest = hashlib.sha256()
+    for path, text, mode in files:
+        digest.update(f"{path}\0{mode:o}\0".encode() + text.encode("utf-8") + b"\0")
+    result.digest = digest.hexdigest()[:12]
+    todo = [(path, text, mode, _file_change) for path, text, mode in files]
+    if request.with_config:
+        todo.append((request.config_path, _runtime_config(request, result), RUNTIME_CONFIG_MODE, _config_change))
+    changes, diffs = [], []
+    for path, text, mode, change in todo:
+        diff = change(path, text, mode)
+        if diff is not None:
+            changes.append((path, text, mode))
+            diffs.append(diff)
+    result.changed, result.changed_files = bool(changes), [c[0] for c in changes]
+    if host.diff:
+        result.diff = diffs
+    if changes and not host.check_mode:
+        try:
+            for path, text, mode in changes:
+                atomic_write(path, text, mode, makedirs=True)  # the one atomic writer of the host programs
+        except OSError as exc:
+            raise Failure(
+                f"cannot write {exc.filename or '?'}: {exc.strerror or exc} (is "
+                f"{os.path.dirname(exc.filename or request.bindir)} writable by the connecting user? use become)",
+                **result.fields(),
+            ) from None
+    return result

@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.nvidia.plugins.modules import host_programs  #
 
 
 def _package_files():
-    modules = _host_programs.payload(host_programs.read_source)
+    modules = _host_programs.payload(_host_programs.read_payload_source)
     return len(modules) + len(_host_programs.packages(modules))
 
 
@@ -45,8 +45,8 @@ def call(capsys, tmp_path):
 
 def test_payload_imports_every_module_the_programs_need():
     """What the module imports (and so what Ansible ships) holds the computed payload, read the way the module reads."""
-    modules = _host_programs.payload(host_programs.read_source)
-    prefix = host_programs.PACKAGE + "."
+    modules = _host_programs.payload(_host_programs.read_payload_source)
+    prefix = _host_programs.MODULE_UTILS + "."
     assert set(modules) <= {n[len(prefix) :] for n in sys.modules if n.startswith(prefix)}
 
 
