@@ -86,144 +86,28 @@ units:
   elements: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, read_text
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.pathsafe import host_path
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import DRIVER_VERSION_ANNOTATION
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import ROOT, STATE, run_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvidia_toolkit import units as unit_states
 
 
-def _units_now(module: AnsibleModule, root: str, wanted: list[str] | None = None) -> dict[str, dict]:
-    found = unit_states(root)
-    for unit, state in found.items():
-        if wanted is not None and unit not in wanted:
-            continue
-        state["active"] = False
-        if root == "/":
-            rc, out, _err = module.run_command(["systemctl", "is-active", unit])
-            state["active"] = rc == 0 and out.strip() == "active"
-    return {u: s for u, s in found.items() if wanted is None or u in wanted}
-
-
-def _save(module: AnsibleModule, path: str, label: str, record: dict) -> None:
-    try:
-        if takeover.is_empty(record):
-            if os.path.lexists(path):
-                os.unlink(path)
-            folder = os.path.dirname(path)
-            if os.path.isdir(folder) and not os.listdir(folder):
-                os.rmdir(folder)
-        else:
-            atomic_write(path, takeover.dump(record), 0o644, makedirs=True)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot write the takeover record {label}: {exc.strerror or exc}; check its folder")
+def argspec() -> dict:
+    return {
+        "state": STATE,
+        "units": {
+            "type": "list",
+            "elements": "str",
+            "default": ["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"],
+        },
+        "record_path": takeover.RECORD_PATH_OPTION,
+        "root": ROOT,
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "units": {
-                "type": "list",
-                "elements": "str",
-                "default": ["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"],
-            },
-            "record_path": {"type": "path", "default": takeover.RECORD_PATH},
-            "root": {"type": "path", "default": "/"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    root = os.path.abspath(p["root"])
-    record_file = host_path(root, p["record_path"])
-    text = read_text(record_file, tolerant=True)
-    try:
-        record = takeover.load(text, p["record_path"])
-    except ValueError as exc:
-        module.fail_json(msg=f"{exc}; fix it, or move it aside if nothing is to be given back")
-    before_text = text or ""
-
-    if p["state"] == "present":
-        new = takeover.with_units(record, _units_now(module, root, p["units"]))
-        recorded = {u: s for u, s in new["units"].items() if u not in record["units"]}
-        result = {"changed": new != record, "recorded": recorded}
-        if module._diff:
-            result["diff"] = {
-                "before": before_text,
-                "after": takeover.dump(new) if result["changed"] else before_text,
-                "before_header": p["record_path"],
-                "after_header": p["record_path"],
-            }
-        if result["changed"] and not module.check_mode:
-            _save(module, record_file, p["record_path"], new)
-        module.exit_json(**result)
-
-    def exists(path: str) -> bool:
-        return os.path.lexists(host_path(root, path))
-
-    def ours(path: str) -> bool:
-        return DRIVER_VERSION_ANNOTATION in (read_text(host_path(root, path), tolerant=True, errors="replace") or "")
-
-    specs = takeover.spec_restores(record, exists, ours)
-    verbs = takeover.unit_restores(record, _units_now(module, root)) if record["units"] else []
-    new = takeover.after_restore(record, specs)
-    restored = [{"path": s["path"], "backup": s["backup"]} for s in specs if s["action"] == "restore"]
-    kept = [{"path": s["path"], "backup": s["backup"], "why": s["why"]} for s in specs if s["action"] == "kept"]
-    result = {"changed": bool(restored or verbs or new != record), "restored": restored, "kept": kept, "units": verbs}
-    for spec in kept:
-        module.warn(spec["why"])
-    if verbs and root != "/":
-        module.fail_json(msg=f"cannot run systemctl for a host mounted at {root}: {verbs}", **result)
-    if module._diff:
-        diffs = [
-            {
-                "before": f"{s['backup']} (a CDI spec moved aside by gpufleet.nvidia)\n",
-                "after": f"{s['path']} (given back)\n",
-                "before_header": s["backup"],
-                "after_header": s["path"],
-            }
-            for s in restored
-        ]
-        diffs += [
-            {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
-            for v in verbs
-        ]
-        diffs.append(
-            {
-                "before": before_text,
-                "after": "" if takeover.is_empty(new) else takeover.dump(new),
-                "before_header": p["record_path"],
-                "after_header": p["record_path"],
-            }
-        )
-        result["diff"] = diffs
-    if module.check_mode:
-        module.exit_json(**result)
-    for spec in restored:
-        source, target = host_path(root, spec["backup"]), host_path(root, spec["path"])
-        try:
-            os.replace(source, target)
-        except OSError as exc:
-            module.fail_json(
-                msg=f"cannot move {spec['backup']} back to {spec['path']}: {exc.strerror or exc}; move it yourself",
-                **result,
-            )
-    for entry in verbs:
-        for verb in entry["verbs"]:
-            rc, out, err = module.run_command(["systemctl", verb, entry["unit"]])
-            if rc != 0:
-                module.fail_json(
-                    msg=f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; the specs were "
-                    f"moved back already; give the unit its state back by hand: {entry['verbs']}",
-                    **result,
-                )
-    if new != record:
-        _save(module, record_file, p["record_path"], new)
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, takeover.TakeoverRequest.from_params, takeover.run_takeover)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,22 @@ what it found into one record on the host, ``RECORD_PATH``, before it changes an
 * docker's keys get their values back (``runtime/docker.absent``'s ``was``).
 
 The first state seen is the one kept: a second ``site.yml`` finds the units masked and the specs moved already, and
-must not record that as NVIDIA's state. Pure functions; the module reads and writes the file (Python 3.8+, standard
-library).
+must not record that as NVIDIA's state. The record's functions are pure; ``run_takeover`` below is the ``takeover``
+module's work, which reads and writes the file and runs systemctl (Python 3.8+, standard library).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from typing import Any, Callable
+
+from ..base.fileio import atomic_write, read_text
+from ..base.pathsafe import host_path
+from ..base.runner import Failure, Host, Result
+from ..cdi.spec import DRIVER_VERSION_ANNOTATION
+from .nvidia_toolkit import units as unit_states
 
 RECORD_PATH = "/var/lib/gpufleet-nvidia/takeover.json"
 RECORD_LIMIT = 1 << 20
@@ -171,3 +179,166 @@ def after_restore(record: dict[str, Any], specs: list[dict[str, Any]]) -> dict[s
     second run reports them again); units are done; engines stay for ``container_runtime``."""
     kept = [{"path": s["path"], "backup": s["backup"]} for s in specs if s["action"] == "kept"]
     return {**record, "specs": kept, "units": {}}
+
+
+# The takeover module's work.
+
+
+@dataclass(frozen=True)
+class TakeoverRequest:
+    """What ``takeover`` is asked to do (``root`` absolute)."""
+
+    state: str
+    units: list[str]
+    record_path: str
+    root: str
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> TakeoverRequest:
+        return cls(params["state"], params["units"], params["record_path"], os.path.abspath(params["root"]))
+
+
+@dataclass
+class TakeoverResult(Result):
+    """``takeover``'s return values (RETURN); ``None``: not returned."""
+
+    changed: bool = False
+    recorded: dict[str, dict[str, Any]] | None = None
+    restored: list[dict[str, str]] | None = None
+    kept: list[dict[str, str]] | None = None
+    units: list[dict[str, Any]] | None = None
+    diff: dict[str, str] | list[dict[str, str]] | None = None
+
+
+def units_now(host: Host, root: str, wanted: list[str] | None = None) -> dict[str, dict]:
+    """The units' state now (``wanted``: only those); active only where systemctl runs (``root`` is ``/``)."""
+    found = unit_states(root)
+    for unit, state in found.items():
+        if wanted is not None and unit not in wanted:
+            continue
+        state["active"] = False
+        if root == "/":
+            rc, out, _err = host.run_command(["systemctl", "is-active", unit])
+            state["active"] = rc == 0 and out.strip() == "active"
+    return {u: s for u, s in found.items() if wanted is None or u in wanted}
+
+
+def save(path: str, label: str, record: dict) -> None:
+    """Write ``record`` to ``path``; an empty record removes the file, and its folder when that is left empty."""
+    try:
+        if is_empty(record):
+            if os.path.lexists(path):
+                os.unlink(path)
+            folder = os.path.dirname(path)
+            if os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
+        else:
+            atomic_write(path, dump(record), 0o644, makedirs=True)
+    except OSError as exc:
+        raise Failure(f"cannot write the takeover record {label}: {exc.strerror or exc}; check its folder") from None
+
+
+def record_units(request: TakeoverRequest, host: Host, record: dict, before_text: str) -> TakeoverResult:
+    """``state=present``: record the units' state (the first state seen stays)."""
+    new = with_units(record, units_now(host, request.root, request.units))
+    recorded = {u: s for u, s in new["units"].items() if u not in record["units"]}
+    result = TakeoverResult(changed=new != record, recorded=recorded)
+    if host.diff:
+        result.diff = {
+            "before": before_text,
+            "after": dump(new) if result.changed else before_text,
+            "before_header": request.record_path,
+            "after_header": request.record_path,
+        }
+    if result.changed and not host.check_mode:
+        save(host_path(request.root, request.record_path), request.record_path, new)
+    return result
+
+
+def _restore_diff(request: TakeoverRequest, result: TakeoverResult, before_text: str, new: dict) -> list[dict]:
+    diffs = [
+        {
+            "before": f"{s['backup']} (a CDI spec moved aside by gpufleet.nvidia)\n",
+            "after": f"{s['path']} (given back)\n",
+            "before_header": s["backup"],
+            "after_header": s["path"],
+        }
+        for s in result.restored or []
+    ]
+    diffs += [
+        {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
+        for v in result.units or []
+    ]
+    diffs.append(
+        {
+            "before": before_text,
+            "after": "" if is_empty(new) else dump(new),
+            "before_header": request.record_path,
+            "after_header": request.record_path,
+        }
+    )
+    return diffs
+
+
+def _restore(request: TakeoverRequest, host: Host, result: TakeoverResult) -> None:
+    """Move the specs back, then set each unit as it was."""
+    for spec in result.restored or []:
+        source, target = host_path(request.root, spec["backup"]), host_path(request.root, spec["path"])
+        try:
+            os.replace(source, target)
+        except OSError as exc:
+            raise Failure(
+                f"cannot move {spec['backup']} back to {spec['path']}: {exc.strerror or exc}; move it yourself",
+                **result.fields(),
+            ) from None
+    for entry in result.units or []:
+        for verb in entry["verbs"]:
+            rc, out, err = host.run_command(["systemctl", verb, entry["unit"]])
+            if rc != 0:
+                raise Failure(
+                    f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; the specs were "
+                    f"moved back already; give the unit its state back by hand: {entry['verbs']}",
+                    **result.fields(),
+                )
+
+
+def give_back(request: TakeoverRequest, host: Host, record: dict, before_text: str) -> TakeoverResult:
+    """``state=absent``: give back what the record names, and drop it from the record."""
+    root = request.root
+
+    def exists(path: str) -> bool:
+        return os.path.lexists(host_path(root, path))
+
+    def ours(path: str) -> bool:
+        return DRIVER_VERSION_ANNOTATION in (read_text(host_path(root, path), tolerant=True, errors="replace") or "")
+
+    specs = spec_restores(record, exists, ours)
+    verbs = unit_restores(record, units_now(host, root)) if record["units"] else []
+    new = after_restore(record, specs)
+    restored = [{"path": s["path"], "backup": s["backup"]} for s in specs if s["action"] == "restore"]
+    kept = [{"path": s["path"], "backup": s["backup"], "why": s["why"]} for s in specs if s["action"] == "kept"]
+    result = TakeoverResult(changed=bool(restored or verbs or new != record), restored=restored, kept=kept, units=verbs)
+    for spec in kept:
+        host.warn(spec["why"])
+    if verbs and root != "/":
+        raise Failure(f"cannot run systemctl for a host mounted at {root}: {verbs}", **result.fields())
+    if host.diff:
+        result.diff = _restore_diff(request, result, before_text, new)
+    if host.check_mode:
+        return result
+    _restore(request, host, result)
+    if new != record:
+        save(host_path(root, request.record_path), request.record_path, new)
+    return result
+
+
+def run_takeover(request: TakeoverRequest, host: Host) -> TakeoverResult:
+    """The ``takeover`` module: record the units (``present``) or give back what the record names (``absent``)."""
+    text = read_text(host_path(request.root, request.record_path), tolerant=True)
+    try:
+        record = load(text, request.record_path)
+    except ValueError as exc:
+        raise Failure(f"{exc}; fix it, or move it aside if nothing is to be given back") from None
+    if request.state == "present":
+        return record_units(request, host, record, text or "")
+    return give_back(request, host, record, text or "")

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.controller
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover as takeover_record  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.modules import cdi_spec, takeover  # noqa: E402
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.modules.test_cdi_spec import GPUS, NVIDIA_SPEC  # noqa: E402
 
@@ -105,8 +106,8 @@ def test_units_get_their_recorded_state_back(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
     # root "/" is what runs systemctl; the unit files are read under the test's tree
-    real_units = takeover.unit_states
-    monkeypatch.setattr(takeover, "unit_states", lambda _root: real_units(str(tmp_path)))
+    real_units = takeover_record.unit_states
+    monkeypatch.setattr(takeover_record, "unit_states", lambda _root: real_units(str(tmp_path)))
     record = str(tmp_path / "record.json")
     result = _run(takeover, {"record_path": record}, capsys, diff=True)
     assert result["changed"] and result["recorded"] == {
