@@ -5,7 +5,7 @@
 """The docsite (docs/docsite): every guide the table of contents names exists and every guide is named; the
 troubleshooting guide is what tests/tools/problem_docs.py generates from the problem codes, and has a section for every
 code the discovery code can report (found here by a plain pattern, apart from the generator's parser); the repository
-paths the guides and README name exist."""
+paths the guides, the README and CONTRIBUTING.md name exist."""
 
 import importlib.util
 import re
@@ -63,8 +63,9 @@ def test_a_new_code_without_a_docs_entry_is_caught():
 
 
 def test_the_paths_the_docs_name_exist():
-    """Paths like ``docs/report.md`` or ``extensions/awx`` in the guides, the README and docs/*.md."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((DOCSITE / "rst").glob("*.rst"))]
+    """Paths like ``docs/report.md`` or ``extensions/awx`` in the guides, the README, CONTRIBUTING.md and docs/*.md."""
+    pages = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+    pages += sorted((DOCSITE / "rst").glob("*.rst"))
     pattern = re.compile(r"[`(]((?:docs|extensions|playbooks|roles|plugins|tests)/[A-Za-z0-9_./-]+?)[`)]")
     named = {
         (page.name, m)
