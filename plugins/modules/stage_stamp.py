@@ -126,130 +126,29 @@ stamp:
   type: str
 """
 
-import os
-import re
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import atomic_write, read_text
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.names import COLLECTION_VERSION
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 
-_STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
 
-
-def _units_state(module: AnsibleModule, units: list[str]) -> dict[str, str]:
-    """``{unit: "<UnitFileState> <ActiveState>"}`` from one ``systemctl show``; ``no systemd`` without one."""
-    if not units:
-        return {}
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl or not os.path.isdir("/run/systemd/system"):
-        return {unit: "no systemd" for unit in units}
-    rc, out, err = module.run_command(
-        [systemctl, "show", "--property=Id,LoadState,UnitFileState,ActiveState", "--", *units]
-    )
-    if rc != 0:
-        return {unit: f"systemctl show failed: {err.strip()[:200]}" for unit in units}
-    blocks = out.strip().split("\n\n")
-    found: dict[str, str] = {}
-    for unit, block in zip(units, blocks):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        found[unit] = " ".join(props.get(k, "") for k in ("LoadState", "UnitFileState", "ActiveState"))
-    for unit in units:
-        found.setdefault(unit, "unknown")
-    return found
-
-
-def _packages_state(module: AnsibleModule, patterns: list[str]) -> dict[str, str]:
-    if not patterns:
-        return {}
-    text = read_text(stamp.DPKG_STATUS, tolerant=True, errors="replace")
-    if text is not None:
-        return stamp.dpkg_packages(text, patterns)
-    rpm = module.get_bin_path("rpm")
-    if not rpm:
-        return {}
-    rc, out, err = module.run_command([rpm, "-qa", "--qf", "%{NAME} %{ARCH} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n"])
-    if rc != 0:
-        return {"rpm": f"rpm -qa failed: {err.strip()[:200]}"}
-    return stamp.rpm_packages(out, patterns)
+def argspec() -> dict:
+    return {
+        "stage": {"type": "str", "required": True},
+        "state": {"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
+        "inputs": {"type": "raw", "default": {}},
+        "facts": {"type": "dict", "default": {}},
+        "paths": {"type": "list", "elements": "str", "default": []},
+        "units": {"type": "list", "elements": "str", "default": []},
+        "packages": {"type": "list", "elements": "str", "default": []},
+        "published": {"type": "dict", "default": {}},
+        "dir": {"type": "path", "default": stamp.STAMP_DIR},
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "stage": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
-            "inputs": {"type": "raw", "default": {}},
-            "facts": {"type": "dict", "default": {}},
-            "paths": {"type": "list", "elements": "str", "default": []},
-            "units": {"type": "list", "elements": "str", "default": []},
-            "packages": {"type": "list", "elements": "str", "default": []},
-            "published": {"type": "dict", "default": {}},
-            "dir": {"type": "path", "default": stamp.STAMP_DIR},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    if not _STAGE.match(p["stage"]):
-        module.fail_json(msg=f"stage: {p['stage']!r} is not a stage name (lower-case letters, digits and _)")
-    path = os.path.join(p["dir"], f"{p['stage']}.json")
-    result = {"changed": False, "current": False, "published": {}, "stamp": path}
-
-    if p["state"] == "absent":
-        result["reason"] = "stamp removed" if os.path.lexists(path) else "no stamp"
-        if not module.check_mode and os.path.lexists(path):
-            try:
-                os.unlink(path)
-                # the folder and the collection's state folder above it go with their last file
-                for folder in (p["dir"], os.path.dirname(p["dir"])):
-                    if os.path.isdir(folder) and not os.listdir(folder):
-                        os.rmdir(folder)
-            except OSError as exc:
-                module.fail_json(msg=f"cannot remove the stamp {path}: {exc}; remove it by hand", **result)
-        module.exit_json(**result)
-
-    # check and present: the host's side of the stamp, as it is now
-    try:
-        files = stamp.files_state(p["paths"])
-    except ValueError as exc:
-        module.fail_json(msg=f"paths: {exc}; give the stage's files as absolute paths", **result)
-    try:
-        packages = _packages_state(module, p["packages"])
-    except re.error as exc:
-        module.fail_json(msg=f"packages: {exc}; give regular expressions of package names", **result)
-    units = _units_state(module, p["units"])
-    patterns = p["paths"] + p["packages"]
-    digest = stamp.inputs_digest(p["stage"], COLLECTION_VERSION, p["inputs"], p["facts"])
-    result["digest"] = digest
-
-    if p["state"] == "check":
-        record = stamp.load(read_text(path, tolerant=True))
-        current, why = stamp.compare(record, digest, patterns, files, units, packages_now=packages)
-        result.update(current=current, reason=why)
-        if current:
-            result["published"] = record.get("published") or {}
-        elif record is not None and not module.check_mode:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                module.fail_json(msg=f"cannot remove the stale stamp {path}: {exc}; remove it by hand", **result)
-        module.exit_json(**result)
-
-    record = stamp.build(digest, patterns, files, units, published=p["published"], packages=packages)
-    result["reason"] = "stamped"
-    if not module.check_mode:
-        try:
-            atomic_write(path, stamp.dump(record), 0o600, makedirs=True)
-        except OSError as exc:
-            module.fail_json(
-                msg=f"cannot write the stamp {path}: {exc.strerror or exc}; check {p['dir']} (the next run runs the "
-                "stage in full without it)",
-                **result,
-            )
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, stamp.StampRequest.from_params, stamp.run_stamp)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ type, mode, owner, link target; absent is a state too), of its units (enabled, a
 published, to publish again. The next run's check recomputes them: any difference (an admin's edit of
 ``daemon.json``, a lost device node, an apt upgrade, a changed variable, another driver in the facts) and the stage
 runs in full, as without a stamp. The check removes a stamp that is not current before the stage runs, so a stage that
-fails leaves none. Pure functions; the module ``gpufleet.nvidia.stage_stamp`` does the reading and writing.
+fails leaves none. The stamp's functions are pure; ``run_stamp`` below is the ``gpufleet.nvidia.stage_stamp``
+module's work, which reads the host and reads and writes the stamp.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass
 
+from ..base.fileio import atomic_write, read_text
 from ..base.jsonio import loads
+from ..base.names import COLLECTION_VERSION
+from ..base.runner import Failure, Host, Result
 from .nvidia_toolkit import dpkg_stanzas
 
 TYPE_CHECKING = False
@@ -240,3 +245,163 @@ def compare(
     if changed is not None:
         return False, f"the package {changed} changed since the stamped run"
     return True, "the stamped run is current: same variables, discovered state, files and units"
+
+
+# The stage_stamp module's work.
+
+_STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class StampRequest:
+    """What ``stage_stamp`` is asked to do for one stage."""
+
+    stage: str
+    state: str
+    inputs: object
+    facts: dict[str, Any]
+    paths: list[str]
+    units: list[str]
+    packages: list[str]
+    published: dict[str, Any]
+    dir: str
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> StampRequest:
+        if not _STAGE.match(params["stage"]):
+            raise Failure(f"stage: {params['stage']!r} is not a stage name (lower-case letters, digits and _)")
+        return cls(
+            **{k: params[k] for k in ("stage", "state", "inputs", "facts", "paths", "units", "packages", "published")},
+            dir=params["dir"],
+        )
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.dir, f"{self.stage}.json")
+
+
+@dataclass
+class StampResult(Result):
+    """``stage_stamp``'s return values (RETURN); ``None``: not returned."""
+
+    stamp: str
+    changed: bool = False
+    current: bool = False
+    published: dict[str, Any] | None = None
+    reason: str | None = None
+    digest: str | None = None
+
+
+def units_state(host: Host, units: list[str]) -> dict[str, str]:
+    """``{unit: "<UnitFileState> <ActiveState>"}`` from one ``systemctl show``; ``no systemd`` without one."""
+    if not units:
+        return {}
+    systemctl = host.get_bin_path("systemctl")
+    if not systemctl or not os.path.isdir("/run/systemd/system"):
+        return {unit: "no systemd" for unit in units}
+    rc, out, err = host.run_command(
+        [systemctl, "show", "--property=Id,LoadState,UnitFileState,ActiveState", "--", *units]
+    )
+    if rc != 0:
+        return {unit: f"systemctl show failed: {err.strip()[:200]}" for unit in units}
+    blocks = out.strip().split("\n\n")
+    found: dict[str, str] = {}
+    for unit, block in zip(units, blocks):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        found[unit] = " ".join(props.get(k, "") for k in ("LoadState", "UnitFileState", "ActiveState"))
+    for unit in units:
+        found.setdefault(unit, "unknown")
+    return found
+
+
+def packages_state(host: Host, patterns: list[str]) -> dict[str, str]:
+    """The installed packages whose names match ``patterns``, from dpkg's status file, else ``rpm -qa``."""
+    if not patterns:
+        return {}
+    text = read_text(DPKG_STATUS, tolerant=True, errors="replace")
+    if text is not None:
+        return dpkg_packages(text, patterns)
+    rpm = host.get_bin_path("rpm")
+    if not rpm:
+        return {}
+    rc, out, err = host.run_command([rpm, "-qa", "--qf", "%{NAME} %{ARCH} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n"])
+    if rc != 0:
+        return {"rpm": f"rpm -qa failed: {err.strip()[:200]}"}
+    return rpm_packages(out, patterns)
+
+
+def remove_stamp(request: StampRequest, host: Host, result: StampResult) -> StampResult:
+    """``state=absent``: the stamp goes, and its folders with their last file."""
+    path = request.path
+    result.reason = "stamp removed" if os.path.lexists(path) else "no stamp"
+    if not host.check_mode and os.path.lexists(path):
+        try:
+            os.unlink(path)
+            # the folder and the collection's state folder above it go with their last file
+            for folder in (request.dir, os.path.dirname(request.dir)):
+                if os.path.isdir(folder) and not os.listdir(folder):
+                    os.rmdir(folder)
+        except OSError as exc:
+            raise Failure(f"cannot remove the stamp {path}: {exc}; remove it by hand", **result.fields()) from None
+    return result
+
+
+def check_stamp(request: StampRequest, host: Host, result: StampResult, now: tuple) -> StampResult:
+    """``state=check``: whether the stamp is current; one that is not is removed (outside check mode)."""
+    digest, patterns, files, units, packages = now
+    path = request.path
+    record = load(read_text(path, tolerant=True))
+    current, why = compare(record, digest, patterns, files, units, packages_now=packages)
+    result.current, result.reason = current, why
+    if current:
+        result.published = record.get("published") or {}
+    elif record is not None and not host.check_mode:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise Failure(
+                f"cannot remove the stale stamp {path}: {exc}; remove it by hand", **result.fields()
+            ) from None
+    return result
+
+
+def write_stamp(request: StampRequest, host: Host, result: StampResult, now: tuple) -> StampResult:
+    """``state=present``: stamp the stage as it is now."""
+    digest, patterns, files, units, packages = now
+    record = build(digest, patterns, files, units, published=request.published, packages=packages)
+    result.reason = "stamped"
+    if not host.check_mode:
+        try:
+            atomic_write(request.path, dump(record), 0o600, makedirs=True)
+        except OSError as exc:
+            raise Failure(
+                f"cannot write the stamp {request.path}: {exc.strerror or exc}; check {request.dir} (the next run "
+                "runs the stage in full without it)",
+                **result.fields(),
+            ) from None
+    return result
+
+
+def run_stamp(request: StampRequest, host: Host) -> StampResult:
+    """The ``stage_stamp`` module: check, write or remove a stage's stamp."""
+    result = StampResult(stamp=request.path, published={})
+    if request.state == "absent":
+        return remove_stamp(request, host, result)
+    # check and present: the host's side of the stamp, as it is now
+    try:
+        files = files_state(request.paths)
+    except ValueError as exc:
+        raise Failure(f"paths: {exc}; give the stage's files as absolute paths", **result.fields()) from None
+    try:
+        packages = packages_state(host, request.packages)
+    except re.error as exc:
+        raise Failure(f"packages: {exc}; give regular expressions of package names", **result.fields()) from None
+    units = units_state(host, request.units)
+    patterns = request.paths + request.packages
+    result.digest = inputs_digest(request.stage, COLLECTION_VERSION, request.inputs, request.facts)
+    now = (result.digest, patterns, files, units, packages)
+    if request.state == "check":
+        return check_stamp(request, host, result, now)
+    return write_stamp(request, host, result, now)
