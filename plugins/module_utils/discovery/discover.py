@@ -23,7 +23,7 @@ no sanity ignore file; a caller outside Ansible passes its own runner.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, List, Tuple
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path, resolve_in_root
@@ -163,11 +163,43 @@ def _find_binary(driver_root: str, name: str) -> str | None:
     return None
 
 
+RunCommand = Callable[[List[str]], Tuple[int, str, str]]
+
+
+class _Scan:
+    """One discover() call: where it reads, which sources it asks (``explicit``: named, not ``auto``), what it may
+    run, and the warnings it collects."""
+
+    def __init__(self, root: str, driver_root: str, sources: Any, run_command: RunCommand | None) -> None:
+        self.root = root
+        self.driver_root = driver_root
+        self.order = parse_sources(sources)
+        self.explicit = sources_explicit(sources)
+        self.run_command = run_command
+        self.sys_dir = host_path(root, "/sys")
+        self.proc_dir = host_path(root, "/proc")
+        self.warnings: list[str] = []
+
+
+class _Answers:
+    """What the GPU sources said: each answering source's GPU records (best first), and NVML's and nvidia-smi's
+    whole answers (driver and CUDA versions)."""
+
+    def __init__(self) -> None:
+        self.by_source: dict[str, list[dict[str, Any]]] = {}
+        self.nvml: dict[str, Any] | None = None
+        self.smi: dict[str, Any] | None = None
+
+    def driver_level(self) -> list[str]:
+        """The driver's own sources that answered, best first (every source but sysfs)."""
+        return [s for s in self.by_source if s != "sysfs"]
+
+
 def discover(
     root: str = "/",
     driver_root: str | None = None,
     sources: str | list[str] | tuple[str, ...] | None = ("auto",),
-    run_command: Callable[[list[str]], tuple[int, str, str]] | None = None,
+    run_command: RunCommand | None = None,
     toolkit_bindir: str = _toolkit.DEFAULT_BINDIR,
     *,
     kernel_log: str = "/dev/kmsg",
@@ -176,99 +208,100 @@ def discover(
 
     ``kernel_log``: where the XID events are read, under ``root`` (``/dev/kmsg``, or a file of its records or of
     ``dmesg`` lines); when it cannot be read and ``root`` is ``/``, ``journalctl -k -b`` through ``run_command``."""
-    driver_root = root if driver_root is None else driver_root
-    order = parse_sources(sources)
-    warnings = []
-    sys_dir = host_path(root, "/sys")
-    proc_dir = host_path(root, "/proc")
-    answered = []
-    by_source = {}
-
+    scan = _Scan(root, root if driver_root is None else driver_root, sources, run_command)
     # PCI bus (always read: pci_gpu_count and NUMA nodes do not depend on the sources chosen).
-    pci = _pci.scan_pci(os.path.join(sys_dir, "bus", "pci", "devices"))
+    pci = _pci.scan_pci(os.path.join(scan.sys_dir, "bus", "pci", "devices"))
     pci_gpus = [f for f in pci if f["is_gpu"]]
+    kernel = _Kernel(scan)
+    entries, installed_version = _installed_userspace(scan)
+    answers = _ask_sources(scan, kernel, entries, installed_version, pci_gpus)
+    gpus = _gpus(answers, scan.order)
+    # NVSwitch systems need NVIDIA's Fabric Manager running before CUDA initialises on their GPUs.
+    fabric_manager = _fabric_manager(root, pci, run_command)
+    # XID events since boot (what the kernel ring buffer or the journal still holds), per GPU by PCI address.
+    xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, scan.warnings)
+    for gpu in gpus:
+        gpu["health"]["xid_events"] = [e for e in xid_events if e["pci_bus_id"] == gpu.get("pci_bus_id")]
+    facts = {
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "pci_gpu_count": len(pci_gpus),
+        "gpu_node": is_gpu_node(len(pci_gpus)),
+        "pci_devices": pci,
+        "driver": _driver(root, kernel, answers, installed_version),
+        "device_nodes": _device_nodes(root),
+        "libraries": _libraries(scan, entries, installed_version),
+        "engines": _engines.detect(root, run_command, scan.warnings),
+        "container": detect_container(root),
+        "toolkit": _toolkit.toolkit(root, toolkit_bindir),
+        "cdi_spec": _toolkit.cdi_spec(root),
+        "nvidia_toolkit": _nvidia_toolkit.nvidia_toolkit(root, run_command),
+        # The processes holding /dev/nvidia* open (about 45 ms for 530 processes): this module itself is left out.
+        "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
+        "xid_events": xid_events,
+        "xid_source": xid_source,
+        "fabric_manager": fabric_manager,
+        "sources": {"requested": list(scan.order), "answered": [s for s in SOURCES if s in answers.by_source]},
+        "warnings": scan.warnings,
+    }
+    facts["labels"] = _labels.gfd_labels(facts, _pci.read_machine(scan.sys_dir))
+    facts["problems"] = _host_problems(facts, scan, kernel, toolkit_bindir)
+    return facts
 
-    # Kernel module.
-    module = _nvidia_procfs.module_state(sys_dir, "nvidia")
-    nouveau = _nvidia_procfs.module_state(sys_dir, "nouveau")
-    proc_version = _nvidia_procfs.read_version(proc_dir)
-    module_loaded = _nvidia_procfs.module_loaded(module) or proc_version is not None
-    # nvidia-uvm registers a dynamic major when it loads; /sys/module/nvidia_uvm says so too.
-    proc_devices = read_text(os.path.join(proc_dir, "devices"), tolerant=True, errors="replace") or ""
-    uvm_loaded = "nvidia-uvm" in parse_proc_devices(proc_devices)["character"] or _nvidia_procfs.module_loaded(
-        _nvidia_procfs.module_state(sys_dir, "nvidia_uvm")
-    )
 
-    # Installed userspace, from the driver root's ld.so.cache (and Debian's nvidia/<flavour> dir).
+class _Kernel:
+    """The kernel's side: the nvidia and nouveau modules in sysfs, ``/proc/driver/nvidia/version``, whether the
+    nvidia module is loaded and whether nvidia-uvm is."""
+
+    def __init__(self, scan: _Scan) -> None:
+        self.module = _nvidia_procfs.module_state(scan.sys_dir, "nvidia")
+        self.nouveau = _nvidia_procfs.module_state(scan.sys_dir, "nouveau")
+        self.proc_version = _nvidia_procfs.read_version(scan.proc_dir)
+        self.loaded = _nvidia_procfs.module_loaded(self.module) or self.proc_version is not None
+        # nvidia-uvm registers a dynamic major when it loads; /sys/module/nvidia_uvm says so too.
+        proc_devices = read_text(os.path.join(scan.proc_dir, "devices"), tolerant=True, errors="replace") or ""
+        self.uvm_loaded = "nvidia-uvm" in parse_proc_devices(proc_devices)["character"] or (
+            _nvidia_procfs.module_loaded(_nvidia_procfs.module_state(scan.sys_dir, "nvidia_uvm"))
+        )
+
+
+def _installed_userspace(scan: _Scan) -> tuple[list[LdCacheEntry], str | None]:
+    """The driver root's ld.so.cache entries and the installed userspace's version they show (Debian's
+    ``nvidia/<flavour>`` directory included)."""
     try:
-        entries = read_driver_cache(driver_root)
+        entries = read_driver_cache(scan.driver_root)
     except OSError:
         entries = []
     except ValueError as exc:
-        warnings.append(f"ld.so.cache: {exc}")
+        scan.warnings.append(f"ld.so.cache: {exc}")
         entries = []
 
     def resolve(path: str) -> str:
-        return resolve_in_root(driver_root, path)
+        return resolve_in_root(scan.driver_root, path)
 
-    installed_version = detect_installed_version(entries, resolve) if entries else None
+    return entries, (detect_installed_version(entries, resolve) if entries else None)
 
-    driver_sources = {}
-    nvml_result = smi_result = None
 
-    if "nvml" in order:
-        library = nvml_candidates(driver_root, entries)
-        if not library:
-            if sources_explicit(sources):
-                warnings.append(f"nvml: libnvidia-ml.so.1 is not in {driver_root}'s ld.so.cache")
-        else:
-            try:
-                nvml_result = _nvml.query(library)
-            except _nvml.NvmlUnavailable as exc:
-                if sources_explicit(sources) or installed_version:
-                    warnings.append(f"nvml: {exc}")
-            except _nvml.NvmlError as exc:
-                warnings.append(f"nvml: {exc}")
-            else:
-                answered.append("nvml")
-                by_source["nvml"] = nvml_result["gpus"]
-                warnings.extend(f"nvml: {w}" for w in nvml_result["warnings"])
-
-    if "nvidia-smi" in order and (sources_explicit(sources) or (nvml_result is None and module_loaded)):
-        binary = _find_binary(driver_root, "nvidia-smi")
-        if binary is None:
-            if sources_explicit(sources):
-                warnings.append(f"nvidia-smi: not found in {driver_root}")
-        elif run_command is None:
-            if sources_explicit(sources):
-                warnings.append("nvidia-smi: not run (no run_command given)")
-        else:
-            rc, out, err = run_command([binary, "-q", "-x"])
-            lost = _nvidia_smi.lost_gpus(out + "\n" + err)
-            try:
-                smi_result = _nvidia_smi.parse_xml(out) if out.strip().startswith("<") else None
-            except ValueError as exc:
-                warnings.append(f"nvidia-smi: {exc}")
-            if smi_result is None and not lost:
-                warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
-            else:
-                answered.append("nvidia-smi")
-                records = list(smi_result["gpus"]) if smi_result else []
-                records.extend({"pci_bus_id": bus_id, "lost": True} for bus_id in lost)
-                by_source["nvidia-smi"] = records
-                if rc != 0:
-                    warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
-
-    if "procfs" in order:
-        procfs_gpus = _nvidia_procfs.read_gpus(proc_dir)
-        if procfs_gpus is not None or proc_version is not None:
-            answered.append("procfs")
-            by_source["procfs"] = procfs_gpus or []
-
-    driver_level = [s for s in order if s in by_source]
-    if "sysfs" in order:
-        answered.append("sysfs")
-        sysfs_records = [
+def _ask_sources(
+    scan: _Scan,
+    kernel: _Kernel,
+    entries: list[LdCacheEntry],
+    installed_version: str | None,
+    pci_gpus: list[dict[str, Any]],
+) -> _Answers:
+    """Every source of ``scan.order`` that can answer, best first."""
+    answers = _Answers()
+    if "nvml" in scan.order:
+        _ask_nvml(scan, answers, entries, installed_version)
+    if "nvidia-smi" in scan.order and (scan.explicit or (answers.nvml is None and kernel.loaded)):
+        _ask_nvidia_smi(scan, answers)
+    if "procfs" in scan.order:
+        procfs_gpus = _nvidia_procfs.read_gpus(scan.proc_dir)
+        if procfs_gpus is not None or kernel.proc_version is not None:
+            answers.by_source["procfs"] = procfs_gpus or []
+    if "sysfs" in scan.order:
+        driver_level = answers.driver_level()
+        answers.by_source["sysfs"] = [
             {
                 "pci_bus_id": f["pci_bus_id"],
                 "pci_device_id": _pci.gpu_pci_device_id(f["device_id"], f["vendor_id"]),
@@ -278,15 +311,61 @@ def discover(
             # Without a driver-level source, the GPUs the driver sees are those bound to it.
             if driver_level or f["driver"] == "nvidia"
         ]
-        by_source["sysfs"] = sysfs_records
+    return answers
 
-    gpus = _merge_gpus(by_source, order)
+
+def _ask_nvml(scan: _Scan, answers: _Answers, entries: list[LdCacheEntry], installed_version: str | None) -> None:
+    library = nvml_candidates(scan.driver_root, entries)
+    if not library:
+        if scan.explicit:
+            scan.warnings.append(f"nvml: libnvidia-ml.so.1 is not in {scan.driver_root}'s ld.so.cache")
+        return
+    try:
+        answers.nvml = _nvml.query(library)
+    except _nvml.NvmlUnavailable as exc:
+        if scan.explicit or installed_version:
+            scan.warnings.append(f"nvml: {exc}")
+    except _nvml.NvmlError as exc:
+        scan.warnings.append(f"nvml: {exc}")
+    else:
+        answers.by_source["nvml"] = answers.nvml["gpus"]
+        scan.warnings.extend(f"nvml: {w}" for w in answers.nvml["warnings"])
+
+
+def _ask_nvidia_smi(scan: _Scan, answers: _Answers) -> None:
+    """``nvidia-smi -q -x``; the GPUs it says are lost (in its XML or its errors) are records too."""
+    binary = _find_binary(scan.driver_root, "nvidia-smi")
+    if binary is None or scan.run_command is None:
+        if scan.explicit:
+            why = f"not found in {scan.driver_root}" if binary is None else "not run (no run_command given)"
+            scan.warnings.append(f"nvidia-smi: {why}")
+        return
+    rc, out, err = scan.run_command([binary, "-q", "-x"])
+    lost = _nvidia_smi.lost_gpus(out + "\n" + err)
+    try:
+        answers.smi = _nvidia_smi.parse_xml(out) if out.strip().startswith("<") else None
+    except ValueError as exc:
+        scan.warnings.append(f"nvidia-smi: {exc}")
+    if answers.smi is None and not lost:
+        scan.warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
+        return
+    records = list(answers.smi["gpus"]) if answers.smi else []
+    records.extend({"pci_bus_id": bus_id, "lost": True} for bus_id in lost)
+    answers.by_source["nvidia-smi"] = records
+    if rc != 0:
+        scan.warnings.append(f"nvidia-smi: rc={rc}: {(err or out).strip()[:300]}")
+
+
+def _gpus(answers: _Answers, order: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The GPUs, merged from every source, with every field; sorted by minor (then index)."""
+    gpus = _merge_gpus(answers.by_source, order)
+    driver_level = answers.driver_level()
     if driver_level:
         # Only the driver's own sources decide which GPUs exist; sysfs fills fields in.
-        seen = {g.get("pci_bus_id") for src in driver_level for g in by_source[src]}
+        seen = {g.get("pci_bus_id") for src in driver_level for g in answers.by_source[src]}
         gpus = [g for g in gpus if g.get("pci_bus_id") in seen or g["source"] != "sysfs"]
     best = driver_level[0] if driver_level else None
-    best_lost = (nvml_result or {}).get("lost_count") if best == "nvml" else None
+    best_lost = (answers.nvml or {}).get("lost_count") if best == "nvml" else None
     for gpu in gpus:
         # NVML counted a GPU it could not get a handle for: the GPUs only lower sources list are those.
         if best_lost and gpu["source"] not in ("nvml", "sysfs"):
@@ -298,107 +377,87 @@ def discover(
             gpu["index"] = position
             gpu["field_sources"]["index"] = "pci-order"
     gpus.sort(key=lambda g: (g["minor"] is None, g["minor"] if g["minor"] is not None else 0, g["index"]))
+    return gpus
 
-    # NVSwitch systems need NVIDIA's Fabric Manager running before CUDA initialises on their GPUs.
-    fabric_manager = _fabric_manager(root, pci, run_command)
 
-    # XID events since boot (what the kernel ring buffer or the journal still holds), per GPU by PCI address.
-    xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, warnings)
-    for gpu in gpus:
-        gpu["health"]["xid_events"] = [e for e in xid_events if e["pci_bus_id"] == gpu.get("pci_bus_id")]
-
-    # Driver versions, each with the source that gave it.
+def _driver(root: str, kernel: _Kernel, answers: _Answers, installed_version: str | None) -> dict[str, Any]:
+    """``driver``: its versions, each with the source that gave it, and its device files."""
+    driver_sources = {}
     loaded_version = None
     for source, value in (
-        ("sysfs", module["version"] if module["present"] else None),
-        ("procfs", proc_version and proc_version["version"]),
-        ("nvml", nvml_result and nvml_result["driver_version"]),
-        ("nvidia-smi", smi_result and smi_result["driver_version"]),
+        ("sysfs", kernel.module["version"] if kernel.module["present"] else None),
+        ("procfs", kernel.proc_version and kernel.proc_version["version"]),
+        ("nvml", answers.nvml and answers.nvml["driver_version"]),
+        ("nvidia-smi", answers.smi and answers.smi["driver_version"]),
     ):
         if value:
             loaded_version = value
             driver_sources["loaded_version"] = source
             break
     cuda_version = None
-    for source, result in (("nvml", nvml_result), ("nvidia-smi", smi_result)):
+    for source, result in (("nvml", answers.nvml), ("nvidia-smi", answers.smi)):
         if result and result.get("cuda_version"):
             cuda_version = result["cuda_version"]
             driver_sources["cuda_version"] = source
             break
     if installed_version:
         driver_sources["installed_version"] = "ld.so.cache"
-    loaded = bool(module_loaded or nvml_result or smi_result)
-    driver = {
+    loaded = bool(kernel.loaded or answers.nvml or answers.smi)
+    return {
         "installed_version": installed_version,
         "loaded_version": loaded_version,
         "loaded": loaded,
-        "kernel_module_flavor": proc_version["flavor"] if proc_version else None,
-        "uvm_loaded": bool(loaded and uvm_loaded),
+        "kernel_module_flavor": kernel.proc_version["flavor"] if kernel.proc_version else None,
+        "uvm_loaded": bool(loaded and kernel.uvm_loaded),
         "cuda_version": cuda_version,
         "reboot_required": bool(installed_version and loaded_version and installed_version != loaded_version),
         "device_files": device_files(root),
         "sources": driver_sources,
     }
 
-    # Device nodes and their /dev/char links.
-    device_nodes = []
-    for node in scan_device_nodes(host_path(root, "/dev")):
-        link = f"/dev/char/{int(node.major)}:{int(node.minor)}"
-        device_nodes.append(
-            {
-                "path": node.path,
-                "major": node.major,
-                "minor": node.minor,
-                "char_link": link,
-                "char_link_present": _problems.char_link_present(root, node),
-            }
-        )
 
-    # Driver files per capability.
-    libraries = {c: [] for c in CAPABILITIES}
-    if installed_version:
-        try:
-            files = find_driver_files(driver_root, CAPABILITIES, installed_version, root=root, entries=entries)[1]
-        except OSError as exc:
-            warnings.append(f"driver files: {exc}")
-            files = []
-        for f in files:
-            libraries[f.capability].append(
-                {"kind": f.kind, "name": f.name, "path": f.path, "resolved": f.resolved, "arch": f.arch}
-            )
+def _device_nodes(root: str) -> list[dict[str, Any]]:
+    """The device nodes and their /dev/char links."""
+    return [
+        {
+            "path": node.path,
+            "major": node.major,
+            "minor": node.minor,
+            "char_link": f"/dev/char/{int(node.major)}:{int(node.minor)}",
+            "char_link_present": _problems.char_link_present(root, node),
+        }
+        for node in scan_device_nodes(host_path(root, "/dev"))
+    ]
 
-    facts = {
-        "gpus": gpus,
-        "gpu_count": len(gpus),
-        "pci_gpu_count": len(pci_gpus),
-        "gpu_node": is_gpu_node(len(pci_gpus)),
-        "pci_devices": pci,
-        "driver": driver,
-        "device_nodes": device_nodes,
-        "libraries": libraries,
-        "engines": _engines.detect(root, run_command, warnings),
-        "container": detect_container(root),
-        "toolkit": _toolkit.toolkit(root, toolkit_bindir),
-        "cdi_spec": _toolkit.cdi_spec(root),
-        "nvidia_toolkit": _nvidia_toolkit.nvidia_toolkit(root, run_command),
-        # The processes holding /dev/nvidia* open (about 45 ms for 530 processes): this module itself is left out.
-        "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
-        "xid_events": xid_events,
-        "xid_source": xid_source,
-        "fabric_manager": fabric_manager,
-        "sources": {"requested": list(order), "answered": [s for s in SOURCES if s in answered]},
-        "warnings": warnings,
-    }
-    facts["labels"] = _labels.gfd_labels(facts, _pci.read_machine(sys_dir))
-    facts["problems"] = _problems.check(
+
+def _host_problems(facts: dict[str, Any], scan: _Scan, kernel: _Kernel, toolkit_bindir: str) -> list[dict[str, str]]:
+    """The problems of ``facts`` and of what discovery saw beside them (nouveau, Secure Boot, the module's taint,
+    our launchers shadowing NVIDIA's programs)."""
+    return _problems.check(
         facts,
-        root,
-        nouveau_loaded=_nvidia_procfs.module_loaded(nouveau),
-        secure_boot=_problems.secure_boot_enabled(sys_dir),
-        nvidia_taint=module["taint"],
-        shadowed=_toolkit.shadowed(root, toolkit_bindir),
+        scan.root,
+        nouveau_loaded=_nvidia_procfs.module_loaded(kernel.nouveau),
+        secure_boot=_problems.secure_boot_enabled(scan.sys_dir),
+        nvidia_taint=kernel.module["taint"],
+        shadowed=_toolkit.shadowed(scan.root, toolkit_bindir),
     )
-    return facts
+
+
+def _libraries(scan: _Scan, entries: list[LdCacheEntry], installed_version: str | None) -> dict[str, Any]:
+    """The installed driver's files per capability."""
+    libraries: dict[str, list[dict[str, Any]]] = {c: [] for c in CAPABILITIES}
+    if not installed_version:
+        return libraries
+    try:
+        files = find_driver_files(scan.driver_root, CAPABILITIES, installed_version, root=scan.root, entries=entries)[1]
+    except OSError as exc:
+        scan.warnings.append(f"driver files: {exc}")
+        files = []
+    for f in files:
+        libraries[f.capability].append(
+            {"kind": f.kind, "name": f.name, "path": f.path, "resolved": f.resolved, "arch": f.arch}
+        )
+    return libraries
 
 
 def device_files(root: str = "/") -> dict[str, Any]:
