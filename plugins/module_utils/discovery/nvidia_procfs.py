@@ -73,7 +73,8 @@ def gpu_from_information(info: dict[str, str], bus_dir_name: str | None = None) 
         "name": info.get("Model") or None,
         "uuid": uuid,
         "minor": minor,
-        "vbios_version": None if "?" in (info.get("Video BIOS") or "?") else info["Video BIOS"],
+        # upper case, as NVML and nvidia-smi give it (the driver's file writes the hex digits in lower case)
+        "vbios_version": None if "?" in (info.get("Video BIOS") or "?") else info["Video BIOS"].upper(),
         "excluded": (info.get("GPU Excluded") or "").lower() == "yes" if "GPU Excluded" in info else None,
     }
 
