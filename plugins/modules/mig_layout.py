@@ -110,61 +110,17 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import read_driver_cache
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover, nvml_candidates
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.nvml import NvmlError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig.layout import LayoutError, holders, plan
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig.nvml_mig import Session
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig.apply import LayoutRequest, apply_layout
+
+
+def argspec() -> dict:
+    return {"layout": {"type": "list", "elements": "dict", "required": True}}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"layout": {"type": "list", "elements": "dict", "required": True}},
-        supports_check_mode=True,
-    )
-    facts = discover(root="/", sources=["nvml"])
-    if "nvml" not in facts["sources"]["answered"]:
-        module.fail_json(
-            msg="mig_layout: NVML does not answer on this host ({}); MIG needs the NVIDIA driver loaded".format(
-                "; ".join(facts["warnings"]) or "no libnvidia-ml.so.1 or no kernel module"
-            )
-        )
-    try:
-        steps = plan(facts["gpus"], module.params["layout"])
-    except LayoutError as exc:
-        module.fail_json(msg=f"mig_layout: {exc}")
-    by_index = {g["index"]: g for g in facts["gpus"]}
-    busy = [
-        f"GPU {s['index']} ({s['name']}): " + ", ".join(holders(facts["gpu_users"], by_index[s["index"]].get("minor")))
-        for s in steps
-        if s["changed"] and holders(facts["gpu_users"], by_index[s["index"]].get("minor"))
-    ]
-    if busy:
-        module.fail_json(
-            msg="mig_layout: the layout changes GPUs that are in use, so nothing was changed: "
-            + "; ".join(busy)
-            + ". Stop those processes (or drain the host), then run again",
-            gpus=[_result(s) for s in steps],
-        )
-    changed = any(s["changed"] for s in steps)
-    if changed and not module.check_mode:
-        try:
-            library = nvml_candidates("/", read_driver_cache("/"))
-            with Session(library) as session:
-                for step in steps:
-                    if step["changed"]:
-                        session.apply(step)
-        except (NvmlError, OSError, ValueError) as exc:
-            module.fail_json(msg=f"mig_layout: {exc}", gpus=[_result(s) for s in steps])
-    diff = {
-        "before": "".join(f"GPU {s['index']} ({s['uuid']}): {s['before']}\n" for s in steps),
-        "after": "".join(f"GPU {s['index']} ({s['uuid']}): {s['after']}\n" for s in steps),
-    }
-    module.exit_json(changed=changed, gpus=[_result(s) for s in steps], diff=diff)
-
-
-def _result(step: dict) -> dict:
-    return {k: step[k] for k in ("index", "uuid", "before", "after", "changed")}
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, LayoutRequest.from_params, apply_layout)
 
 
 if __name__ == "__main__":
