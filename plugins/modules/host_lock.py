@@ -91,32 +91,22 @@ holder:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import hostlock
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import STATE, run_module
+
+
+def argspec() -> dict:
+    return {
+        "owner": {"type": "str", "required": True},
+        "state": STATE,
+        "path": {"type": "path", "default": hostlock.DEFAULT_PATH},
+        "timeout": {"type": "int", "default": 600},
+        "lease": {"type": "int", "default": 10800},
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "owner": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "path": {"type": "path", "default": hostlock.DEFAULT_PATH},
-            "timeout": {"type": "int", "default": 600},
-            "lease": {"type": "int", "default": 10800},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    result = {"changed": False, "acquired": False, "released": False, "holder": {}}
-    try:
-        if p["state"] == "present":
-            result["acquired"], result["holder"] = hostlock.acquire(p["path"], p["owner"], p["timeout"], p["lease"])
-        else:
-            result["released"], result["holder"] = hostlock.release(p["path"], p["owner"])
-    except hostlock.LockBusy as exc:
-        result["holder"] = exc.holder
-        module.fail_json(msg=str(exc), path=exc.path, **result)
-    except OSError as exc:
-        module.fail_json(msg=f"{p['path']}: cannot use the host's lock file: {exc}", **result)
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    run_module(module, hostlock.LockRequest.from_params, hostlock.run_lock)
 
 
 if __name__ == "__main__":

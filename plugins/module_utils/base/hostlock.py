@@ -22,6 +22,9 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass, field
+
+from .runner import Failure, Host, Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -178,3 +181,47 @@ def release(
         return True, holder
     finally:
         os.close(fd)
+
+
+# The host_lock module's work.
+
+
+@dataclass(frozen=True)
+class LockRequest:
+    """Take (``present``) or give back (``absent``) the lock at ``path`` for ``owner``."""
+
+    owner: str
+    state: str
+    path: str
+    timeout: int
+    lease: int
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> LockRequest:
+        return cls(params["owner"], params["state"], params["path"], params["timeout"], params["lease"])
+
+
+@dataclass
+class LockResult(Result):
+    """``host_lock``'s return values (RETURN)."""
+
+    changed: bool = False
+    acquired: bool = False
+    released: bool = False
+    holder: dict[str, Any] = field(default_factory=dict)
+
+
+def run_lock(request: LockRequest, host: Host) -> LockResult:
+    """The ``host_lock`` module: ``acquire`` or ``release``; a busy lock fails naming its holder."""
+    result = LockResult()
+    try:
+        if request.state == "present":
+            result.acquired, result.holder = acquire(request.path, request.owner, request.timeout, request.lease)
+        else:
+            result.released, result.holder = release(request.path, request.owner)
+    except LockBusy as exc:
+        result.holder = exc.holder
+        raise Failure(str(exc), path=exc.path, **result.fields()) from None
+    except OSError as exc:
+        raise Failure(f"{request.path}: cannot use the host's lock file: {exc}", **result.fields()) from None
+    return result

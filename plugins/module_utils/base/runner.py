@@ -13,7 +13,9 @@ The argument specs that several modules share are written here once.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # present/absent, present by default
 STATE = {"type": "str", "choices": ["present", "absent"], "default": "present"}
