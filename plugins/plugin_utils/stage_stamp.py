@@ -7,8 +7,9 @@ checks (see ``module_utils/discovery/stamp.py`` for what a stamp is).
 For each stage: the variables it reads besides its role's own (the role's are read from its
 ``meta/argument_specs.yml``, so a new role variable is an input without an edit here), the files, units and packages
 its role writes or starts, and the facts it publishes. A file the role writes and this table leaves out would let a
-rerun skip the stage though that file drifted: ``tests/controller/plugin_utils/test_stage_stamp.py`` checks every
-literal ``dest:``/``path:`` of the roles' tasks against it.
+rerun skip the stage though that file drifted:
+``tests/controller/plugins/plugin_utils/test_stage_stamp.py`` checks every literal
+``dest:``/``path:`` of the roles' tasks against it.
 """
 
 from __future__ import annotations

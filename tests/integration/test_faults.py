@@ -8,9 +8,9 @@ not start with the new configuration, two runs at once. ``make faults`` (inside 
 
 One fleet for the whole file: ``f-bookworm`` (docker 20.10 and containerd 1.6, Debian's NVIDIA userspace for the CDI
 spec), ``f-trixie`` (containerd 1.7), ``f-sid`` (containerd 2.1). The modules run alone through a short playbook
-(``playbooks/container_runtime.yml``, ``playbooks/cdi_spec.yml``), as the runtime stage runs them; the lock runs
-through ``site.yml`` itself. Every case starts from the admin's own configuration (a key of the admin's in
-``daemon.json``/``config.toml``, the engine restarted on it) and ends with the same checks, one row of the outcome
+(``tests/integration/playbooks/container_runtime.yml``, ``cdi_spec.yml`` beside it), as the runtime stage runs them;
+the lock runs through ``site.yml`` itself. Every case starts from the admin's own configuration (a key of the admin's
+in ``daemon.json``/``config.toml``, the engine restarted on it) and ends with the same checks, one row of the outcome
 table each (``tests/output/faults.md``, also printed): the engine answers, its files parse (the old or the new ones,
 and it was started after they were written: it runs what is on disk), the admin's keys are there, and a rerun
 converges (the first rerun may still finish the job, the one after it changes nothing).

@@ -11,7 +11,8 @@ READMEs, YAML, templates):
   ``ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi``: the longest leading part that is a package or
   a module must exist, and the next name (when there is one) must be defined in that module;
 * names relative to ``module_utils`` in backquotes (``cdi.spec``, ``hostprog.shim.main``), read the same way;
-* paths: ``plugins/module_utils/hostprog/oci.py``, ``plugins/filter/validate.py``;
+* paths: ``plugins/module_utils/hostprog/oci.py``, ``plugins/filter/validate.py``; and, in comments, docstrings
+  and pages, any other file of the repository (``tests/sim/README.md``);
 * a module named by a private alias (``_oci.check_config``, ``_ldcache``) is the alias the file imports it under;
   any other such name (the flat ``module_utils/_oci.py`` layout) names a file that does not exist.
 """
@@ -40,6 +41,14 @@ DOTTED = re.compile(
 )
 RELATIVE = re.compile(rf"(?<!`)(``?)((?:{'|'.join(SUBPACKAGES)})(?:\.{IDENT})+)(?:\(\))?\1(?!`)")
 PATH = re.compile(r"(?<![\w./-])plugins/(?:module_utils|plugin_utils|modules|filter|doc_fragments)(?:/[\w.]*\w)+")
+# Any other path of the repository with a file name (in comments, docstrings and pages only: tests hold made-up ones).
+REPO_PATH = re.compile(
+    r"(?<![\w./-])(?:roles|playbooks|extensions|tests|docs|bench|changelogs|requirements)/[\w./-]*\w"
+    r"\.(?:py|md|rst|yml|yaml|j2|sh|txt|json|toml)\b"
+)
+# Paths of other projects, named next to the project (AWX's documentation).
+OTHER_PROJECTS = {"docs/job_slicing.md", "docs/docsite/rst/userguide/job_slices.rst"}
+PROSE = ("#", '"' * 3, "'" * 3, "r" + '"' * 3)  # a comment, a docstring
 ALIAS = re.compile(rf"(?<![\w.])(_[a-z][a-z0-9_]*)(?=\.{IDENT}|\.py\b|``)")
 # Backquoted names that read like a module relative to module_utils but are other projects' names.
 NOT_OURS = {"cdi.k8s.io", "runtime.v1", "runtime.v1.RuntimeService", "mig.strategy", "cdi.nvidiaHookPath"}
@@ -108,7 +117,7 @@ def _alias_names_ours(alias):
     return alias[1:] in tails
 
 
-def _problems_in(text, source, own_package, py_files, aliases):
+def _problems_in(text, source, *, own_package=None, py_files=(), aliases=True, prose=True):
     """``(offset, name, why)`` for each name in ``text`` that leads nowhere."""
     for m in DOTTED.finditer(text):
         why = resolve(m.group(1) + m.group(2))
@@ -119,14 +128,22 @@ def _problems_in(text, source, own_package, py_files, aliases):
         if name in NOT_OURS or name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
             continue
         why = resolve("module_utils." + name)
-        if why and own_package and resolve(f"{own_package}.{name}") is None:
-            why = None  # a sibling module: ``base.toml_loader`` in runtime/ is runtime/base.py's
+        packages = own_package.split(".") if own_package else []
+        if why and any(resolve(".".join([*packages[:n], name])) is None for n in range(2, len(packages) + 1)):
+            why = None  # a module beside it: ``base.toml_loader`` in runtime/ is runtime/base.py's
         if why:
             yield m.start(), name, why
     for m in PATH.finditer(text):
         path = os.path.join(ROOT, m.group(0))
         if not (os.path.exists(path) or os.path.exists(path + ".py")):
             yield m.start(), m.group(0), "no such file"
+    for m in REPO_PATH.finditer(text) if prose else ():
+        path = m.group(0)
+        made_by_a_run = path.startswith(("tests/output/", "tests/sim/build/"))
+        if "..." in path:
+            continue  # tests/unit/.../discovery_tree.py: a shortened path
+        if not (made_by_a_run or path in OTHER_PROJECTS or os.path.exists(os.path.join(ROOT, path))):
+            yield m.start(), path, "no such file"
     for m in ALIAS.finditer(text) if aliases else ():
         alias = m.group(1)
         if _alias_names_ours(alias) and f"{alias}.py" not in py_files and not _bound(source, alias):
@@ -150,7 +167,11 @@ def problems():
             own_package = os.path.dirname(os.path.relpath(path, PLUGINS)).replace(os.sep, ".")
         aliases = path.endswith((".py", ".md", ".rst"))
         for line, text in chunks:
-            for offset, name, why in _problems_in(text, source, own_package, py_files, aliases):
+            prose = not path.endswith(".py") or text.startswith(PROSE)
+            found_here = _problems_in(
+                text, source, own_package=own_package, py_files=py_files, aliases=aliases, prose=prose
+            )
+            for offset, name, why in found_here:
                 found.append(f"{rel}:{line + text.count(chr(10), 0, offset)}: {name}: {why}")
     return found
 
@@ -178,10 +199,10 @@ def test_resolve(name, ok):
 
 def test_an_old_flat_name_is_caught():
     text = "bounded (``_oci.MAX_*``), the hook (``_cdi_hook.apply``), ``module_utils.cdi.nope``, ``hostprog.oci``"
-    found = [name for _offset, name, _why in _problems_in(text, text, None, set(), aliases=True)]
+    found = [name for _offset, name, _why in _problems_in(text, text)]
     assert found == ["module_utils.cdi.nope", "_oci", "_cdi_hook"]
     imported = "from ..hostprog import oci as _oci\n"
-    assert not list(_problems_in("``_oci.MAX_*``", imported, None, set(), aliases=True))
+    assert not list(_problems_in("``_oci.MAX_*``", imported))
     assert not _alias_names_ours("_input")  # a Jinja variable, not a module
 
 
