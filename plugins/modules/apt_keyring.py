@@ -78,89 +78,46 @@ fingerprints:
   sample: [6AB542B6C4AF9CB137302BCD9B0100171D9782DD]
 """
 
-import os
+import functools
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import fileio, openpgp
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import openpgp
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import Failure, run_module
+
+
+def argspec() -> dict:
+    return {
+        "dest": {"type": "path", "required": True},
+        "url": {"type": "str"},
+        "content": {"type": "str"},
+        "fingerprints": {"type": "list", "elements": "str", "default": []},
+        "mode": {"type": "raw", "default": "0644"},
+        "timeout": {"type": "int", "default": 30},
+    }
 
 
 def _fetch(module: AnsibleModule, url: str, timeout: int) -> bytes:
     response, info = fetch_url(module, url, timeout=timeout)
     # an HTTP error comes back as a response too; file:// answers with no status or 200
     if response is None or info.get("status") not in (200, None):
-        module.fail_json(
-            msg=f"{url}: could not fetch the repository key ({info.get('status')}: {info.get('msg')}); "
+        raise Failure(
+            f"{url}: could not fetch the repository key ({info.get('status')}: {info.get('msg')}); "
             "check the key URL variable and that the host can reach it"
         )
     return response.read(openpgp.MAX_KEY_BYTES + 1)
 
 
-def _mode(module: AnsibleModule, value: object) -> int:
-    try:
-        return int(value, 8) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        module.fail_json(msg=f"mode: {value!r} is not an octal mode such as '0644'")
-        raise  # unreachable: fail_json exits
-
-
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "dest": {"type": "path", "required": True},
-            "url": {"type": "str"},
-            "content": {"type": "str"},
-            "fingerprints": {"type": "list", "elements": "str", "default": []},
-            "mode": {"type": "raw", "default": "0644"},
-            "timeout": {"type": "int", "default": 30},
-        },
+        argument_spec=argspec(),
         required_one_of=[("url", "content")],
         mutually_exclusive=[("url", "content")],
         supports_check_mode=True,
     )
-    params = module.params
-    dest, source = params["dest"], params["url"] or "content"
-    mode = _mode(module, params["mode"])
-    data = _fetch(module, params["url"], params["timeout"]) if params["url"] else params["content"].encode()
-    try:
-        keyring = openpgp.dearmor(data)
-        found = openpgp.fingerprints(keyring)
-    except openpgp.KeyDataError as exc:
-        module.fail_json(msg=f"{source}: not a usable repository key for {dest}: {exc}")
-    wanted = {f.replace(" ", "").upper() for f in params["fingerprints"]}
-    unexpected = [f for f in found if wanted and f not in wanted]
-    if unexpected:
-        module.fail_json(
-            msg=f"{source}: key {', '.join(unexpected)} is not one of the expected fingerprints "
-            f"{', '.join(sorted(wanted))}; nothing written to {dest}",
-            fingerprints=found,
-        )
-    try:
-        with open(dest, "rb") as f:
-            before = f.read()
-        before_mode = os.stat(dest).st_mode & 0o7777
-    except FileNotFoundError:
-        before, before_mode = None, None
-    changed = before != keyring or before_mode != mode
-    result = {"changed": changed, "dest": dest, "fingerprints": found}
-    if module._diff:
-        try:
-            old = ", ".join(openpgp.fingerprints(before)) if before is not None else ""
-        except openpgp.KeyDataError:
-            old = f"({len(before or b'')} bytes that are not an OpenPGP key)"
-        result["diff"] = {
-            "before_header": dest if before is not None else "/dev/null",
-            "after_header": dest,
-            "before": f"keys: {old}\nmode: {oct(before_mode) if before_mode is not None else ''}\n",
-            "after": f"keys: {', '.join(found)}\nmode: {oct(mode)}\n",
-        }
-    if changed and not module.check_mode:
-        try:
-            fileio.atomic_write(dest, keyring, mode, makedirs=True)
-        except OSError as exc:
-            module.fail_json(msg=f"{dest}: could not write the keyring: {exc}")
-    module.exit_json(**result)
+    work = functools.partial(openpgp.write_keyring, fetch=functools.partial(_fetch, module))
+    run_module(module, openpgp.KeyringRequest.from_params, work)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,15 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
+from dataclasses import dataclass
+
+from . import fileio
+from .runner import Failure, Host, Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Any, Callable, Iterator
 
 PUBLIC_KEY = 6  # packet tag of a primary public key
 ARMOR_BEGIN = "-----BEGIN PGP PUBLIC KEY BLOCK-----"
@@ -116,3 +121,87 @@ def fingerprints(data: bytes) -> list[str]:
     if not found:
         raise KeyDataError("no OpenPGP public key packet in the data")
     return found
+
+
+# The apt_keyring module's work.
+
+
+@dataclass(frozen=True)
+class KeyringRequest:
+    """The keyring to write: ``dest``, from ``url`` or ``content``, checked against ``fingerprints`` (normalised,
+    upper case without spaces; empty: any key), with ``mode``."""
+
+    dest: str
+    url: str | None
+    content: str | None
+    fingerprints: frozenset[str]
+    mode: int
+    timeout: int
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> KeyringRequest:
+        value = params["mode"]
+        try:
+            mode = int(value, 8) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise Failure(f"mode: {value!r} is not an octal mode such as '0644'") from None
+        wanted = frozenset(f.replace(" ", "").upper() for f in params["fingerprints"])
+        return cls(params["dest"], params["url"], params["content"], wanted, mode, params["timeout"])
+
+
+@dataclass
+class KeyringResult(Result):
+    """``apt_keyring``'s return values (RETURN)."""
+
+    changed: bool
+    dest: str
+    fingerprints: list[str]
+    diff: dict[str, str] | None = None
+
+
+def _keyring_diff(request: KeyringRequest, before: bytes | None, before_mode: int | None, found: list[str]) -> dict:
+    try:
+        old = ", ".join(fingerprints(before)) if before is not None else ""
+    except KeyDataError:
+        old = f"({len(before or b'')} bytes that are not an OpenPGP key)"
+    return {
+        "before_header": request.dest if before is not None else "/dev/null",
+        "after_header": request.dest,
+        "before": f"keys: {old}\nmode: {oct(before_mode) if before_mode is not None else ''}\n",
+        "after": f"keys: {', '.join(found)}\nmode: {oct(request.mode)}\n",
+    }
+
+
+def write_keyring(request: KeyringRequest, host: Host, *, fetch: Callable[[str, int], bytes]) -> KeyringResult:
+    """The ``apt_keyring`` module: dearmor the key (``fetch(url, timeout)`` or the content), check its fingerprints,
+    write the keyring when its bytes or mode differ."""
+    dest, source = request.dest, request.url or "content"
+    data = fetch(request.url, request.timeout) if request.url else (request.content or "").encode()
+    try:
+        keyring = dearmor(data)
+        found = fingerprints(keyring)
+    except KeyDataError as exc:
+        raise Failure(f"{source}: not a usable repository key for {dest}: {exc}") from None
+    wanted = request.fingerprints
+    unexpected = [f for f in found if wanted and f not in wanted]
+    if unexpected:
+        raise Failure(
+            f"{source}: key {', '.join(unexpected)} is not one of the expected fingerprints "
+            f"{', '.join(sorted(wanted))}; nothing written to {dest}",
+            fingerprints=found,
+        )
+    try:
+        with open(dest, "rb") as f:
+            before = f.read()
+        before_mode = os.stat(dest).st_mode & 0o7777
+    except FileNotFoundError:
+        before, before_mode = None, None
+    result = KeyringResult(changed=before != keyring or before_mode != request.mode, dest=dest, fingerprints=found)
+    if host.diff:
+        result.diff = _keyring_diff(request, before, before_mode, found)
+    if result.changed and not host.check_mode:
+        try:
+            fileio.atomic_write(dest, keyring, request.mode, makedirs=True)
+        except OSError as exc:
+            raise Failure(f"{dest}: could not write the keyring: {exc}") from None
+    return result
