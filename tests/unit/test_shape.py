@@ -7,6 +7,7 @@
 * A module is an argument spec plus a call into ``module_utils``: at most ``MODULE_CODE_LINES`` lines of code, which
   counts every line that is not blank, not a comment and not inside a documentation string (the module's
   ``DOCUMENTATION``, ``EXAMPLES`` and ``RETURN`` and every docstring), as ``ast`` sees them.
+  Its ``main()`` is at most ``MAIN_STATEMENTS`` statements: the module built from its argument spec, and the call.
 * No file under ``plugins/`` has more than ``FILE_LINES`` lines.
 * A filter file is entry points over ``plugin_utils``: it imports from ``plugins.plugin_utils``, and each of its
   functions (nested ones and ``FilterModule.filters`` included) is at most ``FILTER_STATEMENTS`` statements, its
@@ -30,13 +31,14 @@ PLUGINS = os.path.join(ROOT, "plugins")
 MODULE_CODE_LINES = 160
 FILE_LINES = 700
 FILTER_STATEMENTS = 6
+MAIN_STATEMENTS = 5
 DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 # rule -> the files (relative to plugins/) that do not meet it yet
 ALLOWED = {
-    "module_code_lines": {
-    },
+    "module_code_lines": set(),
+    "module_main": set(),
     "file_lines": {
         "module_utils/hostprog/oci.py",
         "modules/gpu_facts.py",
@@ -128,6 +130,15 @@ def filter_problems(rel: str) -> list[str]:
     return problems
 
 
+def main_problems(rel: str) -> list[str]:
+    """Why the module ``rel``'s ``main()`` is not an argument spec and a call (empty: it is)."""
+    mains = [n for n in _parse(rel)[1].body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    if not mains:
+        return ["no main()"]
+    count = _statements(mains[0].body[1:] if _docstring(mains[0].body) is not None else mains[0].body)
+    return [f"main(): {count} statements (at most {MAIN_STATEMENTS})"] if count > MAIN_STATEMENTS else []
+
+
 def _too_long(rel: str) -> int:
     with open(os.path.join(PLUGINS, rel), "rb") as f:
         return sum(1 for _line in f)
@@ -142,6 +153,7 @@ RULES = {
         MODULES,
         lambda rel: [f"{code_lines(rel)} lines of code"] if code_lines(rel) > MODULE_CODE_LINES else [],
     ),
+    "module_main": (MODULES, main_problems),
     "file_lines": (ALL_FILES, lambda rel: [f"{_too_long(rel)} lines"] if _too_long(rel) > FILE_LINES else []),
     "thin_filter": (FILTERS, filter_problems),
 }
