@@ -21,9 +21,9 @@ It runs as root on the host, in the container's mount namespace before ``pivot_r
 container's ``/proc`` already mounted, on a root file system the image's author controls. So
 (CVE-2024-0132, CVE-2025-23266, CVE-2025-23267):
 
-* No program runs. Earlier versions ran the host's ``ldconfig -r <root>``: its chroot is no boundary
-  for a root process that can reach ``<root>/proc/1/root`` (the host's ``/``), and it reads the image's
-  ``ld.so.conf``, follows its links and blocks on its FIFOs. The cache is now written here, from the
+* No program runs. The host's ``ldconfig -r <root>`` would be no boundary: its chroot does not stop a
+  root process that can reach ``<root>/proc/1/root`` (the host's ``/``), and it reads the image's
+  ``ld.so.conf``, follows its links and blocks on its FIFOs. The cache is written here, from the
   spec's list of libraries; the image's ``ld.so.conf`` is never read.
 * It decides nothing from the container: the container root comes from the bundle's ``config.json``
   (``root.path``), named by the runtime's state on stdin; ``process.env`` is never read. Its own
@@ -71,12 +71,12 @@ def sanitize_environment() -> None:
 
 
 def parse_args(argv: list[str]) -> dict:
-    """The hook's options: ``folders``, ``libraries`` (``(arch, soname, container path)``), ``links``
-    (``(target name, container path)``) and ``legacy`` (an older spec that still names ``--ldconfig``)."""
+    """The hook's options: ``folders``, ``libraries`` (``(arch, soname, container path)``) and ``links``
+    (``(target name, container path)``)."""
     args = list(argv[1:])
     if args and args[0] == "apply":
         args = args[1:]
-    options = {"folders": [], "libraries": [], "links": [], "legacy": False}
+    options = {"folders": [], "libraries": [], "links": []}
     i = 0
     while i < len(args):
         flag = args[i]
@@ -85,9 +85,7 @@ def parse_args(argv: list[str]) -> dict:
         value = args[i + 1]
         if "\0" in value or "\n" in value:
             raise HookError(f"{flag} {value!r}: a newline or NUL in a value")
-        if flag == "--ldconfig":
-            options["legacy"] = True  # written by an older gpufleet: no program is run any more
-        elif flag == "--folder":
+        if flag == "--folder":
             if not value.startswith("/"):
                 raise HookError(f"--folder {value!r}: not an absolute path")
             options["folders"].append(value)
@@ -106,11 +104,6 @@ def parse_args(argv: list[str]) -> dict:
         else:
             raise HookError(f"unknown option {flag!r}")
         i += 2
-    if options["legacy"] and options["folders"] and not options["libraries"]:
-        raise HookError(
-            "this CDI spec was written by an older gpufleet.nvidia (it asks for ldconfig, which is no longer run): "
-            "regenerate it with gpufleet.nvidia.cdi_spec or gpufleet-cdi-refresh"
-        )
     return options
 
 

@@ -349,9 +349,9 @@ def test_image_code_and_loader_variables_never_run(hook, built, canary):
     assert not marker.exists()
 
 
-def test_spec_from_an_older_collection_is_refused_with_advice(hook):
+def test_an_ldconfig_to_run_is_refused(hook):
     proc = hook(args=["apply", "--ldconfig", LDCONFIG, "--folder", LIB])
-    assert proc.returncode == 1 and "regenerate it with gpufleet.nvidia.cdi_spec" in proc.stderr
+    assert proc.returncode == 1 and "unknown option '--ldconfig'" in proc.stderr
 
 
 @pytest.mark.parametrize(
