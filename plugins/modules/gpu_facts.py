@@ -110,7 +110,9 @@ ansible_facts:
   type: dict
   contains:
     nvidia:
-      description: Everything discovered.
+      description:
+        - Everything discovered.
+        - Every key below is returned always, except where its entry says when.
       returned: always
       type: dict
       contains:
@@ -118,99 +120,78 @@ ansible_facts:
           description:
           - One entry per GPU the driver sees, sorted by minor number.
           - Without a driver-level source (no module loaded), the PCI GPUs bound to C(nvidia) in sysfs.
-          returned: always
           type: list
           elements: dict
           contains:
             index:
               description: NVML index (PCI order when only procfs or sysfs answered).
               type: int
-              returned: always
             minor:
               description: Device minor (C(/dev/nvidia<minor>)).
               type: int
-              returned: always
             uuid:
               description: C(GPU-...) UUID.
               type: str
-              returned: always
             name:
               description: Product name.
               type: str
-              returned: always
               sample: NVIDIA A100-SXM4-40GB
             pci_bus_id:
               description: PCI address, in lower case.
               type: str
-              returned: always
               sample: '0000:07:00.0'
             pci_device_id:
               description: PCI device and vendor id as NVML prints it.
               type: str
-              returned: always
               sample: '0x20b010de'
             memory_mib:
               description: Frame buffer size in MiB.
               type: int
-              returned: always
             compute_capability:
               description: CUDA compute capability.
               type: str
-              returned: always
               sample: '8.0'
             architecture:
               description: Architecture name.
               type: str
-              returned: always
               sample: Ampere
             mig_mode:
               description: C(enabled), C(disabled) or null (not MIG-capable or unknown).
               type: str
-              returned: always
             numa_node:
               description: NUMA node of the GPU; null when the platform does not say.
               type: int
-              returned: always
             source:
               description: The best source that reported this GPU.
               type: str
-              returned: always
               sample: nvml
             field_sources:
               description: For each field, the source that gave its value (C(table) for values from the product-name
                 table).
               type: dict
-              returned: always
             lost:
               description: The driver counts this GPU but cannot reach it (fallen off the bus).
               type: bool
-              returned: always
             mig_devices:
               description: MIG devices when MIG is on.
               type: list
               elements: dict
-              returned: always
               contains:
                 index:
                   description: MIG device index on its GPU.
                   type: int
-                  returned: always
                 uuid:
                   description: C(MIG-...) UUID (NVML only).
                   type: str
-                  returned: always
                 gi_id:
                   description: GPU instance id.
                   type: int
-                  returned: always
                 ci_id:
                   description: Compute instance id.
                   type: int
-                  returned: always
                 memory_mib:
                   description: Memory of the instance in MiB.
                   type: int
-                  returned: always
                 name:
                   description: Device name (NVML only).
                   type: str
@@ -226,7 +207,6 @@ ansible_facts:
                   C(xid_events) without NVML.
                 - Each bad state is also a RV(ansible_facts.nvidia.problems) entry with NVIDIA's recommended action.
               type: dict
-              returned: always
               contains:
                 ecc_uncorrected_volatile:
                   description: Uncorrected ECC errors since the last GPU reset or driver load.
@@ -259,7 +239,6 @@ ansible_facts:
                   description: This GPU's entries of RV(ansible_facts.nvidia.xid_events).
                   type: list
                   elements: dict
-                  returned: always
             mig_mode_pending:
               description: MIG mode after the next GPU reset.
               type: str
@@ -288,17 +267,14 @@ ansible_facts:
         gpu_count:
           description: GPUs the driver sees (the length of C(gpus)).
           type: int
-          returned: always
         pci_gpu_count:
           description: NVIDIA display and 3D controllers on the PCI bus.
           type: int
-          returned: always
         gpu_node:
           description:
             - Whether the host has an NVIDIA GPU on the PCI bus (C(pci_gpu_count > 0)), driver or not. Every stage of
               C(site.yml) and every role acts on GPU nodes only; this is the one statement of that rule.
           type: bool
-          returned: always
         container:
           description:
             - The container manager the host under O(root) runs in (C(docker), C(podman), C(lxc), C(systemd-nspawn),
@@ -307,96 +283,76 @@ ansible_facts:
               environment, C(/.dockerenv), C(/run/.containerenv), C(/proc/vz), PID 1's cgroup). A container can
               neither build nor load the kernel module, so the driver role manages the userspace only there.
           type: str
-          returned: always
           sample: docker
         pci_devices:
           description: Every NVIDIA PCI function (GPUs, their audio/USB functions, NVSwitches).
           type: list
           elements: dict
-          returned: always
           contains:
             pci_bus_id:
               description: PCI address.
               type: str
-              returned: always
             vendor_id:
               description: Vendor id.
               type: str
-              returned: always
               sample: '0x10de'
             device_id:
               description: Device id.
               type: str
-              returned: always
               sample: '0x20b0'
             subsystem_vendor_id:
               description: Subsystem vendor id.
               type: str
-              returned: always
             subsystem_device_id:
               description: Subsystem device id.
               type: str
-              returned: always
             class:
               description: PCI class.
               type: str
-              returned: always
               sample: '0x030200'
             is_gpu:
               description: A display or 3D controller.
               type: bool
-              returned: always
             driver:
               description: Kernel driver bound to it.
               type: str
-              returned: always
               sample: nvidia
             numa_node:
               description: NUMA node.
               type: int
-              returned: always
             iommu_group:
               description: IOMMU group.
               type: str
-              returned: always
         driver:
           description: The driver.
           type: dict
-          returned: always
           contains:
             installed_version:
               description: Version of the installed userspace (from C(ld.so.cache)).
               type: str
-              returned: always
             loaded_version:
               description: Version of the loaded kernel module.
               type: str
-              returned: always
             loaded:
               description: The kernel module is loaded (or NVML/nvidia-smi answered).
               type: bool
-              returned: always
             kernel_module_flavor:
               description: C(open), C(proprietary) or null.
               type: str
-              returned: always
             uvm_loaded:
               description:
                 - The C(nvidia-uvm) module is loaded (its major is in C(/proc/devices), or C(/sys/module/nvidia_uvm) is
                   live), so the driver provides C(/dev/nvidia-uvm), which CUDA needs in every container.
               type: bool
-              returned: always
             cuda_version:
               description:
                 - Highest CUDA version the driver supports (NVML, else C(nvidia-smi)); null when unknown (nvidia-smi
                   writes C(Not Found) when it cannot load C(libcuda)).
               type: str
-              returned: always
               sample: '12.2'
             reboot_required:
               description: Installed and loaded versions differ.
               type: bool
-              returned: always
             device_files:
               description:
                 - The owner, group and mode the driver gives its device files (the nvidia module's
@@ -405,45 +361,36 @@ ansible_facts:
                   root, root, 0666) - and C(additional_gids), the group a container's process is given to open them
                   (empty where everyone may; M(gpufleet.nvidia.cdi_spec)).
               type: dict
-              returned: always
               sample: {uid: 0, gid: 44, mode: "0660", source: modprobe.d, additional_gids: [44]}
             sources:
               description: For each field above, the source that gave it.
               type: dict
-              returned: always
         device_nodes:
           description: Every C(/dev/nvidia*) and C(/dev/nvidia-caps/*) character device present.
           type: list
           elements: dict
-          returned: always
           contains:
             path:
               description: Path in the host's terms.
               type: str
-              returned: always
               sample: /dev/nvidia0
             major:
               description: Major number.
               type: int
-              returned: always
             minor:
               description: Minor number.
               type: int
-              returned: always
             char_link:
               description: The C(/dev/char/<major>:<minor>) link it needs.
               type: str
-              returned: always
             char_link_present:
               description: That link exists.
               type: bool
-              returned: always
         libraries:
           description:
           - Driver files by capability (C(utility), C(compute), C(video), C(graphics), C(display), C(ngx), C(compat32)),
             each a list of C({kind, name, path, resolved, arch}); C(kind) is library, binary, config, ipc or firmware.
           type: dict
-          returned: always
         engines:
           description:
           - For C(docker), C(containerd), C(crio) and C(podman) - C(installed), C(binary), C(version), C(config_path),
@@ -455,11 +402,9 @@ ansible_facts:
             that names its program (docker's C(path), containerd's C(options.BinaryName), CRI-O's C(runtime_path)); a
             program that does not exist is a problem C(runtime_program_missing).
           type: dict
-          returned: always
         labels:
           description: The node labels NVIDIA's GPU feature discovery would set; every value a string.
           type: dict
-          returned: always
           sample:
             nvidia.com/gpu.present: 'true'
             nvidia.com/gpu.count: '8'
@@ -468,21 +413,17 @@ ansible_facts:
           description: Problems found, each C({code, message, fix}).
           type: list
           elements: dict
-          returned: always
           contains:
             code:
               description: Stable code.
               type: str
-              returned: always
               sample: driver_version_mismatch
             message:
               description: What is wrong.
               type: str
-              returned: always
             fix:
               description: How to fix it.
               type: str
-              returned: always
         toolkit:
           description:
           - The container toolkit installed on the host, as the C(toolkit) role publishes it in C(gpufleet_toolkit), so
@@ -492,7 +433,6 @@ ansible_facts:
             and C(/etc/gpufleet/runtime.json); NVIDIA's by C(/usr/bin/nvidia-container-runtime) and
             C(/etc/nvidia-container-runtime/config.toml).
           type: dict
-          returned: always
           contains:
             provider:
               description: C(native) or C(nvidia).
@@ -548,7 +488,6 @@ ansible_facts:
           - The NVIDIA CDI spec found first of C(/etc/cdi/nvidia.yaml), C(/etc/cdi/nvidia.json),
             C(/var/run/cdi/nvidia.yaml), C(/var/run/cdi/nvidia.json); null when there is none.
           type: dict
-          returned: always
           contains:
             path:
               description: The spec's path.
@@ -564,17 +503,14 @@ ansible_facts:
             C(toolkit) role's C(toolkit_provider=auto) adopts and what the problems C(cdi_spec_conflict),
             C(cdi_spec_shadowed) and C(nvidia_program_shadowed) are found from.
           type: dict
-          returned: always
           contains:
             installed:
               description: Any of NVIDIA's packages, or its C(/usr/bin/nvidia-container-runtime), C(nvidia-ctk) or
                 C(nvidia-container-cli), is there.
               type: bool
-              returned: always
             packages:
               description: The version of each of NVIDIA's four packages that are installed (dpkg; C(rpm -q)).
               type: dict
-              returned: always
               sample: {nvidia-container-toolkit: 1.17.8-1, nvidia-container-toolkit-base: 1.17.8-1}
             binaries:
               description:
@@ -582,11 +518,9 @@ ansible_facts:
                 C(nvidia-container-runtime-hook), C(nvidia-cdi-hook), C(nvidia-container-cli) found in C(/usr/bin);
                 the version is what the program's C(--version) prints, read on O(root=/) only (null otherwise).
               type: dict
-              returned: always
             config_path:
               description: C(/etc/nvidia-container-runtime/config.toml) when it exists, else null.
               type: str
-              returned: always
             cdi_specs:
               description:
               - Every CDI spec the engines load (C(*.json), C(*.yaml) in C(/etc/cdi) then C(/var/run/cdi)), each
@@ -594,12 +528,10 @@ ansible_facts:
                 (which wins), C(devices) the device names, C(ours) whether the C(cdi_spec) module wrote it.
               type: list
               elements: dict
-              returned: always
             units:
               description: NVIDIA's C(nvidia-cdi-refresh.service) and C(.path) (toolkit 1.18 and later) when found, each
                 C({path, enabled, masked}).
               type: dict
-              returned: always
         gpu_users:
           description:
           - The processes holding an NVIDIA device (C(/dev/nvidia*), C(nvidiactl), C(nvidia-uvm), C(nvidia-caps/*))
@@ -610,27 +542,22 @@ ansible_facts:
           - Bounded - at most 65536 processes, a million descriptors and 256 users (C(truncated) says when a bound was
             reached); the module's own process is left out. About 45 ms for 530 processes.
           type: dict
-          returned: always
           contains:
             processes:
               description: Each process, by pid.
               type: list
               elements: dict
-              returned: always
               contains:
                 pid:
                   description: Process id (in the PID namespace of O(root)'s C(/proc)).
                   type: int
-                  returned: always
                 command:
                   description: Command name (C(/proc/<pid>/stat)), null when the process exited while read.
                   type: str
-                  returned: always
                 devices:
                   description: The NVIDIA device paths it holds, as the process names them.
                   type: list
                   elements: str
-                  returned: always
                 container:
                   description:
                   - Null for a process in no container; else C(engine) (C(docker), C(podman), C(containerd), C(crio),
@@ -638,19 +565,15 @@ ansible_facts:
                     container id), C(pod_uid) (Kubernetes) and C(namespace) (the containerd namespace, when a
                     containerd shim told it).
                   type: dict
-                  returned: always
             scanned:
               description: Processes looked at.
               type: int
-              returned: always
             unreadable:
               description: Processes whose open files could not be read (another user's, without root).
               type: int
-              returned: always
             truncated:
               description: Whether a bound stopped the scan early.
               type: bool
-              returned: always
           sample:
             processes:
             - pid: 4242
@@ -671,7 +594,6 @@ ansible_facts:
         sources:
           description: C(requested) (the sources tried, best first) and C(answered) (those that answered).
           type: dict
-          returned: always
         xid_events:
           description:
             - The XID events in the kernel log since boot, one entry per GPU and XID,
@@ -680,7 +602,6 @@ ansible_facts:
               collection has no entry for).
           type: list
           elements: dict
-          returned: always
           sample:
             - pci_bus_id: '0000:17:00.0'
               xid: 79
@@ -694,53 +615,26 @@ ansible_facts:
               instance under another O(root)). Not C(active) with NVSwitches present is the problem
               C(fabric_manager_down).
           type: dict
-          returned: always
           sample: {nvswitch_count: 4, state: active}
         xid_source:
           description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
             could be read.
           type: str
-          returned: always
         warnings:
           description: Sources that failed, and why.
           type: list
           elements: str
-          returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import SOURCES, discover
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.toolkit import DEFAULT_BINDIR
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import facts_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "root": {"type": "path", "default": "/"},
-            "driver_root": {"type": "path"},
-            "sources": {"type": "list", "elements": "str", "choices": ["auto", *SOURCES], "default": ["auto"]},
-            "toolkit_bindir": {"type": "path", "default": DEFAULT_BINDIR},
-            "kernel_log": {"type": "path", "default": "/dev/kmsg"},
-        },
-        supports_check_mode=True,
-    )
-
-    def run_command(argv: list[str]) -> tuple[int, str, str]:
-        return module.run_command(argv, check_rc=False)
-
-    try:
-        facts = discover(
-            root=module.params["root"],
-            driver_root=module.params["driver_root"],
-            sources=module.params["sources"],
-            run_command=run_command,
-            toolkit_bindir=module.params["toolkit_bindir"],
-            kernel_log=module.params["kernel_log"],
-        )
-    except ValueError as exc:
-        module.fail_json(msg=f"gpu_facts: {exc}")
-    module.exit_json(changed=False, ansible_facts={"nvidia": facts})
+    module = AnsibleModule(argument_spec=facts_module.argspec(), supports_check_mode=True)
+    run_module(module, facts_module.FactsRequest.from_params, facts_module.run_gpu_facts)
 
 
 if __name__ == "__main__":
