@@ -30,7 +30,7 @@ the targets are reported as met or missed.
   ``site.yml`` first run and no-change rerun on 1 and on 24 of them, the per-host marginal wall time and controller
   CPU (the slope between the two sizes) against a bare ``gather_facts`` play on the same hosts, forks
   ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, module executions per host;
-* storm (issue 19): ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
+* storm: ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
   nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
   ``ctr run --runc-binary``, podman's CDI; all GPUs, one by index, one by UUID, none) while the spec and index are
   rewritten on the node and ``cdi_spec`` / ``container_runtime`` run again from the controller: start-time median,
@@ -65,7 +65,7 @@ IMAGE = "gpufleet-sim/mini:latest"
 SHIM = "/usr/local/bin/gpufleet-container-runtime"
 SITE = os.path.join(REPO, "playbooks", "site.yml")
 PREPARE = os.path.join(REPO, "tests", "sim", "playbooks", "prepare.yml")
-# Issue 18's targets: a GPU start through the shim within 5% of plain runc and at most 0.85x NVIDIA's runtime in CDI
+# The targets: a GPU start through the shim within 5% of plain runc and at most 0.85x NVIDIA's runtime in CDI
 # mode; a no-change rerun a quarter of the first run; 8 GPUs x 7 MIG in 50 ms; a rerun per host 3x gather_facts.
 TARGETS = {
     "shim_ratio": 1.05,
@@ -817,7 +817,7 @@ def ldcache_rows(rounds):
 
 
 # --------------------------------------------------------------------------------------------------
-# Discovery at the high end (issue 18): a DGX-class host tree, no fleet.
+# Discovery at the high end: a DGX-class host tree, no fleet.
 
 DGX_TARGET_S = 0.050
 
@@ -1002,7 +1002,7 @@ def dgx_rows(rounds):
         )
         bare_cpu, bare_wall = statistics.median(proc["cpu-bare-dgx"]), statistics.median(proc["bare-dgx"])
         notes.append(
-            "DGX: a bare python3 -IS start took {:.1f} ms CPU, {:.1f} ms wall in this run (issue 18 measured 11.9 ms "
+            "DGX: a bare python3 -IS start took {:.1f} ms CPU, {:.1f} ms wall in this run (about 11.9 ms "
             "wall on a quiet machine): the in-process scan + spec used the CPU time of {:.2f} such starts".format(
                 bare_cpu * 1000, bare_wall * 1000, statistics.median(times["cpu-dgx"]) / bare_cpu
             )

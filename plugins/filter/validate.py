@@ -18,7 +18,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
   listed, and what is wrong with it (the check NVIDIA's install guides give: ``nvidia-smi`` in a container);
 * ``validate_fabric_manager_wait(nvidia, timeout)`` / ``validate_fabric_manager_problem(wait, state)`` -> whether
   this host has NVSwitches and so must wait (bounded) for Fabric Manager before GPU containers run, and what to say
-  when it did not come up (issue 23);
+  when it did not come up;
 * ``engine_reads_cdi(engine, version)`` -> whether that engine version reads CDI specs (the runtime role's
   decision to turn CDI on; the rule itself is ``runtime.common.reads_cdi``).
 """

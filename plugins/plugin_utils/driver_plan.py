@@ -43,9 +43,9 @@ SOURCES = {
     " 'dummy transitional package' depending on the 580-server ones (an ended branch installs its successor)",
     "dkms": "dkms-project/dkms issue 162 (module signing reworked: mok_signing_key/mok_certificate in"
     " framework.conf, 3.0 series; framework.conf.d read from 3.0.4); Ubuntu 22.04 ships dkms 2.8.7 which signs"
-    " with /var/lib/shim-signed/mok/MOK.priv and MOK.der (issue 23's reading of packages.ubuntu.com/jammy/dkms)",
+    " with /var/lib/shim-signed/mok/MOK.priv and MOK.der (packages.ubuntu.com/jammy/dkms)",
     "fabricmanager": "NVIDIA Fabric Manager User Guide (docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/)"
-    " and issue 23: NVSwitch systems (HGX/DGX) need nvidia-fabricmanager[-<branch>] and libnvidia-nscq[-<branch>]"
+    ": NVSwitch systems (HGX/DGX) need nvidia-fabricmanager[-<branch>] and libnvidia-nscq[-<branch>]"
     " of the driver's version running before CUDA initialises; service nvidia-fabricmanager, process"
     " nv-fabricmanager",
     "debian": "Debian package index (packages.debian.org): nvidia-open-kernel-dkms in contrib, the driver in"
@@ -405,7 +405,8 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
             out["fabricmanager"] = ["nvidia-fabricmanager", "libnvidia-nscq"] if nvswitch else []
         out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
         _apt_versions(out, base, module, pin, version=version, build_module=build_module)
-        # Fabric Manager must stay at the driver's version: held with it (issue 23's apt stand-in test showed it moved).
+        # Fabric Manager must stay at the driver's version: held with it, or an apt upgrade moves it alone
+        # (tests/integration/test_driver_apt_standins.py).
         out["hold"] = out["pinning"] + [n for n in base + module if build_module or n not in module]
         out["hold"] += [n for n in out["fabricmanager"] if n not in out["hold"]]
         out["remove"] = every

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The GPU container start storm (issue 19), shared by ``test_load_storm.py`` (small, in ``make test``) and
+"""The GPU container start storm, shared by ``test_load_storm.py`` (small, in ``make test``) and
 ``make bench`` (``bench/bench.py``, section ``storm``: at least 200 starts).
 
 On each simulated node prepared as ``_fleet_e2e`` prepares them (host programs, the CDI spec and index from

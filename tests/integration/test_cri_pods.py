@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Pods through containerd's CRI API after site.yml, as the kubelet and the device plugin start them (issue 14).
+"""Pods through containerd's CRI API after site.yml, as the kubelet and the device plugin start them.
 
 A pod that requests ``nvidia.com/gpu: 1`` and names no ``runtimeClassName`` gets from the device plugin's Allocate
 only ``NVIDIA_VISIBLE_DEVICES`` (envvar strategy), or a ``/dev/null`` mount on

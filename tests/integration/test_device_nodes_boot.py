@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Device nodes at boot (issue 14): gpufleet-nvidia-devices.service on one simulated GPU node (bookworm, docker
+"""Device nodes at boot: gpufleet-nvidia-devices.service on one simulated GPU node (bookworm, docker
 20.10 through the runtime shim, Debian's real 535 userspace, 2 GPUs), installed by the toolkit and runtime roles.
 
 One fleet for every case, in order: the roles install and start the unit and the nodes and spec are complete, validate

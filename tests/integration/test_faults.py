@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Faults on real engines (issue 19): a full disk, a killed module, a node restarted mid-stage, an engine that will
+"""Faults on real engines: a full disk, a killed module, a node restarted mid-stage, an engine that will
 not start with the new configuration, two runs at once. ``make faults`` (inside ``make test``); not in
 ``make integration`` (marker ``faults``).
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What NVIDIA's install guides tell a user to type works, as typed, after one ``site.yml`` with defaults (issue 14).
+"""What NVIDIA's install guides tell a user to type works, as typed, after one ``site.yml`` with defaults.
 
 The fleet is ``converged_fleet`` (``_fleet_converged.py``, shared with ``test_cri_pods.py``): GPU nodes with
 Debian's NVIDIA userspace and two simulated GPUs each, converged by ``tests/sim/playbooks/prepare.yml`` and one full

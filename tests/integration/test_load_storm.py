@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A storm of GPU container starts while the CDI spec and index are rewritten and the runtime re-registered (issue 19).
+"""A storm of GPU container starts while the CDI spec and index are rewritten and the runtime re-registered.
 
 The small storm of ``make test``: 14 starts on each node of the session's ``e2e_fleet`` (bookworm: docker 20.10 and
 containerd 1.6; trixie: docker 26, containerd 1.7, podman 5.4; sid: docker 28, containerd 2.1), 6 at a time per node,

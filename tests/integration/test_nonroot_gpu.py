@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Non-root containers get their GPUs on hosts whose driver makes the device files 0660 for a group (issue 34).
+"""Non-root containers get their GPUs on hosts whose driver makes the device files 0660 for a group.
 
 A common hardening sets the nvidia module's ``options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660`` in
 ``/etc/modprobe.d`` (group ``video``): only root and that group may open ``/dev/nvidia*``. The collection then gives

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """A node that runs NVIDIA's container toolkit: taken over by ``site.yml``, given back by ``uninstall.yml`` as NVIDIA
-left it, then taken over for good (issue 20).
+left it, then taken over for good.
 
 The trixie node of the shared ``nvidia_fleet`` (``_fleet_nvidia.py``: docker 26 with CDI, containerd 1.7, podman 5.4,
 Debian's driver userspace preinstalled, one GPU) is prepared as a host NVIDIA's install guide left: NVIDIA's four

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """What NVIDIA's users type first: Debian's real ``nvidia-smi`` on the simulated GPU nodes, on the host and in GPU
-containers of every engine, and the validate role's judgement of it (issue 14).
+containers of every engine, and the validate role's judgement of it.
 
 The fleet is the session's ``e2e_fleet`` (``_fleet_e2e.py``, shared with ``test_cdi_e2e.py``): 2 GPUs per node,
 ``driver_packages: true`` (Debian's 535 on bookworm, 550 on trixie and sid), the host programs installed, the CDI

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Hosts the run loses are named in the fleet report, apart from hosts left out by ``--limit`` (issue 19).
+"""Hosts the run loses are named in the fleet report, apart from hosts left out by ``--limit``.
 
 A fleet of two GPU nodes without engines (the cheapest), plus two inventory hosts with no node: ``gone`` (its
 container does not exist: unreachable from the first task) and ``out`` (left out by ``--limit``). ``site.yml --tags

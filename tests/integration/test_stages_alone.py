@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Every stage of site.yml runs alone on a fleet an earlier run converged (issue 21).
+"""Every stage of site.yml runs alone on a fleet an earlier run converged.
 
 The fleet is the session's ``converged_fleet`` (``_fleet_converged.py``, shared with ``test_cri_pods.py`` and
 ``test_guide_commands.py``, which run first): GPU nodes on bookworm (docker 20.10, containerd 1.6), trixie (docker 26,

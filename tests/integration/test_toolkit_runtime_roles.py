@@ -127,7 +127,7 @@ def test_apply_publishes_the_facts_and_installs_everything(node_runs):
     ]
     for name in PROGRAMS:
         assert node.run(["test", "-x", "/usr/local/bin/" + name]).rc == 0, name
-    # what NVIDIA's guides have users type first works after the role (issue 14)
+    # what NVIDIA's guides have users type first works after the role
     info = node.run(["nvidia-container-cli", "info"], check=True).stdout
     assert info.startswith("NVRM version:   535.261.03\nCUDA version:   12.2\n\nDevice Index:   0\n"), info
     engines = runtime["engines"]

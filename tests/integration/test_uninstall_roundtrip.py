@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""site.yml, then playbooks/uninstall.yml, on bookworm, trixie and sid nodes (issue 20, "Done when"): the files are
+"""site.yml, then playbooks/uninstall.yml, on bookworm, trixie and sid nodes: the files are
 as before site.yml.
 
 One fleet of three nodes (Debian's 535 userspace preinstalled, each suite's engines: docker 20.10 and containerd 1.6

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""GPU containers in user namespaces, end to end on a simulated GPU node of its own (issue 34).
+"""GPU containers in user namespaces, end to end on a simulated GPU node of its own.
 
 One trixie node (docker 26, podman 5.4, Debian's NVIDIA userspace, one GPU), prepared as ``_fleet_e2e.py`` prepares
 its nodes: the host programs installed from this working tree, ``gpufleet.nvidia.cdi_spec`` and

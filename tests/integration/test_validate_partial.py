@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The validate role catches a half-broken GPU container (issue 22): each partial break of the injection, made on a
+"""The validate role catches a half-broken GPU container: each partial break of the injection, made on a
 real node of the session's ``e2e_fleet`` (``_fleet_e2e.py``) and run through the real engine, fails the role with a
 message naming what is missing; the same node unbroken passes.
 
@@ -17,11 +17,11 @@ and a ``finally`` puts the original bytes back, so the shared fleet is left as i
   it then has no file and is left out);
 * a device allow rule removed: ``/dev/nvidia1`` taken out of the ``all`` device's ``deviceNodes`` (the shim adds a
   device cgroup rule per device node) and bind-mounted instead, so the node is in the container and the cgroup
-  denies it (EPERM). Debian's ``nvidia-smi`` over the stub NVML still lists both GPUs there, so before issue 22 this
-  container passed;
+  denies it (EPERM). Debian's ``nvidia-smi`` over the stub NVML still lists both GPUs there, so a check by nvidia-smi
+  alone passes this container;
 * a wrong-version library: the index's ``libcuda`` mount and hook entry point at a copy named for another driver
   (``libcuda.so.470.182.03``), as an index left from an earlier driver would; the container's ``libcuda.so.1`` cache
-  entry resolves to it. It loads and nvidia-smi runs, so before issue 22 this container passed too.
+  entry resolves to it. It loads and nvidia-smi runs, so a check by nvidia-smi alone passes it too.
 """
 
 from __future__ import annotations

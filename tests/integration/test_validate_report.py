@@ -115,7 +115,7 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
             assert val["passed"] and val["libcuda"] and not val["skipped"], (name, engine)
             gpus = {"/dev/nvidia%d" % i for i in range(len(host["gpus"]))}
             assert gpus | {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= set(val["device_nodes"]), (name, engine)
-            # the guides' check: nvidia-smi -L in the container listed every GPU of the host (issue 14)
+            # the guides' check: nvidia-smi -L in the container listed every GPU of the host
             assert f"nvidia-smi -L lists {len(host['gpus'])} GPU(s)" in val["message"], (name, engine)
         assert host["driver"]["loaded_version"] == fleet.node(name).desc["driver_version"]
     trixie_docker = next(e for e in hosts["va-trixie"]["engines"] if e["name"] == "docker")

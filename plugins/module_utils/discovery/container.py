@@ -3,9 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Whether the host under ``root`` is a container, from the marks container managers leave in its files.
 
-The driver role needs the answer (a container can neither build nor load the kernel module); it used to
-combine ``/.dockerenv``, ``systemd-detect-virt --container`` and Ansible's virtualization facts in Jinja.
-The same evidence, read from files under ``root`` (so a host root mounted at ``/host`` is judged, not the
+The driver role needs the answer (a container can neither build nor load the kernel module). The evidence
+that ``/.dockerenv``, ``systemd-detect-virt --container`` and Ansible's virtualization facts rest on, read from
+files under ``root`` (so a host root mounted at ``/host`` is judged, not the
 container discovery runs in), first match wins:
 
 * ``/run/systemd/container`` and ``/run/host/container-manager`` (what systemd-detect-virt reads first);

@@ -90,8 +90,8 @@ def dpkg_packages(status: str | None, names: tuple[str, ...] = PACKAGES) -> dict
 # a database of stand-in packages, tests/unit/plugins/module_utils/discovery/test_nvidia_toolkit.py): one
 # ``NAME VERSION-RELEASE`` line per installed instance (a package installed twice, another version or architecture,
 # has two), ``package NAME is not installed`` on stdout for each one missing, and the exit status is the number of
-# packages not installed (2 for two missing, as measured): 0 to 4 here, all of them an answer. Before this, any status
-# but 0 and 1 dropped every package found.
+# packages not installed (2 for two missing, as measured): 0 to 4 here, all of them an answer, so every status up to
+# the number of packages keeps the packages found.
 RPM_QUERY = ("/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", *PACKAGES)
 
 

@@ -3,9 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The driver role's task order where no simulated node can show it (a reboot): the initramfs handler that the
-nouveau blacklist and the NVreg_* options notify runs before the reboot, not at the end of the play (issue 23,
-item 10). Read from the task files as Ansible would run them. And the Secure Boot stop where Ubuntu 22.04's
-dkms 2.8.7 would ignore the given signing key (item 5), run on localhost in check mode with a stand-in mokutil."""
+nouveau blacklist and the NVreg_* options notify runs before the reboot, not at the end of the play. Read
+from the task files as Ansible would run them. And the Secure Boot stop where Ubuntu 22.04's
+dkms 2.8.7 would ignore the given signing key, run on localhost in check mode with a stand-in mokutil."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def run_secure_boot(tmp_path: Path, plan: dict, key: str, cert: str, sb_state: s
 
 
 def test_ubuntu_2204_dkms_287_stops_before_ignoring_the_given_key(tmp_path):
-    """Issue 23, item 5: Ubuntu 22.04's dkms 2.8.7 would sign with the shim-signed MOK and not the given key."""
+    """Ubuntu 22.04's dkms 2.8.7 would sign with the shim-signed MOK and not the given key."""
     jammy = plan(
         {
             "distribution": "Ubuntu",

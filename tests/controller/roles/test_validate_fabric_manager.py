@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The validate role waits for Fabric Manager on an NVSwitch host before any GPU container runs (issue 23), on
+"""The validate role waits for Fabric Manager on an NVSwitch host before any GPU container runs, on
 localhost with a stand-in ``systemctl`` first on PATH that answers ``is-active`` from a list of states and logs
 each call. No simulated node presents NVSwitches (tests/sim has no NVSwitch PCI function), so the role's tasks run
 here; gpu_facts' NVSwitch count and the ``fabric_manager_down`` problem are tested in the discovery unit tests."""

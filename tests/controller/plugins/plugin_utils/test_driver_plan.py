@@ -142,7 +142,7 @@ def test_debian_distro_refuses_a_branch_it_does_not_ship(major, branch):
 
 
 def test_debian_cuda_repository_uses_debian_names_and_the_pinning_package():
-    # Debian's names in NVIDIA's repository are Debian-style on every branch (issue 23, item 6).
+    # Debian's names in NVIDIA's repository are Debian-style on every branch.
     p = plan(facts("Debian", "12"), {"source": "cuda", "branch": "580", "mirror_url": "http://mirror.lan/cuda/"}, V100)
     assert p["repository"] == {
         "name": "cuda-debian12",
@@ -247,7 +247,7 @@ def test_ubuntu_distro_dkms_and_full_set():
     full = plan(facts("Ubuntu", "22", kernel="5.15.0-125-generic"), {"branch": "580", "package_set": "full"}, V100)
     assert full["packages"] == ["nvidia-driver-580-server"]
     assert full["module_packages"] == ["nvidia-dkms-580-server"]
-    # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d (issue 23, item 5).
+    # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d.
     assert full["dkms_signing"] == "shim-mok"
 
 

@@ -280,7 +280,7 @@ def _installed(tmp, **packages):
 
 
 def test_device_files_for_a_group_ask_for_0_7_with_additional_gids(module_run):
-    """options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660 (issue 34): with podman 5.4 the spec is 0.7.0
+    """options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660: with podman 5.4 the spec is 0.7.0
     with the group; with Debian 12's podman 4.3 it stays 0.5.0 as before and the reason says what is missing."""
     call, tmp, _version = module_run
     (tmp / "etc" / "modprobe.d").mkdir(parents=True)

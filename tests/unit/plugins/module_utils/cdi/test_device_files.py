@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The driver's device-file parameters (NVreg_DeviceFileUID/GID/Mode) from /proc or modprobe.d, and the group a
-container's process needs (issue 34)."""
+container's process needs."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The CDI spec and the shim's index on a host whose device files are not open to everyone (issue 34): owner, group
+"""The CDI spec and the shim's index on a host whose device files are not open to everyone: owner, group
 and mode on the GPU nodes and ``additionalGids`` in the spec only at cdiVersion 0.7.0, always in the index, nothing
 at all with the driver's defaults."""
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Every error of every host program is one line, whatever the names it carries (issue 34).
+"""Every error of every host program is one line, whatever the names it carries.
 
 A file name in a container image, an ``NVIDIA_*`` value, an annotation key, an admin's ``--root`` can hold a newline
 or other control characters. Each program is run here as installed (launchers + flat package, as the engines run

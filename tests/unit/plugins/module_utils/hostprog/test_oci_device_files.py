@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The shim's edit on a host whose device files are not open to everyone (issue 34): the nodes get the host's group
+"""The shim's edit on a host whose device files are not open to everyone: the nodes get the host's group
 and mode from the index, owned by the container's user (an exec'd process, started from the engine's own copy of the
 spec, never has the group), and the edits' ``additionalGids`` join ``process.user.additionalGids``."""
 
