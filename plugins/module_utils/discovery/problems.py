@@ -585,7 +585,9 @@ def cdi_spec_uvm_missing(host: Host) -> list[Problem]:
     return found
 
 
-# Every check, in the order its problems are reported.
+# Every check, in the order its problems are reported. The functions above stand in the order of the troubleshooting
+# guide's sections, which tests/tools/problem_docs.py takes from this file's text, so a check moves in the table,
+# not in the file.
 CHECKS: tuple[Check, ...] = (
     nouveau_loaded,
     driver_not_installed,
