@@ -271,9 +271,10 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.adapters import adapter
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Request
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE, adapter
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.runner import Failed, MissingLibrary, run
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import MISSING_TOMLKIT_HINT
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import STOPPABLE
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
 
 # Driver daemons that hold the devices by design and stop with the driver: they never block.
 DEFAULT_IGNORE = ("nvidia-persistenced", "nv-fabricmanager")
-STOPPABLE = {"docker": "docker", "podman": "podman"}
 _KUBERNETES_FIX = "drain the Kubernetes node first (kubectl drain <node> --ignore-daemonsets)"
 
 
@@ -77,7 +77,7 @@ def _blocker(proc: Mapping[str, Any]) -> str | None:
     if proc["pod_uid"] or engine == "kubernetes" or proc["namespace"] == "k8s.io":
         return f"a Kubernetes pod: {_KUBERNETES_FIX}"
     if engine:
-        return f"a {engine} container the role does not stop (only docker and podman ones): stop it yourself"
+        return f"a {engine} container the role does not stop (only {' and '.join(STOPPABLE)} ones): stop it yourself"
     return "a host process: stop it yourself"
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import GateError, describe, processes
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
 
-ENGINES = ("docker", "containerd", "crio", "podman")
+ENGINES = registry.NAMES
 STATUS_TEXT = {
     "passed": "passed",
     "failed": "FAILED",

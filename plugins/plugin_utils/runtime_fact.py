@@ -4,7 +4,7 @@
 """The runtime role's published fact (``gpufleet_runtime``) from what its tasks returned: a pure function.
 
 Controller side (the ``runtime_fact`` filter). What each engine is (its drop-in, its main file) comes from
-the engine adapters' read side (``module_utils.runtime.facts``), whether its version reads CDI from
+the engine adapters' read side (``module_utils.runtime.registry``), whether its version reads CDI from
 ``module_utils.runtime.common.reads_cdi``: the same rules the module and gpu_facts use.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import FACTS
 
 
 def default_config_file(engine: str) -> str | None:
     """Where container_runtime writes for ``engine`` with its defaults (the drop-in, else the main file)."""
-    facts = FACTS.get(engine)
+    facts = registry.FACTS.get(engine)
     return (facts.drop_in or facts.config_path) if facts else None
 
 
@@ -66,13 +66,15 @@ def runtime_fact(
     for result in results or []:
         engines[result["item"]] = engine_record(result, settings, nvidia)
     spec_path = settings.get("cdi_spec_path")
-    if "podman" in (installed or []):
-        engines["podman"] = {
+    for engine in registry.NAMES:
+        if engine not in (installed or []) or registry.INFO[engine].configurable:
+            continue
+        engines[engine] = {
             "registered": False,
             "default": False,
             "cdi": bool(settings.get("driver")),
             "config_path": None,
-            "version": ((nvidia.get("engines") or {}).get("podman") or {}).get("version"),
+            "version": ((nvidia.get("engines") or {}).get(engine) or {}).get("version"),
             "changed": False,
             "message": f"uses the CDI spec {spec_path} (--device nvidia.com/gpu=...)",
         }

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import INFO
 
 DISCOVERED = "discovered"
 
@@ -44,7 +45,7 @@ def stage_runtime(
         if not (facts or {}).get("installed"):
             continue
         version = facts.get("version") or ""
-        if engine == "podman":
+        if engine in INFO and not INFO[engine].configurable:  # no runtime to register: the CDI spec only
             engines[engine] = {
                 "registered": False,
                 "default": False,

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 # Kernel and package names whose version or hold a driver run owns (regular expressions, whole names).
@@ -79,11 +81,7 @@ STAGES: dict[str, dict[str, Any]] = {
             "toolkit_bindir",
         ],
         "paths": [
-            "/etc/docker/daemon.json",
-            "/etc/containerd/config.toml",
-            "/etc/containerd/conf.d/*",
-            "/etc/crio/crio.conf",
-            "/etc/crio/crio.conf.d/*",
+            *(path for name in registry.CONFIGURABLE for path in registry.INFO[name].config_paths),
             "/etc/cdi/*",
             "/var/run/cdi/*",
             "{runtime_cdi_spec_path}",
@@ -96,9 +94,7 @@ STAGES: dict[str, dict[str, Any]] = {
         "units": [
             "gpufleet-nvidia-devices.service",
             "gpufleet-cdi-refresh.service",
-            "docker.service",
-            "containerd.service",
-            "crio.service",
+            *registry.units(registry.CONFIGURABLE),
         ],
         "packages": [r"python3-tomlkit"],
         "publish": ["gpufleet_runtime"],

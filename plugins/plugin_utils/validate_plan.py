@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import FABRIC_MANAGER_UNIT
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import INFO, VALIDATE_ORDER
 
 BEGIN = "GPUFLEET-VALIDATE-BEGIN"
 END = "GPUFLEET-VALIDATE-END"
@@ -63,7 +64,7 @@ CHECK_SCRIPT = (
     "if command -v python3 >/dev/null 2>&1; then python3 -c '" + _DLOPEN_PY + "' 2>&1; else echo DLOPEN none; fi; "
     "echo " + NVSMI + "; nvidia-smi -L 2>&1; echo " + NVSMI_RC + " $?; echo " + END
 )
-ENGINE_ORDER = ("docker", "podman", "containerd", "crio")
+ENGINE_ORDER = VALIDATE_ORDER
 # The device plugin's volume-mounts request (k8s-device-plugin v0.17.1, internal/plugin/server.go): /dev/null on
 # <root>/<device>, and NVIDIA_VISIBLE_DEVICES=<root>.
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
@@ -152,12 +153,14 @@ def validate_plan(
         reg = registered.get(engine) or {}
         base = {"engine": engine, "image": image, "skipped": False, "message": "", "pull_argv": None}
         name = "gpufleet-validate-{}{}".format(engine, ("-" + suffix) if suffix else "")
-        if engine in ("docker", "podman"):
-            present = [engine, "image", "inspect", image] if engine == "docker" else [engine, "image", "exists", image]
+        info = INFO.get(engine)
+        how = info.validate_check if info else None
+        if info and how == "cli":
+            present = [engine, *info.validate_image_present, image]
             run = [engine, "run", "--rm", "--network", "none", "--pull", pull]
             common = dict(base, present_argv=present, present_rc0=True, load_argv=[engine, "load", "-i"])
             gpus_skipped = None
-            if engine == "docker":
+            if "runtime" in info.validate_modes:
                 cdi = reg.get("cdi") if "cdi" in reg else fact.get("cdi_enabled")
                 version = reg.get("version") or fact.get("version")
                 modes = [("runtime", ["--runtime", "nvidia", *docker_request])]
@@ -173,16 +176,16 @@ def validate_plan(
                     )
                 elif default:
                     modes.append(("gpus", ["--gpus", "all"]))
-                if cdi and reads_cdi("docker", version):
+                if cdi and reads_cdi(engine, version):
                     modes.append(("cdi", ["--device", "nvidia.com/gpu=all"]))
             else:
                 modes = [("cdi", ["--device", "nvidia.com/gpu=all"])]
             for mode, args in modes:
                 argv = wrap + run + ["--name", f"{name}-{mode}"] + args + [image, "sh", "-c", CHECK_SCRIPT]
                 checks.append(dict(common, mode=mode, name=f"{name}-{mode}", argv=argv))
-            if engine == "docker" and gpus_skipped:
+            if gpus_skipped:
                 checks.append(_skipped_check(base, "gpus", f"{name}-gpus", gpus_skipped))
-        elif engine == "containerd":
+        elif how == "ctr":
             ref = containerd_ref(image)
             ctr = ["ctr", "-n", containerd_namespace]
             # --cpu-shares 0: ctr 2.x asks for 1024 shares by default, which runc cannot set (cpu.weight)

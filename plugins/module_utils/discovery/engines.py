@@ -29,8 +29,7 @@ from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..base.version import parse as parse_version
 from ..runtime.base import Engine, Glob, toml_loader
-from ..runtime.facts import FACTS as ADAPTERS
-from ..runtime.facts import dockerd_flags
+from ..runtime.registry import FACTS as ADAPTERS
 
 BINARY_DIRS = ("/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
@@ -104,7 +103,7 @@ def _configured(root: str, name: str, info: dict[str, Any], warnings: list[str])
     adapter = ADAPTERS[name]
     info["config_path"] = adapter.config_path
     main, unreadable = _parse(root, adapter.config_path, adapter, warnings)
-    if unreadable and name == "containerd":
+    if unreadable and adapter.main_decides_all:
         return  # the main file decides the config version and the imports: leave the fields None
     files = [(inner, _parse(root, inner, adapter, warnings)[0]) for inner in adapter.files_before_main()]
     files.append((adapter.config_path, main))
@@ -152,6 +151,5 @@ def detect(
             match = _VERSION.search(out or "") if rc == 0 else None
             info["version"] = match.group(1) if match else None
         _configured(root, name, info, warnings)
-        if name == "docker":
-            info["unit_flags"] = dockerd_flags(root, adapter.unit + ".service")
+        info.update(adapter.unit_facts(root))
     return engines

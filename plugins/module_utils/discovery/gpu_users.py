@@ -47,6 +47,7 @@ import os
 import re
 
 from ..base.fileio import read_text
+from ..runtime.registry import INFO, cgroup_patterns
 
 DEVICE_PREFIX = "/dev/nvidia"
 MAX_PIDS = 65536
@@ -55,18 +56,15 @@ MAX_USERS = 256
 _MAX_ANCESTORS = 32
 _HEX64 = "[0-9a-f]{64}"
 
-# (pattern over a cgroup path, engine). The last match in a path wins (nested engines: the innermost).
-_CGROUP_PATTERNS = (
-    (re.compile(rf"cri-containerd-({_HEX64})\.scope"), "containerd"),
-    (re.compile(rf"crio-({_HEX64})(?:\.scope)?(?:/|$)"), "crio"),
-    (re.compile(rf"libpod-({_HEX64})(?:\.scope)?(?:/|$)"), "podman"),
-    (re.compile(rf"docker-({_HEX64})\.scope"), "docker"),
-    (re.compile(rf"/docker/({_HEX64})(?:/|$)"), "docker"),
-)
+# (pattern over a cgroup path, engine), from every engine's ``cgroup_patterns``. The last match in a path wins (nested
+# engines: the innermost).
+_CGROUP_PATTERNS = tuple(cgroup_patterns())
 _KUBEPODS = re.compile(r"kubepods")
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _KUBE_CONTAINER = re.compile(rf"/({_HEX64})(?:\.scope)?(?:/|$)")
-_SHIM_NAMESPACES = {"moby": "docker", "k8s.io": "containerd"}
+# containerd namespace -> the engine whose containers run there; a shim of another namespace is the shims' owner's
+_SHIM_NAMESPACES = {info.shim_namespace: name for name, info in INFO.items() if info.shim_namespace}
+_SHIM_OWNER = next(name for name, info in INFO.items() if info.owns_shims)
 
 
 def _read(path: str, limit: int = 65536) -> str | None:
@@ -243,7 +241,7 @@ def gpu_users(
             if container is None or container["engine"] == "kubernetes" or container["id"] is None:
                 shim = _shim_of(proc, pid, parents)
                 if shim is not None:
-                    engine = _SHIM_NAMESPACES.get(shim["namespace"] or "", "containerd")
+                    engine = _SHIM_NAMESPACES.get(shim["namespace"] or "", _SHIM_OWNER)
                     if container is None:
                         container = {"engine": engine, "id": shim["id"], "pod_uid": None, "namespace": None}
                     else:

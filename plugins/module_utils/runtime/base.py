@@ -3,10 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The container engine adapter: everything this collection knows about one engine, in one place.
 
-One adapter per engine, shaped after nvidia-container-toolkit's ``pkg/config/engine`` interface: the read
-side in ``facts`` (``DockerFacts``, ``ContainerdFacts``, ``CrioFacts``, ``Podman``; what gpu_facts uses, no
-editor imported), the write side in the module of that engine's editor (``docker.Docker``,
-``containerd.Containerd``, ``crio.Crio``, subclasses of the facts). ``registry.ENGINES`` names them.
+One folder per engine, shaped after nvidia-container-toolkit's ``pkg/config/engine/<engine>/``: its ``facts.py``
+holds ``INFO`` (an ``EngineInfo``, plain data) and the read side (``DockerFacts``, ``ContainerdFacts``,
+``CrioFacts``, ``Podman``; what gpu_facts uses, no editor imported), its ``edit.py`` the write side (``Docker``,
+``Containerd``, ``Crio``, subclasses of the facts). ``registry.FACTS`` names the read sides (and derives every list
+of engines from their ``INFO``), ``adapters.ADAPTERS`` the write sides.
 
 An adapter says:
 
@@ -33,8 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
-from .common import CDI_MIN_VERSIONS, older_than
-
 try:
     import tomllib as _tomllib
 except ImportError:  # Python < 3.11
@@ -54,6 +53,63 @@ def toml_loader() -> Callable[[str], dict[str, Any]] | None:
     except ImportError:
         return None
     return lambda text: tomlkit.parse(text).unwrap()
+
+
+def runtime_paths(runtimes: Any, keys: Sequence[str]) -> dict[str, str]:
+    """``{runtime name: the program the engine runs for it}`` from a runtimes table (docker's ``path``,
+    containerd's ``options.BinaryName``, CRI-O's ``runtime_path``); a runtime that names none is left out (the
+    engine finds it on ``PATH`` by name)."""
+    found = {}
+    for name, table in runtimes.items() if isinstance(runtimes, Mapping) else ():
+        path = dig(table, *keys)
+        if isinstance(path, str) and path:
+            found[str(name)] = path
+    return found
+
+
+class EngineInfo(NamedTuple):
+    """What this collection knows about one engine as plain data (``<engine>/facts.py``'s ``INFO``): the registry
+    derives every list of engines from these, so a controller reads them without the editors (or ``tomlkit``)."""
+
+    name: str
+    # its systemd unit: the collection's units start before it (``Before=``)
+    service: str
+    # the container_runtime module registers a runtime with it
+    configurable: bool = False
+    # a Kubernetes CRI engine (the device plugin's runtimes)
+    cri: bool = False
+    # the files (glob patterns) of its configuration that the runtime stage may change
+    config_paths: tuple[str, ...] = ()
+    # its configuration's format (``toml``: editing it needs ``tomlkit`` on the target)
+    config_format: str = "toml"
+    # the first version that reads CDI specs (None: every version does), whose CDI library reads cdiVersion 0.6.0,
+    # and whose containers keep a spec's ``additionalGids`` (``common.cdi_spec_version``)
+    cdi_from: Version = None
+    cdi_0_6_from: Version = None
+    cdi_additional_gids_from: Version = None
+    # regular expressions over a cgroup path that name one of its containers, group 1 the id (``{id}``: 64 hex)
+    cgroup_patterns: tuple[str, ...] = ()
+    # the containerd namespace its containers run in (a ``containerd-shim`` ancestor's ``-namespace``), and whether
+    # a shim of any other namespace is its own
+    shim_namespace: str | None = None
+    owns_shims: bool = False
+    # the command that stops one of its containers by id (``<stop_cli> stop <id>``; None: the driver role does not)
+    stop_cli: str | None = None
+    # validate: the order engines are checked in, how a container is run (``cli``: ``<engine> run``; ``ctr``:
+    # containerd's ``ctr run``; None: no container check), the command that says an image is there
+    # (``<engine> <validate_image_present> <image>``) and the modes it runs (``runtime``, ``gpus``, ``cdi``)
+    validate_rank: int = 99
+    validate_check: str | None = None
+    validate_image_present: tuple[str, ...] = ()
+    validate_modes: tuple[str, ...] = ()
+
+
+def older_than(engine_version: Version, minimum: tuple[int, int, int]) -> str | None:
+    """The engine version as text when it is known and older than ``minimum``, else ``None``
+    (an unknown version is never reported as too old)."""
+    if engine_version and tuple(engine_version) < minimum:
+        return ".".join(str(n) for n in engine_version)
+    return None
 
 
 def dig(data: Any, *keys: str) -> Any:
@@ -165,6 +221,7 @@ class Engine:
     """The adapter interface (see the module docstring). Subclasses set the attributes and override what
     their engine supports; the defaults describe an engine this collection only reads."""
 
+    info: EngineInfo
     name = ""
     binaries: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
@@ -175,6 +232,8 @@ class Engine:
     config_format = "toml"
     # An empty main file means the built-in defaults, as a missing one does: an edit that empties it deletes it.
     empty_main_is_default = False
+    # An unreadable main file leaves every configuration field unknown (it decides which other files count).
+    main_decides_all = False
     # What ``cdi=true`` does on a version too old to read CDI specs (``{shown}``: that version); None: nothing to say.
     cdi_ignored: str | None = None
 
@@ -206,14 +265,18 @@ class Engine:
         sets ``job.result.validated_by``."""
         job.result.validated_by = "parse"
 
+    def unit_facts(self, root: str) -> dict[str, Any]:
+        """More facts from the engine's systemd unit under ``root`` (discovery adds them to the engine's)."""
+        return {}
+
     def probe(self, bin_path: Callable[[str], str | None]) -> list[str] | None:
         """A command that succeeds once the engine answers (None: only systemd's view is left)."""
         return None
 
     def cdi_warning(self, version: Version) -> str | None:
-        """The warning for ``cdi=true`` on a version older than ``CDI_MIN_VERSIONS`` says reads CDI (``cdi_ignored``,
-        with ``{shown}`` for the version), else None; an unknown version gives no warning."""
-        minimum = CDI_MIN_VERSIONS.get(self.name)
+        """The warning for ``cdi=true`` on a version older than the first that reads CDI (``info.cdi_from``):
+        ``cdi_ignored``, with ``{shown}`` for the version, else None; an unknown version gives no warning."""
+        minimum = self.info.cdi_from
         shown = older_than(version, minimum) if self.cdi_ignored and minimum else None
         return self.cdi_ignored.format(shown=shown) if shown and self.cdi_ignored else None
 

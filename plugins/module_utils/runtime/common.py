@@ -11,6 +11,7 @@ the new text plus one human-readable line per change. An unchanged file comes ba
 from __future__ import annotations
 
 from ..base.version import parse, strip_epoch
+from .registry import INFO
 
 # Written at the top of every file this collection owns outright (drop-ins): the way `state=absent`
 # knows a drop-in is ours and may be deleted.
@@ -60,23 +61,17 @@ class Edit:
 FIX_BY_HAND = "fix the file by hand and run again; it was left untouched"
 
 
-def older_than(engine_version: tuple[int, int, int] | None, minimum: tuple[int, int, int]) -> str | None:
-    """The engine version as text when it is known and older than ``minimum``, else ``None``
-    (an unknown version is never reported as too old)."""
-    if engine_version and tuple(engine_version) < minimum:
-        return ".".join(str(n) for n in engine_version)
-    return None
-
-
-# The first version of each engine that reads CDI specs (podman always does). The one home of this rule:
-# the editors' warnings, the runtime role (through the engine_reads_cdi filter) and the validate filter.
-CDI_MIN_VERSIONS = {"docker": (25, 0, 0), "containerd": (1, 7, 0), "crio": (1, 23, 0)}
+# The first version of each engine that reads CDI specs (each engine's ``INFO.cdi_from``; podman's every version does).
+# The one home of this rule: the editors' warnings, the runtime role (through the engine_reads_cdi filter) and the
+# validate filter.
+CDI_MIN_VERSIONS = {name: info.cdi_from for name, info in INFO.items() if info.cdi_from}
 
 
 def reads_cdi(engine: str, version: str | None) -> bool:
     """Whether ``engine`` at ``version`` (as the engine or gpu_facts prints it, a package epoch allowed)
     reads CDI specs; an unknown version counts as no."""
-    if engine == "podman":
+    info = INFO.get(engine)
+    if info is not None and info.cdi_from is None:
         return True
     minimum = CDI_MIN_VERSIONS.get(engine)
     parsed = parse(strip_epoch(version))
@@ -97,7 +92,7 @@ CDI_SPEC_VERSIONS = ("0.5.0", "0.6.0", "0.7.0")
 # v0.5.4). From each engine's go.mod at its tags: podman v4.3.1 CDI v0.5.2 (Debian 12), v4.6.0 v0.5.4, v4.7.0 v0.6.1;
 # containerd v1.7.11 v0.5.4, v1.7.12 v0.6.1; cri-o v1.27.0 v0.5.4, v1.28.0 v0.6.0. docker reads CDI from 25.0,
 # which vendors v0.6 (moby/moby#45933).
-CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (1, 28, 0), "docker": (25, 0, 0)}
+CDI_0_6_MIN_VERSIONS = {name: info.cdi_0_6_from for name, info in INFO.items() if info.cdi_0_6_from}
 # The first version of each engine whose vendored container-device-interface reads cdiVersion 0.7.0 (and applies
 # ``additionalGids`` to ``process.user.additionalGids``: pkg/cdi/container-edits.go ``Apply`` from v0.7.0): podman
 # 5.1.0, containerd 1.7.16, CRI-O 1.30.0, docker 26.1.0. From each engine's go.mod (moby: vendor.mod) at its release
@@ -115,10 +110,7 @@ CDI_0_6_MIN_VERSIONS = {"podman": (4, 7, 0), "containerd": (1, 7, 12), "crio": (
 # CRI-O adds the user's groups after the devices with ``AddProcessAdditionalGid``, which appends
 # (server/container_create*.go at v1.30.0; read, not run: no simulated node has CRI-O).
 CDI_ADDITIONAL_GIDS_MIN_VERSIONS = {
-    "podman": (5, 1, 0),
-    "containerd": (1, 7, 16),
-    "crio": (1, 30, 0),
-    "docker": (29, 5, 0),
+    name: info.cdi_additional_gids_from for name, info in INFO.items() if info.cdi_additional_gids_from
 }
 # cdiVersion -> the first engine versions this collection writes it for (0.5.0: every engine that reads CDI at all)
 CDI_MIN_READERS = {"0.6.0": CDI_0_6_MIN_VERSIONS, "0.7.0": CDI_ADDITIONAL_GIDS_MIN_VERSIONS}

@@ -40,9 +40,9 @@ import glob as _glob
 import os
 from typing import Any, Callable, Sequence
 
-from . import toml as t
-from .base import Job, Planned
-from .common import (
+from .. import toml as t
+from ..base import Job, Planned
+from ..common import (
     FIX_BY_HAND,
     MANAGED_MARKER,
     Edit,

@@ -23,9 +23,9 @@ import os
 import shutil
 from typing import Any, Callable, Sequence
 
-from . import toml as t
-from .base import Job, Planned
-from .common import (
+from .. import toml as t
+from ..base import Job, Planned
+from ..common import (
     MANAGED_MARKER,
     Edit,
     RuntimeConfigError,

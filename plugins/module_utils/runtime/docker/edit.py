@@ -18,9 +18,9 @@ import re
 from collections import OrderedDict
 from typing import Any, Callable
 
-from ..base.names import SHIM
-from .base import Job, Planned
-from .common import (
+from ...base.names import SHIM
+from ..base import Job, Planned
+from ..common import (
     FIX_BY_HAND,
     Edit,
     RuntimeConfigError,

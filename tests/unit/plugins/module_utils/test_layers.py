@@ -30,20 +30,23 @@ def _modules():
     for package in sorted(os.listdir(MODULE_UTILS)):
         folder = os.path.join(MODULE_UTILS, package)
         if os.path.isdir(folder) and not package.startswith("__"):
-            for name in sorted(os.listdir(folder)):
-                if name.endswith(".py"):
-                    yield package, os.path.join(folder, name)
+            for top, dirs, names in os.walk(folder):  # the engine folders under runtime/ too
+                dirs[:] = sorted(d for d in dirs if not d.startswith("__"))
+                for name in sorted(names):
+                    if name.endswith(".py"):
+                        yield package, os.path.join(top, name)
 
 
 def _imported_packages(package, path):
     """``(line, target subpackage or what it names)`` for every import in the file that reaches the collection."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
+    depth = os.path.relpath(path, MODULE_UTILS).count(os.sep)  # 1 in runtime/, 2 in runtime/docker/
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
-            if node.level == 1:
+            if node.level <= depth:
                 yield node.lineno, package
-            elif node.level == 2 and node.module:
+            elif node.level == depth + 1 and node.module:
                 yield node.lineno, node.module.split(".")[0]
             else:
                 yield node.lineno, "." * node.level + (node.module or "")

@@ -40,8 +40,8 @@ def test_payload_is_the_programs_modules_and_everything_they_import():
     # the installer and the engine config editors are not shipped to the hosts' programs; discovery (reached by
     # the refresh) reads engines through the adapters' read side only
     assert "hostprog.install" not in modules
-    editors = {"runtime.docker", "runtime.containerd", "runtime.crio", "runtime.toml", "runtime.service"}
-    assert "runtime.facts" in modules and not editors & set(modules)
+    editors = {"runtime.docker.edit", "runtime.containerd.edit", "runtime.crio.edit", "runtime.toml", "runtime.service"}
+    assert "runtime.registry" in modules and not (editors | {"runtime.adapters", "runtime.runner"}) & set(modules)
 
 
 def test_packages_are_every_folder_on_the_way():

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.fileio import read_text
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import base
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import adapter
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.adapters import adapter
 
 SHIM = "/usr/local/bin/nvidia-shim"
 
@@ -163,7 +163,7 @@ def test_absent_plans_the_removal_of_our_drop_in(tmp_path):
 
 
 def test_podman_is_not_configured(tmp_path):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import Podman
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.podman.facts import Podman
 
     with pytest.raises(NotImplementedError, match="podman"):
         Podman().plan(None)

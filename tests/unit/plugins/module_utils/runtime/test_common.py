@@ -7,9 +7,9 @@
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.version import parse as parse_version
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import cdi_spec_version, reads_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.containerd import edit as ctd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.docker import edit as dock
 
 
 @pytest.mark.parametrize(

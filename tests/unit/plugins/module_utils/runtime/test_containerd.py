@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The containerd config editor (runtime/containerd.py): config v1/v2/v3, main file or drop-in.
+"""The containerd config editor (runtime/containerd/edit.py): config v1/v2/v3, main file or drop-in.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,
 that ``absent`` gives back the input byte for byte.
@@ -15,8 +15,8 @@ import subprocess
 import pytest
 import tomlkit
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.containerd import edit as ctd
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import SHIM
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import golden as _golden
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import read_fixture as _read

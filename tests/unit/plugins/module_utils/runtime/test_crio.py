@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The CRI-O config editor (runtime/crio.py): drop-in or main file, monitor settings.
+"""The CRI-O config editor (runtime/crio/edit.py): drop-in or main file, monitor settings.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,
 that ``absent`` gives back the input byte for byte.
@@ -10,7 +10,7 @@ that ``absent`` gives back the input byte for byte.
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import crio
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.crio import edit as crio
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import SHIM
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import golden as _golden
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import read_fixture as _read

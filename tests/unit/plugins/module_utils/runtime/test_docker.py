@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The daemon.json editor (runtime/docker.py): admin-written files in, golden files out.
+"""The daemon.json editor (runtime/docker/edit.py): admin-written files in, golden files out.
 
 Every case also checks that a second run changes nothing and, where present added everything it touched,
 that ``absent`` gives back the input byte for byte.
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.docker import edit as dock
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import SHIM
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import golden as _golden
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.runtime.golden import read_fixture as _read

@@ -2,12 +2,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""runtime/facts: what each engine reads and what it makes of it (the read side gpu_facts and the module share)."""
+"""runtime/<engine>/facts.py: what each engine reads and what it makes of it (the read side gpu_facts and the module share)."""
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import facts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import toml_loader
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import runtime_paths, toml_loader
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.containerd import facts as containerd_facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.crio import facts as crio_facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.docker import facts as docker_facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.podman import facts as podman_facts
 
 loads = toml_loader()
 pytestmark = pytest.mark.skipif(loads is None, reason="no TOML parser")
@@ -22,7 +26,7 @@ def _ctd(runtimes=(), default=None, cdi=None, version=2, **extra):
     if cdi is not None:
         cri["enable_cdi"] = cdi
     cri.update(extra)
-    doc = {"plugins": {facts.CRI_PLUGIN[version or 2]: cri}}
+    doc = {"plugins": {containerd_facts.CRI_PLUGIN[version or 2]: cri}}
     if version is not None:
         doc["version"] = version
     return doc
@@ -32,14 +36,14 @@ def _ctd(runtimes=(), default=None, cdi=None, version=2, **extra):
     ("version", "cdi"), [(None, False), ((28, 1, 9), False), ((28, 2, 0), True), ((29, 0, 0), True)]
 )
 def test_docker_cdi_default_by_version(version, cdi):
-    assert facts.DockerFacts().read([("/etc/docker/daemon.json", None)], version)["cdi_enabled"] is cdi
+    assert docker_facts.DockerFacts().read([("/etc/docker/daemon.json", None)], version)["cdi_enabled"] is cdi
 
 
 def test_docker_reads_runtimes_default_and_features():
-    data = facts.DockerFacts().parse(
+    data = docker_facts.DockerFacts().parse(
         '{"runtimes": {"nvidia": {}}, "default-runtime": "nvidia", "features": {"cdi": false}}'
     )
-    read = facts.DockerFacts().read([("/etc/docker/daemon.json", data)], (28, 5, 0))
+    read = docker_facts.DockerFacts().read([("/etc/docker/daemon.json", data)], (28, 5, 0))
     assert read == {
         "runtimes": ["nvidia", "runc"],
         "runtime_paths": {},
@@ -47,7 +51,7 @@ def test_docker_reads_runtimes_default_and_features():
         "cdi_enabled": False,
     }
     with pytest.raises(ValueError, match="not a JSON object"):
-        facts.DockerFacts().parse("[1]")
+        docker_facts.DockerFacts().parse("[1]")
 
 
 def test_containerd_before_2_1_a_later_cri_table_replaces_the_earlier_one():
@@ -55,7 +59,7 @@ def test_containerd_before_2_1_a_later_cri_table_replaces_the_earlier_one():
     main = dict(_ctd(["admin"], default="admin", cdi=True), imports=["/etc/containerd/conf.d/*.toml"])
     drop_in = _ctd(["nvidia"])
     files = [("/etc/containerd/config.toml", main), ("/etc/containerd/conf.d/99.toml", drop_in)]
-    old = facts.ContainerdFacts().read(files, (1, 7, 24))
+    old = containerd_facts.ContainerdFacts().read(files, (1, 7, 24))
     assert old == {
         "config_version": 2,
         "runtimes": ["nvidia", "runc"],
@@ -63,9 +67,9 @@ def test_containerd_before_2_1_a_later_cri_table_replaces_the_earlier_one():
         "default_runtime": "runc",
         "cdi_enabled": False,
     }
-    new = facts.ContainerdFacts().read(files, (2, 1, 1))  # merged key by key from 2.1 on
+    new = containerd_facts.ContainerdFacts().read(files, (2, 1, 1))  # merged key by key from 2.1 on
     assert (new["runtimes"], new["default_runtime"], new["cdi_enabled"]) == (["admin", "nvidia", "runc"], "admin", True)
-    unknown = facts.ContainerdFacts().read(files, None)  # an unknown version counts as old
+    unknown = containerd_facts.ContainerdFacts().read(files, None)  # an unknown version counts as old
     assert unknown["runtimes"] == ["nvidia", "runc"]
 
 
@@ -73,16 +77,16 @@ def test_containerd_import_without_version_takes_the_main_files_and_another_vers
     main = {"version": 2, "imports": ["a.toml"]}
     versionless = _ctd(["nvidia"], version=None)
     v3 = _ctd(["other"], version=3)
-    read = facts.ContainerdFacts().read([("m", main), ("a", versionless), ("b", v3)], (1, 7, 0))
+    read = containerd_facts.ContainerdFacts().read([("m", main), ("a", versionless), ("b", v3)], (1, 7, 0))
     assert read["runtimes"] == ["nvidia", "runc"]
 
 
 def test_containerd_empty_main_file_version_by_engine_and_cdi_default():
-    assert facts.ContainerdFacts().read([("m", None)], (2, 0, 0))["config_version"] == 3
-    assert facts.ContainerdFacts().read([("m", {})], (1, 7, 0))["config_version"] == 2
-    assert facts.ContainerdFacts().read([("m", None)], (2, 0, 0))["cdi_enabled"] is True
-    assert facts.ContainerdFacts().read([("m", None)], (1, 7, 0))["cdi_enabled"] is False
-    assert facts.ContainerdFacts().read([("m", {"version": 9})], (1, 7, 0))["config_version"] is None
+    assert containerd_facts.ContainerdFacts().read([("m", None)], (2, 0, 0))["config_version"] == 3
+    assert containerd_facts.ContainerdFacts().read([("m", {})], (1, 7, 0))["config_version"] == 2
+    assert containerd_facts.ContainerdFacts().read([("m", None)], (2, 0, 0))["cdi_enabled"] is True
+    assert containerd_facts.ContainerdFacts().read([("m", None)], (1, 7, 0))["cdi_enabled"] is False
+    assert containerd_facts.ContainerdFacts().read([("m", {"version": 9})], (1, 7, 0))["config_version"] is None
 
 
 def test_containerd_config_files_follow_imports_in_order(tmp_path):
@@ -93,7 +97,9 @@ def test_containerd_config_files_follow_imports_in_order(tmp_path):
     main = {"imports": ["conf.d/*.toml", str(tmp_path / "extra.toml"), "conf.d/a.toml", 7]}
     import glob
 
-    found = facts.ContainerdFacts().config_files(main, lambda p: sorted(glob.glob(p)), str(tmp_path / "config.toml"))
+    found = containerd_facts.ContainerdFacts().config_files(
+        main, lambda p: sorted(glob.glob(p)), str(tmp_path / "config.toml")
+    )
     assert found == [
         str(tmp_path / "conf.d" / "a.toml"),
         str(tmp_path / "conf.d" / "b.toml"),
@@ -104,14 +110,14 @@ def test_containerd_config_files_follow_imports_in_order(tmp_path):
 def test_effective_cri_returns_the_winning_files_own_table():
     """The editor copies the winner with its comments: replacement hands back the very object."""
     first, second = _ctd(["a"]), _ctd(["b"])
-    assert facts.effective_cri([first, second], 2) is second["plugins"][V2]
-    assert facts.effective_cri([first, {}, None], 2) is first["plugins"][V2]
-    assert facts.effective_cri([{"version": 2}], 2) is None
+    assert containerd_facts.effective_cri([first, second], 2) is second["plugins"][V2]
+    assert containerd_facts.effective_cri([first, {}, None], 2) is first["plugins"][V2]
+    assert containerd_facts.effective_cri([{"version": 2}], 2) is None
 
 
 @pytest.mark.parametrize(("version", "default"), [(None, "runc"), ((1, 30, 4), "runc"), ((1, 31, 0), "crun")])
 def test_crio_default_runtime_by_version_and_merge(version, default):
-    crio = facts.CrioFacts()
+    crio = crio_facts.CrioFacts()
     assert crio.read([("/etc/crio/crio.conf", None)], version)["default_runtime"] == default
     files = [
         ("/etc/crio/crio.conf", loads('[crio.runtime]\ndefault_runtime = "runc"\n')),
@@ -127,16 +133,16 @@ def test_crio_default_runtime_by_version_and_merge(version, default):
 
 def test_crio_reads_conf_files_of_its_drop_in_folder():
     seen = []
-    facts.CrioFacts().config_files(None, lambda p: seen.append(p) or [], "/opt/crio/crio.conf")
+    crio_facts.CrioFacts().config_files(None, lambda p: seen.append(p) or [], "/opt/crio/crio.conf")
     assert seen == ["/opt/crio/crio.conf.d/*.conf"]
 
 
 def test_podman_reads_defaults_then_etc():
-    podman = facts.Podman()
-    assert podman.files_before_main() == [facts.PODMAN_DEFAULTS]
+    podman = podman_facts.Podman()
+    assert podman.files_before_main() == [podman_facts.PODMAN_DEFAULTS]
     files = [
-        (facts.PODMAN_DEFAULTS, loads('[engine]\nruntime = "runc"\n')),
-        (facts.PODMAN_PATH, loads('[engine.runtimes]\nnvidia = ["/x"]\n')),
+        (podman_facts.PODMAN_DEFAULTS, loads('[engine]\nruntime = "runc"\n')),
+        (podman_facts.PODMAN_PATH, loads('[engine.runtimes]\nnvidia = ["/x"]\n')),
     ]
     assert podman.read(files, None) == {
         "runtimes": ["crun", "nvidia", "runc"],
@@ -146,13 +152,13 @@ def test_podman_reads_defaults_then_etc():
 
 
 def test_registry_adapters_extend_the_facts():
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import adapters
 
     for name in registry.CONFIGURABLE:
-        adapter = registry.adapter(name)
-        assert isinstance(adapter, type(facts.FACTS[name])) and adapter.name == name
-    assert registry.adapter("docker").target("/etc/docker/daemon.json", None) == "/etc/docker/daemon.json"
-    assert registry.adapter("containerd").target("/c", "/d") == "/d"
+        adapter = adapters.adapter(name)
+        assert isinstance(adapter, type(registry.FACTS[name])) and adapter.name == name
+    assert adapters.adapter("docker").target("/etc/docker/daemon.json", None) == "/etc/docker/daemon.json"
+    assert adapters.adapter("containerd").target("/c", "/d") == "/d"
 
 
 def _unit_tree(root, files):
@@ -170,7 +176,7 @@ DEBIAN_UNIT = (
 
 
 def test_dockerd_flags_from_the_unit_its_drop_ins_and_their_environment(tmp_path):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import dockerd_flags
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.docker.facts import dockerd_flags
 
     assert dockerd_flags(str(tmp_path)) == []  # no unit at all
     root = _unit_tree(tmp_path, {"/lib/systemd/system/docker.service": DEBIAN_UNIT})
@@ -202,13 +208,11 @@ def test_dockerd_flags_from_the_unit_its_drop_ins_and_their_environment(tmp_path
 
 
 def test_runtime_paths_are_the_programs_each_engine_runs():
-    docker = facts.DockerFacts().parse(
+    docker = docker_facts.DockerFacts().parse(
         '{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}, "x": {}}}'
     )
-    assert facts.DockerFacts().read([("/etc/docker/daemon.json", docker)], (26, 1, 5))["runtime_paths"] == {
+    assert docker_facts.DockerFacts().read([("/etc/docker/daemon.json", docker)], (26, 1, 5))["runtime_paths"] == {
         "nvidia": "/usr/bin/nvidia-container-runtime"
     }
-    assert facts.runtime_paths({"a": {"options": {"BinaryName": "/b"}}, "c": 3}, ("options", "BinaryName")) == {
-        "a": "/b"
-    }
-    assert facts.runtime_paths(None, ("path",)) == {}
+    assert runtime_paths({"a": {"options": {"BinaryName": "/b"}}, "c": 3}, ("options", "BinaryName")) == {"a": "/b"}
+    assert runtime_paths(None, ("path",)) == {}

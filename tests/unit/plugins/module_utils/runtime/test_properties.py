@@ -27,9 +27,9 @@ import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import containerd as ctd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import docker as dock
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.facts import CRI_PLUGIN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.containerd import edit as ctd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.containerd.facts import CRI_PLUGIN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.docker import edit as dock
 
 SHIM = "/usr/local/bin/nvidia-shim"
 OWNED = ("runtimes", "default-runtime", "features")

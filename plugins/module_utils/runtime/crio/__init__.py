@@ -1,0 +1,5 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Everything this collection knows about crio: ``facts`` (``INFO`` and the read side), ``edit`` (the write
+side)."""
