@@ -1,16 +1,17 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""as_bool, as_int, as_list: a role variable as its argument spec types it, also when it came as a string."""
+"""as_bool, as_int, as_list: a role variable as its argument spec types it, also when it came as a string;
+role_vars_problems: the playbooks' preflight, one host's role variables against every role's argument spec."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import role_vars
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import role_specs, role_vars
 
 
 def _wrap(func: Callable[[Any, str], Any]) -> Callable[..., Any]:
@@ -24,10 +25,16 @@ def _wrap(func: Callable[[Any, str], Any]) -> Callable[..., Any]:
     return filter_
 
 
+def role_vars_problems(variables: Mapping[str, Any]) -> list[str]:
+    """One line per bad value among the role variables a host sets (``hostvars[inventory_hostname]``)."""
+    return role_specs.problems({name: variables[name] for name in role_specs.names() if name in variables})
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "as_bool": _wrap(role_vars.as_bool),
             "as_int": _wrap(role_vars.as_int),
             "as_list": _wrap(role_vars.as_list),
+            "role_vars_problems": role_vars_problems,
         }
