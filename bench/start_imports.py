@@ -26,6 +26,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"
+OCI_MODULES = ("oci", "oci_config", "oci_edits", "ctr_hook")
 
 
 def install(tree: str, dest: str) -> str:
@@ -39,8 +40,10 @@ def install(tree: str, dest: str) -> str:
     with open(os.path.join(dest, "bin", "gpufleet-cdi-hook"), encoding="utf-8") as f:
         hook = re.search(r"from (\S+) import main", f.read()).group(1)
     shim = hook.replace("cdi_hook", "shim")
-    oci = hook.replace("cdi_hook", "oci")
-    return f"import sys; sys.path.insert(0, {dest + '/lib'!r}); import {shim}, {oci}, {hook}"
+    folder = os.path.join(dest, "lib", *hook.split(".")[:-1])
+    # The request, config.json, edits and ctr hook modules the shim's GPU start imports: one file or several.
+    oci = [hook.replace("cdi_hook", n) for n in OCI_MODULES if os.path.exists(os.path.join(folder, n + ".py"))]
+    return f"import sys; sys.path.insert(0, {dest + '/lib'!r}); import {', '.join([shim, *oci, hook])}"
 
 
 def once(code: str) -> float:

@@ -50,7 +50,7 @@ import sys
 from ..base.jsonio import loads
 from ..base.pathsafe import resolve_in_root
 from ..cdi.ldcache import FLAGS_BY_ARCH, MAX_CACHE_BYTES, LdCacheError, add_entries
-from .oci import RequestError, read_config, read_fd
+from .oci_config import RequestError, read_config, read_fd
 
 NAME = "gpufleet-cdi-hook"
 CONF_NAME = "00-gpufleet-nvidia.conf"

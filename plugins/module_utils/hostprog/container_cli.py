@@ -41,7 +41,7 @@ and why:
   OCI spec, before runc creates anything, where runc itself resolves paths inside the root.
 * So the runtime shim does it: started as ``ctr run --runc-binary <bindir>/gpufleet-container-runtime --gpus 0
   ...`` (or with containerd configured to use the shim), the shim recognises the ctr hook in ``config.json``
-  (``oci.ctr_hook_request``), turns its ``--device``/capability/``--require`` flags into the GPU request,
+  (``ctr_hook.ctr_hook_request``), turns its ``--device``/capability/``--require`` flags into the GPU request,
   injects through the CDI index like any other request, and drops the hook, so this command is never run.
 * Through plain runc the hook runs this command, which fails the start at once with one line naming the
   command that works on every containerd version the collection supports (1.6, 1.7, 2.x): the same ``ctr run``

@@ -75,7 +75,7 @@ def check_trusted(st: os.stat_result, path: str, what: str) -> None:
 def read_trusted(path: str, limit: int, what: str) -> bytes | None:
     """The bytes of a trusted file (``check_trusted``, on the open file) of at most ``limit`` bytes; None
     when it is missing."""
-    from .oci import RequestError, read_limited  # noqa: PLC0415
+    from .oci_config import RequestError, read_limited  # noqa: PLC0415
 
     try:
         return read_limited(path, limit, f"{what} {path}", lambda st: check_trusted(st, path, what))
@@ -194,7 +194,7 @@ def prepare(bundle: str, config: dict, record: dict | None = None) -> bool:
     """Apply the GPU request of ``<bundle>/config.json``; True when the file was rewritten. ``config``:
     the shim's configuration (``_config``); ``record`` (the debug log's, None when it is off) gets what a GPU
     start asked for and got."""
-    from .oci import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
+    from .oci_config import MAX_CONFIG_BYTES, RequestError, read_limited  # noqa: PLC0415
 
     config_file = os.path.join(bundle, "config.json")
     try:
@@ -226,7 +226,9 @@ def _read_index(path: str, required: bool) -> dict:
 def _prepare(config_file: str, raw: bytes, shim_config: dict, record: dict | None = None) -> bool:
     from ..base.fileio import atomic_write  # noqa: PLC0415  # imports only ``os``
     from ..base.jsonio import dumps, loads  # noqa: PLC0415  # not ``json``: it imports ``re`` (~5 ms a start)
-    from .oci import check_config, gpu_request, has_legacy_hook, inject  # noqa: PLC0415
+    from .oci import gpu_request  # noqa: PLC0415
+    from .oci_config import check_config  # noqa: PLC0415
+    from .oci_edits import has_legacy_hook, inject  # noqa: PLC0415
 
     try:
         config = check_config(loads(raw, None, config_file), config_file)
@@ -271,8 +273,9 @@ def _prepare(config_file: str, raw: bytes, shim_config: dict, record: dict | Non
 
 
 def _ctr_request(config: dict) -> object:
-    """The request of ctr's ``--gpus`` hook (``oci.ctr_hook_request``), or None; ``ShimError`` for a malformed one."""
-    from .oci import RequestError, ctr_hook_request  # noqa: PLC0415
+    """The request of ctr's ``--gpus`` hook (``hostprog.ctr_hook``), or None; ``ShimError`` for a malformed one."""
+    from .ctr_hook import ctr_hook_request  # noqa: PLC0415
+    from .oci_config import RequestError  # noqa: PLC0415
 
     try:
         return ctr_hook_request(config)
@@ -283,7 +286,7 @@ def _ctr_request(config: dict) -> object:
 def _drop_ctr_hook(config: dict, request: object, index: dict) -> None:
     """Remove ctr's hook (the GPUs are injected here instead); fit the capabilities of its ``request`` (None when
     CDI annotations won over it) to the spec. The hook goes either way: run, it would only fail the start."""
-    from .oci import fit_ctr_capabilities, remove_ctr_hooks  # noqa: PLC0415
+    from .ctr_hook import fit_ctr_capabilities, remove_ctr_hooks  # noqa: PLC0415
 
     remove_ctr_hooks(config)
     if request is not None:
@@ -402,7 +405,7 @@ def legacy_hook_main(argv: list[str] | None = None) -> int:
     if len(argv) > 1 and argv[1] not in ("prestart", "createRuntime"):
         return 0  # poststart/poststop or an unknown phase: nothing to do
     from ..base.jsonio import loads  # noqa: PLC0415
-    from .oci import INJECTED_ANNOTATION  # noqa: PLC0415
+    from .oci_edits import INJECTED_ANNOTATION  # noqa: PLC0415
 
     try:
         state = loads(sys.stdin.read(1 << 20) or "{}")

@@ -9,16 +9,18 @@ import copy
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci import (
-    INJECTED_ANNOTATION,
-    RequestError,
-    apply_edits,
     cdi_annotation_devices,
     check_requirements,
     env_dict,
     gpu_request,
+    parse_visible_devices,
+)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci_config import RequestError, check_config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci_edits import (
+    INJECTED_ANNOTATION,
+    apply_edits,
     has_legacy_hook,
     inject,
-    parse_visible_devices,
     remove_legacy_hook,
 )
 
@@ -442,8 +444,6 @@ def test_explicit_major_minor_in_the_edit_is_used():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import oci as _oci  # noqa: E402
-
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
@@ -462,8 +462,8 @@ _INDEX = {"devices": {"0": {"deviceNodes": [{"path": "/dev/null", "major": 1, "m
 
 def test_a_request_error_stays_one_line_when_a_name_in_the_config_has_a_line_break():
     for config, name in (({"hooks": {"pre\nstart": {}}}, "pre\\nstart"), ({"annotations": {"a\nb": 5}}, "a\\nb")):
-        with pytest.raises(_oci.RequestError) as info:
-            _oci.check_config(config)
+        with pytest.raises(RequestError) as info:
+            check_config(config)
         assert "\n" not in str(info.value) and name in str(info.value)
 
 
@@ -476,36 +476,10 @@ def test_any_config_is_checked_or_a_request_error(config, envvar, mounts):
     if isinstance(process, dict) and isinstance(process.get("env"), list):
         process["env"].append("NVIDIA_VISIBLE_DEVICES=0")  # make it a GPU request where the shape allows
     try:
-        _oci.check_config(config)
-        _oci.inject(config, _INDEX, accept_envvar_unprivileged=envvar, accept_volume_mounts=mounts)
-    except _oci.RequestError as exc:
+        check_config(config)
+        inject(config, _INDEX, accept_envvar_unprivileged=envvar, accept_volume_mounts=mounts)
+    except RequestError as exc:
         assert "\n" not in str(exc)
-
-
-def test_ctr_hook_request_from_containerds_hook_args():
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import oci
-
-    # containerd contrib/nvidia/nvidia.go config.args() for `ctr run --gpus 0 --gpus 1` (WithAllCapabilities)
-    args = ["containerd", "oci-hook", "--", "/usr/local/bin/nvidia-container-cli", "--load-kmods", "configure"]
-    args += ["--device=0,1", "--compute", "--compat32", "--graphics", "--utility", "--video", "--display"]
-    args += ["--pid={{pid}}", "{{rootfs}}"]
-    other = {"path": "/bin/true"}
-    config = {"hooks": {"prestart": [other, {"path": "/usr/bin/containerd", "args": args}]}}
-    request = oci.ctr_hook_request(config)
-    assert request.devices == ["0", "1"] and request.source == oci.CTR_SOURCE and request.env == {}
-    assert request.capabilities == ("utility", "compute", "video", "graphics", "display", "compat32")
-    assert oci.fit_ctr_capabilities(request, {"capabilities": ["utility", "compute", "video"]}).capabilities == (
-        "utility",
-        "compute",
-        "video",
-    )
-    assert oci.has_ctr_hook(config) and oci.remove_ctr_hooks(config) and config["hooks"] == {"prestart": [other]}
-    assert oci.ctr_hook_request(config) is None and not oci.remove_ctr_hooks(config)
-    # no --device: driver files only; no capability flag: the default
-    bare = {"hooks": {"prestart": [{"path": "/c", "args": [*args[:6], "{{rootfs}}"]}]}}
-    request = oci.ctr_hook_request(bare)
-    assert request.devices == [] and request.capabilities == ("utility", "compute")
-    assert oci.remove_ctr_hooks(bare) and bare == {}
 
 
 # ---------------------------------------------------------------- MIG config/monitor, IMEX channels
@@ -637,11 +611,11 @@ def test_any_nvidia_environment_is_a_request_or_one_line_error(env, privileged, 
     doc = config(env)
     if privileged:
         doc["process"]["capabilities"] = copy.deepcopy(PRIVILEGED)
-    visible = _oci.env_dict(doc["process"]["env"]).get("NVIDIA_VISIBLE_DEVICES")
+    visible = env_dict(doc["process"]["env"]).get("NVIDIA_VISIBLE_DEVICES")
     try:
-        request = _oci.gpu_request(doc, accept_envvar_unprivileged=envvar)
+        request = gpu_request(doc, accept_envvar_unprivileged=envvar)
         if request is None:
-            assert not (envvar or privileged) or _oci.parse_visible_devices(visible) is None
+            assert not (envvar or privileged) or parse_visible_devices(visible) is None
             return
         named = [p.strip() for p in (visible or "").split(",") if p.strip()]
         if named == ["none"]:  # the driver without a GPU (NVIDIA's "none")
@@ -649,8 +623,8 @@ def test_any_nvidia_environment_is_a_request_or_one_line_error(env, privileged, 
         else:
             assert request.devices == ["all"] if "all" in named else request.devices == list(dict.fromkeys(named))
         assert set(request.capabilities) <= set(INDEX["capabilities"])
-        _oci.inject(doc, INDEX, stat_node=fake_stat, accept_envvar_unprivileged=envvar)
-    except _oci.RequestError as exc:
+        inject(doc, INDEX, stat_node=fake_stat, accept_envvar_unprivileged=envvar)
+    except RequestError as exc:
         assert "\n" not in str(exc)
         return
     known = {n["path"] for d in INDEX["devices"].values() for n in d["deviceNodes"]}

@@ -14,12 +14,8 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.driver_files import DriverFile
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi.spec import build_spec
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci import (
-    RequestError,
-    apply_edits,
-    check_config,
-    inject,
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci_config import RequestError, check_config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.oci_edits import apply_edits, inject
 
 NODES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (507, 0)}
 FILES = [DriverFile("library", "compute", "libcuda.so.1", "/l/libcuda.so.1", "/l/libcuda.so.535.1", "x86_64")]
