@@ -3,10 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One rendering of the CDI spec and the shim's index from ``cdi_spec``'s options, and the stamp it leaves.
 
-The ``cdi_spec`` module and the boot-time ``gpufleet-cdi-refresh`` program both call ``generate``, so Ansible
-and boot write the same bytes for the same host. GPUs not given are asked of ``find_gpus``: both pass
-``discovery.discover.discovered_gpus``, handed in rather than imported because discovery is the layer above
-``cdi/``. The spec carries the driver version it was made for in its annotation
+The ``cdi_spec`` module (its work: ``discovery.cdi_writer``) and the boot-time ``gpufleet-cdi-refresh`` program both
+call ``generate``, so Ansible and boot write the same bytes for the same host. GPUs not given are asked of
+``find_gpus``: both pass ``discovery.discover.discovered_gpus``, handed in rather than imported because discovery is
+the layer above ``cdi/``. The spec carries the driver version it was made for in its annotation
 ``gpufleet.nvidia/driver-version``; ``spec_stamp`` reads it back from the rendered text. It also carries the
 fingerprint of the device nodes it was made from (``gpufleet.nvidia/device-nodes``): ``spec_node_stamp`` reads it,
 ``host_node_fingerprint`` computes it for the nodes on the host now.
