@@ -37,9 +37,9 @@ SUBPACKAGES = sorted(
 )
 IDENT = r"[A-Za-z_]\w*"
 DOTTED = re.compile(
-    rf"(?<![\w./-])(?:ansible_collections\.gpufleet\.nvidia\.plugins\.)?(module_utils|plugin_utils)((?:\.{IDENT})+)"
+    rf"(?<![\w./-])(?:ansible_collections\.gpufleet\.nvidia\.plugins\.)?(module_utils|plugin_utils)((?:\.{IDENT})+\*?)"
 )
-RELATIVE = re.compile(rf"(?<!`)(``?)((?:{'|'.join(SUBPACKAGES)})(?:\.{IDENT})+)(?:\(\))?\1(?!`)")
+RELATIVE = re.compile(rf"(?<!`)(``?)((?:{'|'.join(SUBPACKAGES)})(?:\.{IDENT})+\*?)(?:\(\))?\1(?!`)")
 PATH = re.compile(r"(?<![\w./-])plugins/(?:module_utils|plugin_utils|modules|filter|doc_fragments)(?:/[\w.]*\w)+")
 # Any other path of the repository with a file name (in comments, docstrings and pages only: tests hold made-up ones).
 REPO_PATH = re.compile(
@@ -102,7 +102,8 @@ def resolve(dotted):
         return None
     with open(MODULES[name], encoding="utf-8") as f:
         source = f.read()
-    defined = rf"^\s*(?:def|class) {rest[0]}\b|^\s*{rest[0]}\s*[:=]|import .*\b{rest[0]}\b|^from \. import"
+    attr = rf"{rest[0][:-1]}\w*" if rest[0].endswith("*") else rest[0]  # ``hostprog.oci.MAX_*``: some MAX_ name
+    defined = rf"^\s*(?:def|class) {attr}\b|^\s*{attr}\s*[:=]|import .*\b{attr}\b|^from \. import"
     return None if re.search(defined, source, re.M) else f"{name} defines no {rest[0]!r}"
 
 
@@ -186,6 +187,8 @@ def test_every_module_named_in_comments_docstrings_and_docs_exists():
     [
         ("module_utils.base.fileio.read_regular", True),
         ("module_utils.base", True),
+        ("module_utils.hostprog.oci.MAX_*", True),
+        ("module_utils.hostprog.oci.NOT_*", False),
         ("plugin_utils.report", True),
         ("module_utils.base.fileio.no_such_function", False),
         ("module_utils._oci", False),
