@@ -78,8 +78,10 @@ class EngineInfo(NamedTuple):
     configurable: bool = False
     # a Kubernetes CRI engine (the device plugin's runtimes)
     cri: bool = False
-    # the files (glob patterns) of its configuration that the runtime stage may change
+    # the files (glob patterns) of its configuration that the runtime stage may change, and the folders it creates
+    # for them (removed again when left empty)
     config_paths: tuple[str, ...] = ()
+    created_dirs: tuple[str, ...] = ()
     # its configuration's format (``toml``: editing it needs ``tomlkit`` on the target)
     config_format: str = "toml"
     # the first version that reads CDI specs (None: every version does), whose CDI library reads cdiVersion 0.6.0,

@@ -52,11 +52,25 @@ def units(names: tuple[str, ...] | list[str] = NAMES) -> list[str]:
     return [INFO[name].service for name in NAMES if name in names]
 
 
-def selected(names: object, trait: str) -> list[str]:
-    """The engines of ``names`` (None: every engine) that have ``trait`` (``configurable``, ``toml``, ``cri``,
-    ``stoppable``, or ``all``), in the registry's order."""
+def selected(names: object, trait: str = "all", field: str = "name") -> list:
+    """The engines of ``names`` (a list; ``"all"`` or None: every engine) that have ``trait`` (``configurable``,
+    ``toml``, ``cri``, ``stoppable``, or ``all``), in the registry's order: their ``field`` of ``EngineInfo``
+    (``name``, ``service``, ...), a field that holds several names or paths giving each of them."""
     having = {"all": NAMES, "configurable": CONFIGURABLE, "toml": TOML, "cri": CRI, "stoppable": tuple(STOPPABLE)}
     if trait not in having:
         raise ValueError(f"engine trait {trait!r}: one of {', '.join(having)}")
-    wanted = NAMES if names is None else [str(name) for name in names]  # type: ignore[attr-defined]
-    return [name for name in having[trait] if name in wanted]
+    if field not in EngineInfo._fields:
+        raise ValueError(f"engine field {field!r}: one of {', '.join(EngineInfo._fields)}")
+    if names is None or names == "all":
+        wanted = set(NAMES)
+    elif isinstance(names, (list, tuple)):
+        wanted = {str(name) for name in names}
+    else:
+        raise ValueError(f"engines: a list of engine names or 'all', not {names!r}")
+    out: list = []
+    for name in having[trait]:
+        if name in wanted:
+            value = getattr(INFO[name], field)
+            several = isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+            out += list(value) if several else [value]
+    return out

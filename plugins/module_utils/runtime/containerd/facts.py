@@ -23,6 +23,7 @@ INFO = EngineInfo(
     configurable=True,
     cri=True,
     config_paths=(CONTAINERD_PATH, "/etc/containerd/conf.d/*"),
+    created_dirs=("/etc/containerd/conf.d",),
     config_format="toml",
     cdi_from=(1, 7, 0),
     cdi_0_6_from=(1, 7, 12),
