@@ -10,6 +10,6 @@ git archive HEAD plugins tests/tools | tar -x -C .gpu/tree
 (cd .gpu/debs && apt-get download libc6 busybox-static libseccomp2 >/dev/null)
 cp "$(command -v runc)" .gpu/runc
 gcc -O2 -o .gpu/cudacheck bench/real_gpu/cudacheck.c
-cp bench/real_gpu/capture.sh .gpu/run.sh
+
 grep -qs '^/.gpu/' .git/info/exclude || echo /.gpu/ >> .git/info/exclude
 du -sh .gpu
