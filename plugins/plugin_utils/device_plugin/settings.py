@@ -19,6 +19,8 @@ from typing import Any, Iterable, NoReturn
 
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CRI
+
 ROLE_DEFAULTS = Path(__file__).resolve().parents[3] / "roles" / "device_plugin" / "defaults" / "main.yml"
 # The role's variables that steer the role itself (where to send the documents, which hosts), not the documents.
 ROLE_ONLY = frozenset(
@@ -48,7 +50,7 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
-ENGINES = ("containerd", "crio")
+ENGINES = CRI  # the Kubernetes CRI engines of the engine registry
 GPU_RESOURCE = "nvidia.com/gpu"
 # Renaming in k8s-device-plugin v0.17.4 (api/config/v1/config.go DisableResourceNamingInConfig, replicas.go
 # disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is true, and
