@@ -54,12 +54,8 @@ from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import (
-    PlanError,
-    missing_components,
-    parse_policy,
-    plan,
-)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.apt_policy import missing_components, parse_policy
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
 
 
 def driver_plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any] | None) -> dict[str, Any]:

@@ -325,16 +325,7 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
     kernel = str(facts.get("kernel") or "")
     build_module = bool(settings.get("kernel_module", True))
     flavor = module_flavor(settings.get("module_flavor") or "auto", nvidia)
-    nvswitch = has_nvswitch(nvidia)
-    if source not in ("distro", "cuda"):
-        raise PlanError(f"driver_source={source!r}: use distro or cuda")
-    if package_set not in ("compute", "full"):
-        raise PlanError(f"driver_package_set={package_set!r}: use compute or full")
-    if dist == "redhat" and source == "distro":
-        raise PlanError(
-            "RHEL, Rocky and Alma ship no NVIDIA driver of their own: set driver_source=cuda (and"
-            " driver_mirror_url for an air-gapped site)"
-        )
+    _check_choices(dist, source, package_set)
     out: dict[str, Any] = {
         "distribution": dist,
         "major": major,
@@ -353,153 +344,200 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
         "el_repos": None,
         "apt_components": {},  # package -> the archive component it lives in (checked when it has no candidate)
         "dkms_signing": None,  # conf.d (dkms >= 3.0.4) | shim-mok (Ubuntu 22.04's dkms 2.8.7) | None (nothing built)
-        "nvswitch": nvswitch,
+        "nvswitch": has_nvswitch(nvidia),
         "fabricmanager": [],
     }
-
     if dist == "debian":
-        default = DEBIAN_BRANCH[major] if source == "distro" else UBUNTU_DEFAULT_BRANCH
-        branch, version = _branch(settings.get("branch"), settings.get("version"), default)
-        if major == "testing" and source == "cuda":
-            raise PlanError(
-                "NVIDIA's CUDA repository has no suite for Debian testing/unstable: use driver_source=distro"
-            )
-        if major == "testing" and str(settings.get("branch") or "").strip():
-            raise PlanError(
-                "Debian testing/unstable carries the one driver branch its archive has: leave driver_branch"
-                " empty (or set driver_version to pin a version the archive has)"
-            )
-        if source == "distro":
-            if DEBIAN_BRANCH[major] and branch != DEBIAN_BRANCH[major]:
-                raise PlanError(
-                    f"Debian {major} ships driver branch {DEBIAN_BRANCH[major]} in non-free, not {branch}: set"
-                    f" driver_branch={DEBIAN_BRANCH[major]}, or driver_source=cuda for other branches"
-                )
-            if nvswitch:
-                raise PlanError(
-                    "this host has NVSwitches, which need NVIDIA Fabric Manager, and Debian's archive has none:"
-                    " set driver_source=cuda (SOURCES['fabricmanager'])"
-                )
-            base = list(DEBIAN_COMPUTE if package_set == "compute" else DEBIAN_FULL)
-            module = [DEBIAN_MODULE[flavor]]
-            names = base + module
-            pin = {n for n in names if n not in DEBIAN_UNVERSIONED}
-            every = DEBIAN_COMPUTE + DEBIAN_FULL + list(DEBIAN_MODULE.values())
-            # SOURCES["debian"]: which component each package needs (a missing one is named, not guessed).
-            out["apt_components"] = {n: "non-free" for n in base}
-            if build_module:
-                out["apt_components"][DEBIAN_MODULE[flavor]] = "contrib" if flavor == "open" else "non-free"
-                out["apt_components"]["firmware-nvidia-gsp"] = "non-free-firmware"
-        else:
-            _check_branch_alive(branch, "NVIDIA's CUDA repository")
-            _check_proprietary(branch, flavor)
-            out["repository"] = cuda_repository(
-                "debian" + major,
-                facts.get("architecture"),
-                settings.get("mirror_url"),
-                settings.get("repo_key_url"),
-                "apt",
-            )
-            base, module, pin, every = _cuda_apt_names(branch, flavor, package_set, debian=True)
-            out["pinning"] = _apt_pinning(branch)
-            out["fabricmanager"] = ["nvidia-fabricmanager", "libnvidia-nscq"] if nvswitch else []
-        out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
-        _apt_versions(out, base, module, pin, version=version, build_module=build_module)
-        # Fabric Manager must stay at the driver's version: held with it, or an apt upgrade moves it alone
-        # (tests/integration/test_driver_apt_standins.py).
-        out["hold"] = out["pinning"] + [n for n in base + module if build_module or n not in module]
-        out["hold"] += [n for n in out["fabricmanager"] if n not in out["hold"]]
-        out["remove"] = every
-        out["dkms_signing"] = "conf.d" if build_module else None  # Debian 12: dkms 3.0.10 (SOURCES["dkms"])
+        branch, version = _debian_plan(out, facts, settings, kernel, build_module)
     elif dist == "ubuntu":
-        branch, version = _branch(settings.get("branch"), settings.get("version"), UBUNTU_DEFAULT_BRANCH)
-        if branch == "latest" and source == "distro":
-            raise PlanError(
-                f"Ubuntu's packages are per branch: set driver_branch to a number such as {UBUNTU_DEFAULT_BRANCH}"
-            )
-        _check_branch_alive(branch, "Canonical's archive" if source == "distro" else "NVIDIA's CUDA repository")
-        _check_proprietary(branch, flavor)
-        o = "-open" if flavor == "open" else ""
-        precompiled = bool(settings.get("ubuntu_precompiled", True))
-        if source == "distro":
-            if package_set == "compute":
-                base = [f"nvidia-headless-no-dkms-{branch}-server{o}", f"nvidia-utils-{branch}-server"]
-            else:
-                base = [f"nvidia-driver-{branch}-server{o}"]
-            if precompiled and package_set == "compute":
-                # The per-kernel package for the running kernel and the flavour metapackage that follows the
-                # kernel's updates (SOURCES["ubuntu"]): without the latter the next kernel boots without a module.
-                flavour = ubuntu_kernel_flavour(kernel, major)
-                if not flavour:
-                    raise PlanError(
-                        f"cannot tell the Ubuntu kernel flavour of {kernel!r} for the precompiled modules: set"
-                        " driver_ubuntu_precompiled=false (DKMS)"
-                    )
-                module = [
-                    f"linux-modules-nvidia-{branch}-server{o}-{kernel}",
-                    f"linux-modules-nvidia-{branch}-server{o}-{flavour}",
-                ]
-            else:
-                module = [f"nvidia-dkms-{branch}-server{o}"]
-            pin = set(base) | {m for m in module if m.startswith("nvidia-dkms")}
-            every = [f"nvidia-*-{branch}-server*", f"libnvidia-*-{branch}-server*", f"linux-modules-nvidia-{branch}-*"]
-            fm = [f"nvidia-fabricmanager-{branch}", f"libnvidia-nscq-{branch}"]
-        else:
-            out["repository"] = cuda_repository(
-                f"ubuntu{major}04",
-                facts.get("architecture"),
-                settings.get("mirror_url"),
-                settings.get("repo_key_url"),
-                "apt",
-            )
-            base, module, pin, every = _cuda_apt_names(branch, flavor, package_set, debian=False)
-            out["pinning"] = _apt_pinning(branch)
-            precompiled = False
-            unversioned = branch == "latest" or int(str(branch)) >= APT_UNVERSIONED_FROM
-            fm = (
-                ["nvidia-fabricmanager", "libnvidia-nscq"]
-                if unversioned
-                else [
-                    f"nvidia-fabricmanager-{branch}",
-                    f"libnvidia-nscq-{branch}",
-                ]
-            )
-        out["fabricmanager"] = fm if nvswitch else []
-        built = not (source == "distro" and precompiled and package_set == "compute")
-        if built:
-            out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
-        _apt_versions(out, base, module, pin, version=version, build_module=build_module)
-        # Never hold the precompiled modules: their flavour metapackage must follow the kernel.
-        out["hold"] = out["pinning"] + [n for n in base + module if (build_module and built) or n not in module]
-        # Fabric Manager must stay at the driver's version: held with it.
-        out["hold"] += out["fabricmanager"]
-        out["remove"] = every
-        if build_module and built:
-            # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d and signs with the shim-signed MOK (SOURCES["dkms"]).
-            out["dkms_signing"] = "shim-mok" if major == "22" else "conf.d"
+        branch, version = _ubuntu_plan(out, facts, settings, kernel, build_module)
     else:
-        branch, version = _branch(settings.get("branch"), settings.get("version"), RHEL_DEFAULT_BRANCH)
-        _check_branch_alive(branch, "NVIDIA's CUDA repository")
-        _check_proprietary(branch, flavor)
-        out["repository"] = cuda_repository(
-            "rhel" + major, facts.get("architecture"), settings.get("mirror_url"), settings.get("repo_key_url"), "rpm"
-        )
-        _el_plan(
-            out,
-            facts=facts,
-            settings=settings,
-            branch=branch or "latest",
-            version=version,
-            flavor=flavor,
-            package_set=package_set,
-            build_module=build_module,
-            kernel=kernel,
-            major=major,
-        )
-        out["dkms_signing"] = "conf.d" if build_module else None  # EPEL's dkms is 3.x (SOURCES["dkms"])
+        branch, version = _redhat_plan(out, facts, settings, kernel, build_module)
     out["branch"] = branch or "the archive's"
     out["version"] = version
     return out
+
+
+def _check_choices(dist: str, source: str, package_set: str) -> None:
+    """The settings every distribution checks alike: the source, the package set, a source the distribution has."""
+    if source not in ("distro", "cuda"):
+        raise PlanError(f"driver_source={source!r}: use distro or cuda")
+    if package_set not in ("compute", "full"):
+        raise PlanError(f"driver_package_set={package_set!r}: use compute or full")
+    if dist == "redhat" and source == "distro":
+        raise PlanError(
+            "RHEL, Rocky and Alma ship no NVIDIA driver of their own: set driver_source=cuda (and"
+            " driver_mirror_url for an air-gapped site)"
+        )
+
+
+def _cuda_apt(
+    out: dict[str, Any], facts: dict[str, Any], settings: dict[str, Any], branch: str | None, suite: str
+) -> tuple[list[str], list[str], set[str], list[str]]:
+    """NVIDIA's CUDA apt repository for ``suite`` and its branch pinning into ``out``; ``_cuda_apt_names``."""
+    out["repository"] = cuda_repository(
+        suite, facts.get("architecture"), settings.get("mirror_url"), settings.get("repo_key_url"), "apt"
+    )
+    names = _cuda_apt_names(branch, out["flavor"], out["package_set"], debian=suite.startswith("debian"))
+    out["pinning"] = _apt_pinning(branch)
+    return names
+
+
+def _debian_plan(
+    out: dict[str, Any], facts: dict[str, Any], settings: dict[str, Any], kernel: str, build_module: bool
+) -> tuple[str | None, str]:
+    """Debian: the archive's one branch (non-free, contrib) or NVIDIA's CUDA repository; ``(branch, version)``."""
+    major, source = out["major"], out["source"]
+    default = DEBIAN_BRANCH[major] if source == "distro" else UBUNTU_DEFAULT_BRANCH
+    branch, version = _branch(settings.get("branch"), settings.get("version"), default)
+    if major == "testing" and source == "cuda":
+        raise PlanError("NVIDIA's CUDA repository has no suite for Debian testing/unstable: use driver_source=distro")
+    if major == "testing" and str(settings.get("branch") or "").strip():
+        raise PlanError(
+            "Debian testing/unstable carries the one driver branch its archive has: leave driver_branch"
+            " empty (or set driver_version to pin a version the archive has)"
+        )
+    if source == "distro":
+        base, module, pin, every = _debian_archive_names(out, branch, build_module)
+    else:
+        _check_branch_alive(branch, "NVIDIA's CUDA repository")
+        _check_proprietary(branch, out["flavor"])
+        base, module, pin, every = _cuda_apt(out, facts, settings, branch, "debian" + major)
+        out["fabricmanager"] = ["nvidia-fabricmanager", "libnvidia-nscq"] if out["nvswitch"] else []
+    out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
+    _apt_versions(out, base, module, pin, version=version, build_module=build_module)
+    # Fabric Manager must stay at the driver's version: held with it, or an apt upgrade moves it alone
+    # (tests/integration/test_driver_apt_standins.py).
+    out["hold"] = out["pinning"] + [n for n in base + module if build_module or n not in module]
+    out["hold"] += [n for n in out["fabricmanager"] if n not in out["hold"]]
+    out["remove"] = every
+    out["dkms_signing"] = "conf.d" if build_module else None  # Debian 12: dkms 3.0.10 (SOURCES["dkms"])
+    return branch, version
+
+
+def _debian_archive_names(
+    out: dict[str, Any], branch: str | None, build_module: bool
+) -> tuple[list[str], list[str], set[str], list[str]]:
+    """Debian's packages: ``base``, ``module``, the names to pin and to remove; their components into ``out``."""
+    major, flavor = out["major"], out["flavor"]
+    if DEBIAN_BRANCH[major] and branch != DEBIAN_BRANCH[major]:
+        raise PlanError(
+            f"Debian {major} ships driver branch {DEBIAN_BRANCH[major]} in non-free, not {branch}: set"
+            f" driver_branch={DEBIAN_BRANCH[major]}, or driver_source=cuda for other branches"
+        )
+    if out["nvswitch"]:
+        raise PlanError(
+            "this host has NVSwitches, which need NVIDIA Fabric Manager, and Debian's archive has none:"
+            " set driver_source=cuda (SOURCES['fabricmanager'])"
+        )
+    base = list(DEBIAN_COMPUTE if out["package_set"] == "compute" else DEBIAN_FULL)
+    module = [DEBIAN_MODULE[flavor]]
+    pin = {n for n in base + module if n not in DEBIAN_UNVERSIONED}
+    every = DEBIAN_COMPUTE + DEBIAN_FULL + list(DEBIAN_MODULE.values())
+    # SOURCES["debian"]: which component each package needs (a missing one is named, not guessed).
+    out["apt_components"] = {n: "non-free" for n in base}
+    if build_module:
+        out["apt_components"][DEBIAN_MODULE[flavor]] = "contrib" if flavor == "open" else "non-free"
+        out["apt_components"]["firmware-nvidia-gsp"] = "non-free-firmware"
+    return base, module, pin, every
+
+
+def _ubuntu_plan(
+    out: dict[str, Any], facts: dict[str, Any], settings: dict[str, Any], kernel: str, build_module: bool
+) -> tuple[str | None, str]:
+    """Ubuntu: Canonical's server branches (precompiled or DKMS) or NVIDIA's CUDA repository; (branch, version)."""
+    major, source = out["major"], out["source"]
+    branch, version = _branch(settings.get("branch"), settings.get("version"), UBUNTU_DEFAULT_BRANCH)
+    if branch == "latest" and source == "distro":
+        raise PlanError(
+            f"Ubuntu's packages are per branch: set driver_branch to a number such as {UBUNTU_DEFAULT_BRANCH}"
+        )
+    _check_branch_alive(branch, "Canonical's archive" if source == "distro" else "NVIDIA's CUDA repository")
+    _check_proprietary(branch, out["flavor"])
+    precompiled = bool(settings.get("ubuntu_precompiled", True))
+    if source == "distro":
+        base, module, pin, every, fm = _ubuntu_archive_names(out, branch, kernel, precompiled)
+    else:
+        base, module, pin, every = _cuda_apt(out, facts, settings, branch, f"ubuntu{major}04")
+        precompiled = False
+        unversioned = branch == "latest" or int(str(branch)) >= APT_UNVERSIONED_FROM
+        fm = (
+            ["nvidia-fabricmanager", "libnvidia-nscq"]
+            if unversioned
+            else [f"nvidia-fabricmanager-{branch}", f"libnvidia-nscq-{branch}"]
+        )
+    out["fabricmanager"] = fm if out["nvswitch"] else []
+    built = not (source == "distro" and precompiled and out["package_set"] == "compute")
+    if built:
+        out["headers"] = [f"linux-headers-{kernel}"] if kernel else []
+    _apt_versions(out, base, module, pin, version=version, build_module=build_module)
+    # Never hold the precompiled modules: their flavour metapackage must follow the kernel.
+    out["hold"] = out["pinning"] + [n for n in base + module if (build_module and built) or n not in module]
+    # Fabric Manager must stay at the driver's version: held with it.
+    out["hold"] += out["fabricmanager"]
+    out["remove"] = every
+    if build_module and built:
+        # Ubuntu 22.04's dkms 2.8.7 ignores framework.conf.d and signs with the shim-signed MOK (SOURCES["dkms"]).
+        out["dkms_signing"] = "shim-mok" if major == "22" else "conf.d"
+    return branch, version
+
+
+def _ubuntu_archive_names(
+    out: dict[str, Any], branch: str | None, kernel: str, precompiled: bool
+) -> tuple[list[str], list[str], set[str], list[str], list[str]]:
+    """Canonical's packages: ``base``, ``module``, the names to pin and to remove, and Fabric Manager's."""
+    o = "-open" if out["flavor"] == "open" else ""
+    compute = out["package_set"] == "compute"
+    if compute:
+        base = [f"nvidia-headless-no-dkms-{branch}-server{o}", f"nvidia-utils-{branch}-server"]
+    else:
+        base = [f"nvidia-driver-{branch}-server{o}"]
+    if precompiled and compute:
+        # The per-kernel package for the running kernel and the flavour metapackage that follows the
+        # kernel's updates (SOURCES["ubuntu"]): without the latter the next kernel boots without a module.
+        flavour = ubuntu_kernel_flavour(kernel, out["major"])
+        if not flavour:
+            raise PlanError(
+                f"cannot tell the Ubuntu kernel flavour of {kernel!r} for the precompiled modules: set"
+                " driver_ubuntu_precompiled=false (DKMS)"
+            )
+        module = [
+            f"linux-modules-nvidia-{branch}-server{o}-{kernel}",
+            f"linux-modules-nvidia-{branch}-server{o}-{flavour}",
+        ]
+    else:
+        module = [f"nvidia-dkms-{branch}-server{o}"]
+    pin = set(base) | {m for m in module if m.startswith("nvidia-dkms")}
+    every = [f"nvidia-*-{branch}-server*", f"libnvidia-*-{branch}-server*", f"linux-modules-nvidia-{branch}-*"]
+    fm = [f"nvidia-fabricmanager-{branch}", f"libnvidia-nscq-{branch}"]
+    return base, module, pin, every, fm
+
+
+def _redhat_plan(
+    out: dict[str, Any], facts: dict[str, Any], settings: dict[str, Any], kernel: str, build_module: bool
+) -> tuple[str | None, str]:
+    """RHEL, Rocky, Alma: NVIDIA's CUDA repository (``_el_plan``); ``(branch, version)``."""
+    major, flavor = out["major"], out["flavor"]
+    branch, version = _branch(settings.get("branch"), settings.get("version"), RHEL_DEFAULT_BRANCH)
+    _check_branch_alive(branch, "NVIDIA's CUDA repository")
+    _check_proprietary(branch, flavor)
+    out["repository"] = cuda_repository(
+        "rhel" + major, facts.get("architecture"), settings.get("mirror_url"), settings.get("repo_key_url"), "rpm"
+    )
+    _el_plan(
+        out,
+        facts=facts,
+        settings=settings,
+        branch=branch or "latest",
+        version=version,
+        flavor=flavor,
+        package_set=out["package_set"],
+        build_module=build_module,
+        kernel=kernel,
+        major=major,
+    )
+    out["dkms_signing"] = "conf.d" if build_module else None  # EPEL's dkms is 3.x (SOURCES["dkms"])
+    return branch, version
 
 
 # Kernel module packages of NVIDIA's EL repositories (SOURCES["dkms-readme"], SOURCES["compute-only"]).
@@ -644,30 +682,3 @@ def _apt_versions(
 
     out["packages"] = [spec(n) for n in base]
     out["module_packages"] = [spec(n) for n in module] if build_module else []
-
-
-def missing_components(policy: dict[str, str], needed: dict[str, str]) -> list[str]:
-    """Archive components (contrib, non-free, non-free-firmware) whose packages have no apt candidate.
-    ``policy``: package -> candidate (``(none)`` or empty when apt knows no version); ``needed``: the plan's
-    ``apt_components``."""
-    missing = []
-    for package, component in needed.items():
-        if policy.get(package, "(none)") in ("(none)", "") and component not in missing:
-            missing.append(component)
-    return missing
-
-
-def parse_policy(stdout: str) -> dict[str, str]:
-    """``apt-cache policy PKG...`` output -> {package: candidate}; a package apt does not know is absent."""
-    found: dict[str, str] = {}
-    current = None
-    for line in stdout.splitlines():
-        head = re.match(r"^(\S+):$", line)
-        if head:
-            current = head.group(1)
-            found[current] = "(none)"
-            continue
-        cand = re.match(r"^\s+Candidate:\s*(\S+)", line)
-        if cand and current:
-            found[current] = cand.group(1)
-    return found

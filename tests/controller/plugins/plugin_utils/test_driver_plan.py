@@ -7,13 +7,12 @@ dnf stream. These are the only tests of the Ubuntu and RHEL paths (no such host 
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.apt_policy import missing_components, parse_policy
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import (
     BRANCHES_REVIEWED,
     PlanError,
     architecture_of,
-    missing_components,
     module_flavor,
-    parse_policy,
     plan,
     successor,
     supported_branches,
