@@ -226,6 +226,29 @@ def build_spec(
     them): when the files are not open to everyone, the index's GPU nodes carry their owner and mode and its edits
     the group (``additionalGids``), and so does the spec at ``cdi_version`` 0.7.0 (the module docstring).
     """
+    strategy, cuda_version = _checked_args(cdi_version, device_name_strategy, cuda_version, driver_version)
+    devices, aliases = _gpu_devices(gpus, strategy, dev_root, mig_minors)
+    wanted = set(capabilities)
+    found = _file_mounts(files, wanted, driver_root, driver_version, extra_mounts)
+    common = _common_edits(control, dev_root, found, _hook(hook_path, found, wanted))
+    return _spec_and_index(
+        devices,
+        common,
+        _annotations(driver_version, cuda_version, node_fingerprint),
+        aliases=aliases,
+        mount_caps=found.caps,
+        wanted=wanted,
+        cdi_version=cdi_version,
+        driver_version=driver_version,
+        cuda_version=cuda_version,
+        device_files=device_files,
+    )
+
+
+def _checked_args(
+    cdi_version: str, device_name_strategy: tuple[str, ...] | list[str], cuda_version: str | None, driver_version: str
+) -> tuple[tuple[str, ...], str | None]:
+    """``build_spec``'s arguments checked: ``(name strategy, CUDA version)``; ``ValueError`` naming a bad one."""
     if cdi_version not in CDI_VERSIONS:
         raise ValueError(f"cdi_version: {cdi_version!r} is not one this collection writes ({', '.join(CDI_VERSIONS)})")
     strategy = tuple(device_name_strategy)
@@ -241,6 +264,14 @@ def build_spec(
             f"cuda_version: {cuda_version!r} is not a CUDA version (major.minor, such as 12.2); "
             "leave it out to take the driver branch's"
         )
+    return strategy, cuda_version
+
+
+def _gpu_devices(
+    gpus: list[dict[str, Any]], strategy: tuple[str, ...], dev_root: str, mig_minors: dict[str, int] | None
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The spec's devices (each GPU under its names, its MIG devices, ``all``) and the index's aliases (the names
+    of a device that the strategy leaves out, each to the name the spec has)."""
     devices, aliases, all_nodes = [], {}, []
     for gpu in sorted(gpus, key=lambda g: int(g["index"])):
         node = f"/dev/nvidia{int(gpu['minor'])}"
@@ -251,36 +282,68 @@ def build_spec(
         for alias in (str(gpu["index"]), gpu.get("uuid")):
             if alias and alias not in names:
                 aliases[alias] = names[0]
-        if not _mig_enabled(gpu):
-            continue
-        for mig in sorted(gpu.get("mig_devices") or (), key=lambda m: int(m.get("index", 0))):
-            paths = [node, *_mig_nodes(gpu, mig, mig_minors)]
-            edits = {"deviceNodes": [_node(p, dev_root) for p in paths]}
-            mig_names = []
-            if "index" in strategy or not mig.get("uuid"):
-                mig_names.append("{}:{}".format(gpu["index"], mig.get("index", 0)))
-            if "uuid" in strategy and mig.get("uuid"):
-                mig_names.append(mig["uuid"])
-            for name in mig_names:
-                devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
-            for alias in ("{}:{}".format(gpu["index"], mig.get("index", 0)), mig.get("uuid")):
-                if alias and alias not in mig_names:
-                    aliases[alias] = mig_names[0]
+        if _mig_enabled(gpu):
+            mig_devices, mig_aliases = _mig_devices(gpu, node, strategy, dev_root, mig_minors)
+            devices += mig_devices
+            aliases.update(mig_aliases)
     if all_nodes:
         devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n, dev_root) for n in all_nodes]}})
     for device in devices:
         if not _DEVICE_NAME.match(device["name"]):
             raise ValueError("GPU name {!r} is not a valid CDI device name".format(device["name"]))
+    return devices, aliases
 
-    mounts, mount_caps, folders, sonames, libraries = [], {}, [], set(), []
-    wanted = set(capabilities)
 
-    def add_mount(host: str, container: str, caps: list[str]) -> None:
-        if container in mount_caps:
+def _mig_devices(
+    gpu: dict[str, Any], node: str, strategy: tuple[str, ...], dev_root: str, mig_minors: dict[str, int] | None
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The MIG devices of ``gpu`` (whose node is ``node``) and their aliases: ``<gpu>:<mig>`` and/or the MIG UUID,
+    each with the GPU's node and the MIG device's nvidia-caps nodes."""
+    devices, aliases = [], {}
+    for mig in sorted(gpu.get("mig_devices") or (), key=lambda m: int(m.get("index", 0))):
+        paths = [node, *_mig_nodes(gpu, mig, mig_minors)]
+        edits = {"deviceNodes": [_node(p, dev_root) for p in paths]}
+        mig_names = []
+        if "index" in strategy or not mig.get("uuid"):
+            mig_names.append("{}:{}".format(gpu["index"], mig.get("index", 0)))
+        if "uuid" in strategy and mig.get("uuid"):
+            mig_names.append(mig["uuid"])
+        for name in mig_names:
+            devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
+        for alias in ("{}:{}".format(gpu["index"], mig.get("index", 0)), mig.get("uuid")):
+            if alias and alias not in mig_names:
+                aliases[alias] = mig_names[0]
+    return devices, aliases
+
+
+class _Mounts:
+    """The spec's mounts, each container path once, with the capabilities each belongs to (``caps``, the index's
+    ``mountCapabilities``); the library folders, ``(arch, soname)`` pairs and ``--library`` values for the hook."""
+
+    def __init__(self) -> None:
+        self.mounts: list[dict[str, Any]] = []
+        self.caps: dict[str, list[str]] = {}
+        self.folders: list[str] = []
+        self.sonames: set[tuple[str, str]] = set()
+        self.libraries: list[str] = []
+
+    def add(self, host: str, container: str, caps: list[str]) -> None:
+        if container in self.caps:
             return
-        mount_caps[container] = caps
-        mounts.append({"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)})
+        self.caps[container] = caps
+        self.mounts.append({"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)})
 
+
+def _file_mounts(
+    files: list[DriverFile],
+    wanted: set[str],
+    driver_root: str,
+    driver_version: str,
+    extra_mounts: tuple[tuple[str, str, str], ...] | list[tuple[str, str, str]],
+) -> _Mounts:
+    """The mounts of the driver files (and ``extra_mounts``) of the ``wanted`` capabilities, each where it goes in
+    the container (the module docstring)."""
+    found = _Mounts()
     for item in files:
         if item.capability not in wanted:
             continue
@@ -288,40 +351,45 @@ def build_spec(
             if item.arch == "i386" and "compat32" not in wanted:
                 continue
             folder = container_libdir(item.arch)
-            if folder not in folders:
-                folders.append(folder)
+            if folder not in found.folders:
+                found.folders.append(folder)
             caps = [item.capability] + (["compat32"] if item.arch == "i386" else [])
-            sonames.add((item.arch, item.name))
+            found.sonames.add((item.arch, item.name))
             container = folder + "/" + os.path.basename(item.resolved)
-            if container not in mount_caps:
-                libraries.append(f"{item.arch}::{item.name}::{container}")
-            add_mount(host_path(driver_root, item.resolved), container, caps)
+            if container not in found.caps:
+                found.libraries.append(f"{item.arch}::{item.name}::{container}")
+            found.add(host_path(driver_root, item.resolved), container, caps)
         elif item.kind == "binary":
-            add_mount(host_path(driver_root, item.resolved), "/usr/bin/" + item.name, [item.capability])
+            found.add(host_path(driver_root, item.resolved), "/usr/bin/" + item.name, [item.capability])
         elif item.kind == "firmware":
             container = f"{FIRMWARE_DIR}/{driver_version}/{item.name}"
-            add_mount(host_path(driver_root, item.resolved), container, [item.capability])
+            found.add(host_path(driver_root, item.resolved), container, [item.capability])
         elif item.kind == "ipc":
-            add_mount(item.resolved, item.path, [item.capability])
+            found.add(item.resolved, item.path, [item.capability])
         else:  # loader configuration (ICD files)
-            add_mount(host_path(driver_root, item.resolved), item.path, [item.capability])
+            found.add(host_path(driver_root, item.resolved), item.path, [item.capability])
     for host, container, capability in extra_mounts:
         if capability in wanted:
-            add_mount(host, container, [capability])
+            found.add(host, container, [capability])
+    return found
 
+
+def _hook(hook_path: str, found: _Mounts, wanted: set[str]) -> dict[str, Any]:
+    """The ``createContainer`` hook: the library folders, the libraries and the links of the ``wanted``
+    capabilities (``CONTAINER_LINKS``) to set up in the container."""
     args = [os.path.basename(hook_path), "apply"]
-    for folder in folders:
+    for folder in found.folders:
         args += ["--folder", folder]
-    for library in libraries:
+    for library in found.libraries:
         args += ["--library", library]
     for capability in CAPABILITIES:
         if capability not in wanted:
             continue
         for name, target in CONTAINER_LINKS.get(capability, ()):
-            for arch, soname in sorted(sonames):
+            for arch, soname in sorted(found.sonames):
                 if soname == target:
                     args += ["--link", f"{target}::{container_libdir(arch)}/{name}"]
-    hook = {
+    return {
         "hookName": "createContainer",
         "path": hook_path,
         "args": args,
@@ -329,18 +397,42 @@ def build_spec(
         "timeout": HOOK_TIMEOUT,
     }
 
+
+def _common_edits(control: list[str], dev_root: str, found: _Mounts, hook: dict[str, Any]) -> dict[str, Any]:
+    """The edits every device shares: the control nodes, the driver files' mounts, the hook."""
     common = {}
     if control:
         common["deviceNodes"] = [_node(p, dev_root) for p in control]
-    if mounts:
-        common["mounts"] = mounts
+    if found.mounts:
+        common["mounts"] = found.mounts
     common["hooks"] = [hook]
+    return common
 
+
+def _annotations(driver_version: str, cuda_version: str | None, node_fingerprint: str | None) -> dict[str, str]:
     annotations = {DRIVER_VERSION_ANNOTATION: str(driver_version)}
     if cuda_version:
         annotations[CUDA_VERSION_ANNOTATION] = str(cuda_version)
     if node_fingerprint:
         annotations[NODES_ANNOTATION] = str(node_fingerprint)
+    return annotations
+
+
+def _spec_and_index(
+    devices: list[dict[str, Any]],
+    common: dict[str, Any],
+    annotations: dict[str, str],
+    *,
+    aliases: dict[str, str],
+    mount_caps: dict[str, list[str]],
+    wanted: set[str],
+    cdi_version: str,
+    driver_version: str,
+    cuda_version: str | None,
+    device_files: dict[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec and the index from their parts; the index's nodes always carry the host's owner and group where the
+    device files are not open to everyone, the spec's only from ``ADDITIONAL_GIDS_VERSION`` (the module docstring)."""
     spec = {"cdiVersion": cdi_version, "kind": KIND}
     if cdi_version != CDI_VERSIONS[0]:
         spec["annotations"] = annotations
