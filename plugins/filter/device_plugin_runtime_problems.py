@@ -69,7 +69,7 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.sett
 
 def device_plugin_runtime_problems(
     runtime: dict[str, Any] | None,
-    engine: str = "containerd",
+    engine: str = DEFAULTS["container_engine"],
     strategies: str | list[str] | None = None,
     toolkit: dict[str, Any] | None = None,
 ) -> list[str]:
