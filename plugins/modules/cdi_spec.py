@@ -69,7 +69,11 @@ options:
     type: path
     default: /
   driver_root:
-    description: The root of the driver installation, in host terms (C(/run/nvidia/driver) for a containerized driver).
+    description:
+      - The root of the driver installation, in host terms (C(/run/nvidia/driver) for a containerized driver).
+      - Its libraries are found through its C(etc/ld.so.cache); a root without one (a driver kept in a tree of its
+        own, such as C(/usr/local/nvidia) with C(lib64/) and C(bin/)) is searched in the library directories NVIDIA's
+        C(nvidia-ctk) searches (C(lib64), C(usr/lib64), C(lib/x86_64-linux-gnu), ...).
     type: path
     default: /
   dev_root:

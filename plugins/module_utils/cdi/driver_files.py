@@ -109,9 +109,32 @@ PRIVATE_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu/nvidia/current",),
     "i386": ("/usr/lib/i386-linux-gnu/nvidia/current",),
 }
+# Where the libraries are looked for when the driver root has no ld.so.cache of its own (a driver kept in a tree
+# of its own, such as GKE's, mounted at /usr/local/nvidia with lib64/ and bin/): the search paths of NVIDIA's
+# library locator (nvidia-container-toolkit internal/lookup/library.go, NewLibraryLocator; commit 070129ab7ffd,
+# read 2026-11-27), in its order, under the driver root. A file's ELF header says its architecture.
+SEARCH_LIBDIRS = (
+    "/",
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu/nvidia/current",
+    "/lib/aarch64-linux-gnu/nvidia/current",
+    "/glibc/lib",
+)
+# (EI_CLASS, e_machine) of a little-endian ELF file -> the architecture names ld.so.cache entries carry
+_ELF_ARCHES = {(2, 0x3E): "x86_64", (2, 0xB7): "aarch64", (1, 0x03): "i386"}
 # Patterns for ``re`` (cached by it), imported where used: the shim imports this module for
 # parse_capabilities and must not pay for ``re`` on every GPU container start.
 _SONAME_RE = r"^lib[\w.+-]*\.so\.\d+$"
+# A library file or link in a searched directory: the soname link (``libcuda.so.1``) or a library whose soname is
+# its whole versioned name (``libnvidia-tls.so.535.309.01``).
+_LIBRARY_RE = r"^lib[\w+-][\w.+-]*\.so(?:\.\d+)+$"
 
 CONTAINER_LIBDIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"),
@@ -234,6 +257,52 @@ def private_entries(driver_root: str, entries: list[LdCacheEntry], resolve: obje
     return extra
 
 
+def elf_arch(path: str) -> str | None:
+    """The architecture of the ELF file at ``path`` (``x86_64``, ``aarch64``, ``i386``), or None when it is not a
+    little-endian ELF file of one of them or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] != 1:
+        return None
+    return _ELF_ARCHES.get((head[4], int.from_bytes(head[18:20], "little")))
+
+
+def searched_entries(driver_root: str, resolve: object) -> list[LdCacheEntry]:
+    """Cache-like entries for the libraries (``_LIBRARY_RE``) in ``SEARCH_LIBDIRS`` under ``driver_root``, the
+    first of each name and architecture in that order: what stands in for a driver root's missing ld.so.cache."""
+    import re  # noqa: PLC0415  # see _SONAME_RE
+
+    seen = set()
+    entries: list[LdCacheEntry] = []
+    for directory in SEARCH_LIBDIRS:
+        try:
+            names = sorted(os.listdir(host_path(driver_root, resolve(directory))))
+        except OSError:
+            continue
+        # a library's soname link before its versioned file, so the link names what both resolve to
+        for name in sorted(names, key=lambda n: (n.split(".so.", 1)[0], len(n), n)):
+            if not re.match(_LIBRARY_RE, name):
+                continue
+            path = directory.rstrip("/") + "/" + name
+            arch = elf_arch(host_path(driver_root, resolve(path)))
+            if arch is not None and (name, arch) not in seen:
+                seen.add((name, arch))
+                entries.append(LdCacheEntry(name, path, None, arch, None))
+    return entries
+
+
+def driver_root_entries(driver_root: str, resolve: object) -> list[LdCacheEntry]:
+    """The driver root's ld.so.cache entries, or ``searched_entries`` when it has no ld.so.cache at all.
+    Raises OSError when the cache exists but cannot be read, ``LdCacheError`` when it is no cache."""
+    try:
+        return read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    except FileNotFoundError:
+        return searched_entries(driver_root, resolve)
+
+
 def detect_installed_version(entries: list[LdCacheEntry], resolve: object, arch: str = "x86_64") -> str | None:
     """The driver version of the installed userspace: the suffix of the file behind libnvidia-ml.so.1
     (else libcuda.so.1) in the cache, or None when neither is installed."""
@@ -262,14 +331,14 @@ def _is_socket(root: str, inner: str) -> bool:
 
 
 def read_driver_cache(driver_root: str) -> list[LdCacheEntry]:
-    """The driver root's ld.so.cache entries plus ``private_entries``: what the loader and
-    libnvidia-container see, and the libraries Debian keeps out of the cache (``libnvidia-ml.so.1``).
-    Raises OSError when there is no cache, ``LdCacheError`` (a ValueError) when it cannot be read."""
+    """The driver root's ld.so.cache entries (``driver_root_entries``: a root without a cache is searched) plus
+    ``private_entries``: what the loader and libnvidia-container see, and the libraries Debian keeps out of the
+    cache (``libnvidia-ml.so.1``). Raises OSError or ``LdCacheError`` (a ValueError) when a cache cannot be read."""
 
     def resolve(path: str) -> str:
         return resolve_in_root(driver_root, path)
 
-    entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+    entries = driver_root_entries(driver_root, resolve)
     return entries + private_entries(driver_root, entries, resolve)
 
 
@@ -295,7 +364,7 @@ def find_driver_files(
         return resolve_in_root(driver_root, path)
 
     if entries is None:
-        entries = read_ld_so_cache(host_path(driver_root, resolve("/etc/ld.so.cache")))
+        entries = driver_root_entries(driver_root, resolve)
     entries = list(entries) + private_entries(driver_root, entries, resolve)
     if version is None:
         version = detect_installed_version(entries, resolve, arch)

@@ -493,7 +493,10 @@ def gather(
     except OSError as exc:
         raise ValueError(f"cannot read the driver root's ld.so.cache under {driver_dir}: {exc}") from None
     if version is None:
-        raise ValueError(f"no NVIDIA driver userspace found in the ld.so.cache under {driver_dir}")
+        raise ValueError(
+            f"no NVIDIA driver userspace found in the ld.so.cache under {driver_dir} (or, without one, in its "
+            "library directories)"
+        )
     majors = parse_proc_devices(read_text(host_path(root, "/proc/devices"), tolerant=True, errors="replace") or "")[
         "character"
     ]
