@@ -39,7 +39,7 @@ PLAY = """
     - name: Dump what the role worked with
       ansible.builtin.copy:
         content: >-
-          {{{{ {{'runtime_path': _runtime_path | default(none), 'hook': _runtime_hook | default(none),
+          {{{{ {{'runtime_path': __runtime_path | default(none), 'hook': __runtime_hook | default(none),
                 'toolkit': ansible_facts.nvidia.toolkit, 'runtime': gpufleet_runtime | default(none)}} | to_json }}}}
         dest: "{tmp}/facts.json"
         mode: "0644"
