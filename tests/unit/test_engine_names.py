@@ -61,8 +61,6 @@ ALLOWED = {
     "extensions/molecule/default/fleet.yml": "test fleet data",
     # the container manager the host itself runs in (docker, lxc, openvz ...): the outer one, not an engine we configure
     "plugins/module_utils/discovery/container.py": "the host's own container manager",
-    # the check of docker's unit flags reads docker's facts (runtime/docker/facts.py's unit_facts)
-    "plugins/module_utils/discovery/problems.py": "a check of docker's own facts",
     # the nvidia-docker compatibility program runs docker's CLI
     "plugins/module_utils/hostprog/nvidia_docker.py": "docker's CLI wrapper",
     # the device plugin role's choice of CRI engine: its default and its documented choices (a CRI engine adds itself)

@@ -249,9 +249,10 @@ def gpu_lost(host: Host) -> list[Problem]:
 
 def docker_unit_runtime_flag(host: Host) -> list[Problem]:
     """A runtime flag of dockerd's unit that daemon.json sets too (now, or once the runtime role registers ours)."""
-    docker = (host.facts.get("engines") or {}).get("docker") or {}
     found = []
-    for flag in docker.get("unit_flags") or ():
+    # the engines whose facts carry their unit's flags (``unit_flags``: docker's, ``runtime.docker.facts``)
+    engines = [facts or {} for facts in (host.facts.get("engines") or {}).values()]
+    for docker, flag in [(facts, flag) for facts in engines for flag in facts.get("unit_flags") or ()]:
         key = flag["option"]
         in_file = (key == "runtimes" and len(docker.get("runtimes") or ()) > 1) or (
             key == "default-runtime" and (docker.get("default_runtime") or "runc") != "runc"
