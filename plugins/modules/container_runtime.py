@@ -270,12 +270,13 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import Failure
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import takeover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.adapters import adapter
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.base import Request
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import RuntimeConfigError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import CONFIGURABLE
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.runner import Failed, MissingLibrary, run
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.runner import MissingLibrary, run
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.toml import MISSING_TOMLKIT_HINT
 
 ARGUMENT_SPEC = {
@@ -322,8 +323,8 @@ def run_module(module: AnsibleModule) -> None:
         module.fail_json(msg=f"path must be absolute, got {module.params['path']!r}")
     try:
         result = run(request_of(module.params), module, adapter(module.params["engine"]), takeover)
-    except Failed as exc:
-        module.fail_json(**exc.fields)
+    except Failure as exc:
+        module.fail_json(msg=exc.msg, **exc.fields)
     except MissingLibrary as exc:
         module.fail_json(msg=missing_required_lib(exc.name) + " " + MISSING_TOMLKIT_HINT, exception=exc.error)
     except RuntimeConfigError as exc:

@@ -6,8 +6,9 @@
 ``run(request, host, engine, records)`` takes the typed ``base.Request``, the ``host`` that runs commands
 (``run_command``, ``get_bin_path``, ``warn``, ``selinux_context``, ``set_context_if_different``, ``check_mode`` and
 ``_diff``: an ``AnsibleModule`` is one) and ``records``, the takeover record's functions (``discovery.takeover``,
-passed in because ``runtime`` sits below ``discovery``). It returns the typed ``base.Result`` or raises ``Failed``
-(the fields of the module's failure), ``MissingLibrary`` (tomlkit) or the adapters' ``common.RuntimeConfigError``.
+passed in because ``runtime`` sits below ``discovery``). It returns the typed ``base.Result`` or raises the
+``Failure`` of ``module_utils.base.runner`` (the module's failure message and fields), ``MissingLibrary``
+(tomlkit) or the adapters' ``common.RuntimeConfigError``.
 
 Standard library only (Python 3.8+); no ansible import.
 """
@@ -19,19 +20,12 @@ import tempfile
 from typing import Any, NoReturn
 
 from ..base.fileio import atomic_write, backup, read_text, remove_stale_temporaries, stale_temporaries
+from ..base.runner import Failure
 from ..base.version import parse as parse_version
 from ..base.version import text_of
 from .base import Engine, Job, Request, Result
 from .service import PendingRestart, Service, restart_with_rollback
 from .toml import TOMLKIT_IMPORT_ERROR
-
-
-class Failed(Exception):
-    """The run fails with these fields (``msg`` and what goes with it), nothing more was changed."""
-
-    def __init__(self, **fields: Any) -> None:
-        super().__init__(fields.get("msg"))
-        self.fields = fields
 
 
 class MissingLibrary(Exception):
@@ -77,7 +71,7 @@ class Runner(Job):
         if isinstance(value, bool):
             return self.engine.drop_in if value else None
         if not os.path.isabs(value):
-            raise Failed(msg=f"drop_in must be an absolute path or false, got {value!r}")
+            raise Failure(f"drop_in must be an absolute path or false, got {value!r}")
         return value
 
     def _detect_version(self) -> tuple[int, int, int] | None:
@@ -159,7 +153,7 @@ class Runner(Job):
         return out
 
     def fail(self, msg: str, **extra: Any) -> NoReturn:
-        raise Failed(msg=msg, changes=self.changes, **extra)
+        raise Failure(msg, changes=self.changes, **extra)
 
     # ---- planning -------------------------------------------------------------------------------------
     def compute(self) -> None:
