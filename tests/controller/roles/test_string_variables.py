@@ -104,6 +104,30 @@ def test_every_use_of_a_typed_variable_goes_through_its_filter() -> None:
     assert len(seen) > 30  # the scan reads the roles (a broken scan finds nothing)
 
 
+def test_a_role_converts_each_of_its_typed_variables_once_in_its_vars() -> None:
+    """Where a role's inputs enter: its own bool, int and list variables go through their filter in the role's
+    vars/main.yml only (as __<role>_<name>); its tasks, handlers and templates read the converted name."""
+    variables = typed_variables()
+    elsewhere = []
+    converted = 0
+    for where, expression in expressions():
+        if not where.startswith("roles/"):
+            continue
+        role = where.split("/")[1]
+        for name, filter_ in variables.items():
+            if not name.startswith(f"{role}_"):
+                continue  # another role's variable read here (device_plugin_enabled) is that role's input
+            for _match in re.finditer(
+                rf"(?<![\w.'\"]){name}(\s*\|\s*default\([^)]*\))?\s*\|\s*gpufleet\.nvidia\.{filter_}\b", expression
+            ):
+                if where == f"roles/{role}/vars/main.yml":
+                    converted += 1
+                else:
+                    elsewhere.append(f"{where}: {name} | {filter_} (read __{name} from vars/main.yml)")
+    assert not elsewhere, "\n".join(elsewhere)
+    assert converted > 30
+
+
 PLAY = """
 - hosts: all
   gather_facts: false
