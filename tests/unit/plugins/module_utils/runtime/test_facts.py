@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""runtime/<engine>/facts.py: what each engine reads and what it makes of it (the read side gpu_facts and the module share)."""
+"""runtime/<engine>/facts.py: what each engine reads and what it makes of it (the read side gpu_facts and the
+module share)."""
 
 import pytest
 
