@@ -51,3 +51,21 @@ def test_good_values_and_survey_strings_pass_the_preflight(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "skipping: [gpu-a] => (item=gpu-a)" in proc.stdout and "skipping: [gpu-a] => (item=gpu-b)" in proc.stdout
+
+
+def test_values_only_a_later_play_can_template_are_left_to_the_role(tmp_path):
+    """A role variable naming a role default or a fact, and any other host variable doing so, stop nothing here."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    gpu-a:\n      ansible_connection: local\n"
+        "      runtime_path: '{{ toolkit_bindir }}/gpufleet-container-runtime'\n"
+        "      device_plugin_node_selector: {zone: '{{ ansible_default_ipv4.address }}'}\n"
+        "      my_address: '{{ ansible_default_ipv4.address }}'\n"
+    )
+    play = tmp_path / "play.yml"
+    play.write_text(
+        f"- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - ansible.builtin.import_tasks: {REPO / 'playbooks' / 'tasks' / 'preflight.yml'}\n"
+    )
+    proc = run_playbook("-i", inventory, play)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
