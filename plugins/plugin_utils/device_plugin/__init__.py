@@ -1,6 +1,7 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# Private to this collection: no compatibility promise (docs/architecture.md, "Public surface").
 """The device_plugin role's Kubernetes documents, built from its settings (pure functions).
 
 One package builds every document the role applies or writes for GitOps: the namespace, the device
