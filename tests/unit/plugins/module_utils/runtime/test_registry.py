@@ -43,7 +43,7 @@ def test_cgroup_patterns_name_each_engine():
         for path in (f"/docker-{hex64}.scope", f"/docker/{hex64}", f"/cri-containerd-{hex64}.scope",
                      f"/crio-{hex64}.scope", f"/libpod-{hex64}.scope"):  # fmt: skip
             if pattern.search(path):
-                found.setdefault(engine, set()).add(path.split(hex64)[0])
+                found.setdefault(engine, set()).add(path.split(hex64, maxsplit=1)[0])
     assert found == {
         "docker": {"/docker-", "/docker/"},
         "containerd": {"/cri-containerd-"},
