@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds .gpu/ (ignored by git) for bench/real_gpu/capture.sh on a lent GPU machine that reaches no network:
+# Builds .gpu/ (ignored by git, the collection build and ansible-lint) for bench/real_gpu/capture.sh on a lent GPU machine that reaches no network:
 # the collection's code at HEAD, this machine's runc and libseccomp, Debian's libc6 and busybox-static for a
 # minimal container root, and cudacheck (a CUDA driver-API check, built here against that libc).
 # Then, on the GPU machine, from the repository root with .gpu carried: OUT=<dir> bash bench/real_gpu/capture.sh
@@ -11,5 +11,4 @@ git archive HEAD plugins tests/tools | tar -x -C .gpu/tree
 cp "$(command -v runc)" .gpu/runc
 gcc -O2 -o .gpu/cudacheck bench/real_gpu/cudacheck.c
 
-grep -qs '^/.gpu/' .git/info/exclude || echo /.gpu/ >> .git/info/exclude
 du -sh .gpu
