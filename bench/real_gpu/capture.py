@@ -60,6 +60,14 @@ def facts(tree, out):
     _write(os.path.join(out, "cdi-index-default.json"), index_text)
     mounts = (spec.get("containerEdits") or {}).get("mounts") or []
     print("cdi", version, "devices:", [d["name"] for d in spec.get("devices", [])], "mounts:", len(mounts))
+    try:  # the driver's own tree as the driver root, where it has one (no ld.so.cache there: searched)
+        if os.path.isdir("/usr/local/nvidia/lib64"):
+            _v, spec2, text2, _i, _t = generate({"driver_root": "/usr/local/nvidia"}, discovered_gpus)
+            _write(os.path.join(out, "cdi-usr-local-nvidia.yaml"), text2)
+            mounts2 = (spec2.get("containerEdits") or {}).get("mounts") or []
+            print("cdi driver_root=/usr/local/nvidia:", len(mounts2), "mounts")
+    except Exception:
+        traceback.print_exc()
     os.makedirs("/etc/cdi", exist_ok=True)
     os.makedirs("/etc/gpufleet", exist_ok=True)
     _write("/etc/cdi/nvidia.yaml", spec_text)

@@ -9,7 +9,8 @@ shell wrappers in ``/usr/bin``. The spec (``fixtures/cdi-h200-580.yaml``) was wr
 and a container started through the runtime shim with it ran ``nvidia-smi`` and created a CUDA context, as root and
 as uid 1000 (``bench/results/2026-11-27-real-gpu-h200.md``). Held here: the spec is valid CDI, reads back as the
 same bytes, names the GPU by index, UUID and ``all``, and puts every driver library where the container's loader
-looks, whatever directory the host keeps it in.
+looks, whatever directory the host keeps it in. ``cdi-h200-580-driver-root.yaml`` is the spec written on the same kind of
+host (a later VM) with ``driver_root: /usr/local/nvidia``.
 """
 
 import json
@@ -59,3 +60,25 @@ def test_libraries_from_a_nonstandard_driver_directory_land_in_the_containers_li
         assert mount["hostPath"].startswith("/usr/local/nvidia/lib64/"), mount
         assert mount["containerPath"] == "/usr/lib/x86_64-linux-gnu/" + os.path.basename(mount["hostPath"]), mount
         assert "ro" in mount["options"], mount
+
+
+def test_the_driver_tree_as_driver_root_gives_the_same_libraries_and_the_real_binaries(real):
+    """``driver_root: /usr/local/nvidia`` on the same kind of host (no ld.so.cache in that tree: its library
+    directories searched) gave every library the host's cache gave, and the binaries themselves instead of the
+    host's wrappers in /usr/bin."""
+    _text, by_cache = real
+    with open(os.path.join(FIXTURES, "cdi-h200-580-driver-root.yaml"), encoding="utf-8") as f:
+        by_search = yaml.safe_load(f)
+
+    def mounts(spec, kind):
+        found = {}
+        for m in spec["containerEdits"]["mounts"]:
+            is_library = ".so." in os.path.basename(m["hostPath"])
+            if (kind == "library") == is_library and (kind != "binary" or "/bin/" in m["hostPath"]):
+                found[m["containerPath"]] = m["hostPath"]
+        return found
+
+    assert mounts(by_search, "library") == mounts(by_cache, "library")
+    binaries = mounts(by_search, "binary")
+    assert binaries["/usr/bin/nvidia-smi"] == "/usr/local/nvidia/bin/nvidia-smi"
+    assert set(binaries) == set(mounts(by_cache, "binary"))
