@@ -128,6 +128,9 @@ def _set_option(opts: Any, key: str, value: Any) -> None:
         t.add_key(opts, key, value)
 
 
+_PREFIX = "plugins.<cri>."  # how a change names the CRI plugin's table, whichever version's name it has
+
+
 def _register(
     cri: Any,
     runtime_path: str,
@@ -143,7 +146,6 @@ def _register(
 ) -> list[str]:
     """Add/update the runtime in a CRI plugin table; returns the changes."""
     changes: list[str] = []
-    prefix = "plugins.<cri>."
     ctd = t.get_table(cri, ["containerd"], text=text, path=path, create=True)
     runtimes = t.get_table(ctd, ["runtimes"], text=text, path=path, create=True)
     default_name = ctd.get("default_runtime_name", "runc")
@@ -154,83 +156,122 @@ def _register(
     if source is None:
         source = _source_runtime(runtimes, str(default_name), name)
     if source is None and not any(t.is_table(v) for v in runtimes.values()):
-        # A runtimes table in the file replaces containerd's built-in one (runc) instead of adding
-        # to it (seen with `containerd config dump` on 1.6): name the built-in default explicitly.
-        builtin = str(default_name) if default_name != name else "runc"
-        runtimes[builtin] = t.tomlkit.table()
-        runtimes[builtin]["runtime_type"] = RUNTIME_TYPE
-        if track:
-            runtimes[builtin].comment(t.TRACK_PREFIX + "added")
-        changes.append(f"{prefix}containerd.runtimes.{builtin}: containerd's built-in default written out")
+        changes.append(_write_builtin_default(runtimes, str(default_name) if default_name != name else "runc", track))
     existing = runtimes.get(name)
     if existing is not None and not t.is_table(existing):
         raise RuntimeConfigError(f"runtimes.{name} is not a table", path, t.key_line(text, name), FIX_BY_HAND)
     wanted_type = _wanted_type(source)
     binary_keys = ["BinaryName", "Runtime"] if _needs_runtime_option(version, wanted_type) else ["BinaryName"]
+    wanted = {"source": source, "wanted_type": wanted_type, "binary_keys": binary_keys, "runtime_path": runtime_path}
     if existing is None:
-        # NVIDIA's tool copies the whole table of the default runtime (runtime_type, runtime_root,
-        # runtime_engine, privileged_without_host_devices, options...) and sets the binary in it
-        # (v1.20.0, pkg/config/engine/containerd/config.go GetDefaultRuntimeOptions, AddRuntimeWithOptions).
-        if source is not None:
-            new = t.deepcopy(source)
-            new.trivia.indent = ""
-        else:
-            new = t.tomlkit.table()
-        _set_option(new, "runtime_type", wanted_type)
-        runtimes[name] = new
-        entry = runtimes[name]
-        if source is not None:
-            entry.trivia.indent = source.trivia.indent
-        opts = t.get_table(entry, ["options"], text=text, path=path, create=False)
-        if opts is None:
-            entry["options"] = t.tomlkit.table()
-            opts = entry["options"]
-        for key in binary_keys:
-            _set_option(opts, key, runtime_path)
-        copied = "" if source is None else ", copied from the default runtime"
-        added = f"added with BinaryName {runtime_path} ({wanted_type}{copied})"
-        changes.append(f"{prefix}containerd.runtimes.{name}: {added}")
+        changes.append(_add_runtime(runtimes, name, **wanted, text=text, path=path))
     else:
-        entry = existing
-        if entry.get("runtime_type") != wanted_type:
-            changes.append(f"{prefix}containerd.runtimes.{name}.runtime_type -> {wanted_type}")
-            _set_option(entry, "runtime_type", wanted_type)
-        if source is not None:
-            for key, value in source.items():
-                if key not in entry and not t.is_table(value):
-                    changes.append(f"{prefix}containerd.runtimes.{name}.{key} -> {value!r} (from default)")
-                    t.add_key(entry, key, t.deepcopy(value))
-        opts = t.get_table(entry, ["options"], text=text, path=path, create=True)
-        for key in binary_keys:
-            if opts.get(key) != runtime_path:
-                changes.append(f"{prefix}containerd.runtimes.{name}.options.{key} -> {runtime_path}")
-                _set_option(opts, key, runtime_path)
-        src_opts = source.get("options") if source is not None else None
-        if t.is_table(src_opts):
-            for key, value in src_opts.items():
-                if key in ("BinaryName", "Runtime"):
-                    continue
-                if key not in opts or (key == "SystemdCgroup" and opts[key] != value):
-                    # SystemdCgroup must match the other runtimes (and the kubelet): it follows them.
-                    changes.append(f"{prefix}containerd.runtimes.{name}.options.{key} -> {value!r} (from default)")
-                    _set_option(opts, key, t.deepcopy(value))
+        changes += _update_runtime(existing, name, **wanted, text=text, path=path)
+    changes += _set_default(ctd, name, set_as_default, track)
+    if cdi:
+        what = t.set_tracked(cri, "enable_cdi", True, track=track)
+        if what:
+            changes.append(f"{_PREFIX}{what}")
+    return changes
+
+
+def _write_builtin_default(runtimes: Any, builtin: str, track: bool) -> str:
+    """A runtimes table in the file replaces containerd's built-in one (runc) instead of adding to it (seen with
+    `containerd config dump` on 1.6): the built-in default is named explicitly."""
+    runtimes[builtin] = t.tomlkit.table()
+    runtimes[builtin]["runtime_type"] = RUNTIME_TYPE
+    if track:
+        runtimes[builtin].comment(t.TRACK_PREFIX + "added")
+    return f"{_PREFIX}containerd.runtimes.{builtin}: containerd's built-in default written out"
+
+
+def _add_runtime(
+    runtimes: Any,
+    name: str,
+    *,
+    source: Any | None,
+    wanted_type: str,
+    binary_keys: list[str],
+    runtime_path: str,
+    text: str,
+    path: str,
+) -> str:
+    """A new runtime table. NVIDIA's tool copies the whole table of the default runtime (runtime_type,
+    runtime_root, runtime_engine, privileged_without_host_devices, options...) and sets the binary in it
+    (v1.20.0, pkg/config/engine/containerd/config.go GetDefaultRuntimeOptions, AddRuntimeWithOptions)."""
+    if source is not None:
+        new = t.deepcopy(source)
+        new.trivia.indent = ""
+    else:
+        new = t.tomlkit.table()
+    _set_option(new, "runtime_type", wanted_type)
+    runtimes[name] = new
+    entry = runtimes[name]
+    if source is not None:
+        entry.trivia.indent = source.trivia.indent
+    opts = t.get_table(entry, ["options"], text=text, path=path, create=False)
+    if opts is None:
+        entry["options"] = t.tomlkit.table()
+        opts = entry["options"]
+    for key in binary_keys:
+        _set_option(opts, key, runtime_path)
+    copied = "" if source is None else ", copied from the default runtime"
+    return f"{_PREFIX}containerd.runtimes.{name}: added with BinaryName {runtime_path} ({wanted_type}{copied})"
+
+
+def _update_runtime(
+    entry: Any,
+    name: str,
+    *,
+    source: Any | None,
+    wanted_type: str,
+    binary_keys: list[str],
+    runtime_path: str,
+    text: str,
+    path: str,
+) -> list[str]:
+    """An existing runtime table brought to the type, binary and default runtime's options it needs."""
+    changes = []
+    where = f"{_PREFIX}containerd.runtimes.{name}"
+    if entry.get("runtime_type") != wanted_type:
+        changes.append(f"{where}.runtime_type -> {wanted_type}")
+        _set_option(entry, "runtime_type", wanted_type)
+    if source is not None:
+        for key, value in source.items():
+            if key not in entry and not t.is_table(value):
+                changes.append(f"{where}.{key} -> {value!r} (from default)")
+                t.add_key(entry, key, t.deepcopy(value))
+    opts = t.get_table(entry, ["options"], text=text, path=path, create=True)
+    for key in binary_keys:
+        if opts.get(key) != runtime_path:
+            changes.append(f"{where}.options.{key} -> {runtime_path}")
+            _set_option(opts, key, runtime_path)
+    src_opts = source.get("options") if source is not None else None
+    if t.is_table(src_opts):
+        for key, value in src_opts.items():
+            if key in ("BinaryName", "Runtime"):
+                continue
+            if key not in opts or (key == "SystemdCgroup" and opts[key] != value):
+                # SystemdCgroup must match the other runtimes (and the kubelet): it follows them.
+                changes.append(f"{where}.options.{key} -> {value!r} (from default)")
+                _set_option(opts, key, t.deepcopy(value))
+    return changes
+
+
+def _set_default(ctd: Any, name: str, set_as_default: bool | None, track: bool) -> list[str]:
+    """``default_runtime_name`` set to the runtime, or given back (``set_as_default: false``)."""
     if set_as_default:
         what = t.set_tracked(ctd, "default_runtime_name", name, track=track)
-        if what:
-            changes.append(f"{prefix}containerd.{what}")
-    elif set_as_default is False and track and ctd.get("default_runtime_name") == name:
+        return [f"{_PREFIX}containerd.{what}"] if what else []
+    if set_as_default is False and track and ctd.get("default_runtime_name") == name:
         # The way back from set_as_default=true in the admin's own file: what our comment says was there, else
         # containerd's built-in default (runc). A drop-in is rewritten whole, so it needs nothing here.
         what = t.unset_tracked(ctd, "default_runtime_name")
         if ctd.get("default_runtime_name") == name:
             del ctd["default_runtime_name"]
             what = "default_runtime_name: removed (containerd falls back to runc)"
-        changes.append(f"{prefix}containerd.{what}")
-    if cdi:
-        what = t.set_tracked(cri, "enable_cdi", True, track=track)
-        if what:
-            changes.append(f"{prefix}{what}")
-    return changes
+        return [f"{_PREFIX}containerd.{what}"]
+    return []
 
 
 def _finish(doc: Any, original: str, changes: list[str]) -> Edit:
