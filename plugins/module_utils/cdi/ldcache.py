@@ -301,16 +301,7 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
     if len(data) > MAX_CACHE_BYTES:
         raise LdCacheError(f"ld.so.cache is larger than {MAX_CACHE_BYTES} bytes")
     part, keep_extension = _new_part(bytes(data))
-    if len(part) < _NEW_HEADER.size:
-        raise LdCacheError("truncated new-format header")
-    magic, version, nlibs, len_strings, endian, ext_offset = _NEW_HEADER.unpack_from(part, 0)
-    if magic != NEW_MAGIC or version != NEW_VERSION:
-        raise LdCacheError(f"unknown new-format magic {magic!r}{version!r}")
-    if endian in (_ENDIAN_INVALID, _ENDIAN_BIG):
-        raise LdCacheError("ld.so.cache is not a little-endian cache")
-    table_end = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
-    if table_end > len(part):
-        raise LdCacheError(f"cache claims {nlibs} entries but has room for {(len(part) - 48) // 24}")
+    nlibs, len_strings, ext_offset, table_end = _read_header(part)
     words = _words(part, _NEW_HEADER.size, nlibs * _WORDS)
     for column in (1, 2):
         _check_offsets(words[column::_WORDS], table_end, len(part), "entry")
@@ -322,48 +313,81 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
         sections = _extension_sections(part, ext_offset)
     else:
         ext_offset = 0
-
-    def before(new_name: bytes, new_flags: int, index: int) -> bool:
-        """glibc's ``compare(entry, new) > 0``: the new entry goes before ``entry``."""
-        order = libcmp(new_name, names[index])
-        return order > 0 or (order == 0 and flags[index] < new_flags)
-
-    replaced: set[tuple[bytes, int]] = set()
-    additions: list[tuple[int, bytes, int, bytes]] = []
-    for soname, path, arch in libraries:
-        name, arch_flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
-        if arch_flags is None or b"\0" in name or "\0" in path or not 0 < len(name) <= MAX_STRING_BYTES:
-            raise LdCacheError(f"cannot add {soname!r} ({arch}) to ld.so.cache")
-        lo, hi = 0, nlibs
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if before(name, arch_flags, mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        replaced.add((name, arch_flags))
-        additions.append((lo, name, arch_flags, path.encode("utf-8", "surrogateescape")))
+    additions = _placements(libraries, names, flags)
     # The image's entries for the same library and arch, wherever they are (digit runs compare by value, so
     # lib0 and lib00 are one name to libcmp and may sit in either order: found by the property tests), and
     # entries that point into an extension directory that is not kept.
+    replaced = {(name, arch_flags) for _position, name, arch_flags, _path in additions}
     dropped = {i for i, name in enumerate(names) if (name, flags[i]) in replaced}
     if not sections:
         dropped.update(i for i, high in enumerate(words[5::_WORDS]) if high & (HWCAP_EXTENSION >> 32))
 
-    # Our entries among themselves: the order ldconfig gives equal-hwcap entries.
-    additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
     count = nlibs - len(dropped) + len(additions)
     shift = (count - nlibs) * _NEW_ENTRY.size
     kept = list(words)
     if shift:
         for column in (1, 2):
             kept[column::_WORDS] = [offset + shift for offset in words[column::_WORDS]]
-    kept_bytes = _le_bytes(kept)
-    strings_at = table_end + shift + len(tail)
+    out_table, new_strings = _merged_table(_le_bytes(kept), additions, dropped, table_end + shift + len(tail))
+    if sections:
+        ext_offset = _rebase_extension(
+            tail, sections, ext_offset=ext_offset, table_end=table_end, size=len(part), shift=shift
+        )
+    header = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, count, len_strings + len(new_strings), _ENDIAN_LITTLE, ext_offset)
+    return header + bytes(out_table) + bytes(tail) + bytes(new_strings)
+
+
+def _read_header(part: bytes) -> tuple[int, int, int, int]:
+    """``(nlibs, len_strings, extension offset, end of the entry table)`` of a new-format cache, checked."""
+    if len(part) < _NEW_HEADER.size:
+        raise LdCacheError("truncated new-format header")
+    magic, version, nlibs, len_strings, endian, ext_offset = _NEW_HEADER.unpack_from(part, 0)
+    if magic != NEW_MAGIC or version != NEW_VERSION:
+        raise LdCacheError(f"unknown new-format magic {magic!r}{version!r}")
+    if endian in (_ENDIAN_INVALID, _ENDIAN_BIG):
+        raise LdCacheError("ld.so.cache is not a little-endian cache")
+    table_end = _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
+    if table_end > len(part):
+        raise LdCacheError(f"cache claims {nlibs} entries but has room for {(len(part) - 48) // 24}")
+    return nlibs, len_strings, ext_offset, table_end
+
+
+def _placements(
+    libraries: list[tuple[str, str, str]], names: list[bytes], flags: list[int]
+) -> list[tuple[int, bytes, int, bytes]]:
+    """Each library as ``(position, name, flags, path)``: the index of the image's entry it goes before (glibc's
+    binary search with its ``compare``), in the order ldconfig gives entries of equal hwcap."""
+
+    def before(new_name: bytes, new_flags: int, index: int) -> bool:
+        """glibc's ``compare(entry, new) > 0``: the new entry goes before ``entry``."""
+        order = libcmp(new_name, names[index])
+        return order > 0 or (order == 0 and flags[index] < new_flags)
+
+    additions: list[tuple[int, bytes, int, bytes]] = []
+    for soname, path, arch in libraries:
+        name, arch_flags = soname.encode("utf-8", "surrogateescape"), FLAGS_BY_ARCH.get(arch)
+        if arch_flags is None or b"\0" in name or "\0" in path or not 0 < len(name) <= MAX_STRING_BYTES:
+            raise LdCacheError(f"cannot add {soname!r} ({arch}) to ld.so.cache")
+        lo, hi = 0, len(names)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if before(name, arch_flags, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        additions.append((lo, name, arch_flags, path.encode("utf-8", "surrogateescape")))
+    additions.sort(key=lambda a: (a[0], _DescendingName(a[1]), -a[2]))
+    return additions
+
+
+def _merged_table(
+    kept_bytes: bytes, additions: list[tuple[int, bytes, int, bytes]], dropped: set[int], strings_at: int
+) -> tuple[bytearray, bytearray]:
+    """The entry table and the new strings: the table walked once, each addition written before the entry at its
+    position and its strings appended at ``strings_at``, each dropped entry skipped."""
     new_strings = bytearray()
     out_table = bytearray()
     cursor = 0
-    # Walk the table once: an addition is written before entry `position`, a dropped entry is skipped.
     events = sorted([(position, 0, rank) for rank, (position, *_rest) in enumerate(additions)] + [
         (index, 1, 0) for index in dropped
     ])  # fmt: skip
@@ -381,20 +405,32 @@ def add_entries(data: bytes | bytearray, libraries: list[tuple[str, str, str]]) 
         new_strings += path + b"\0"
         out_table += _NEW_ENTRY.pack(entry_flags, key, value, 0, 0)
     out_table += kept_bytes[cursor * _NEW_ENTRY.size :]
-    for tag, _flags, offset, size in sections:
+    return out_table, new_strings
+
+
+def _rebase_extension(
+    tail: bytearray,
+    sections: list[tuple[int, int, int, int]],
+    *,
+    ext_offset: int,
+    table_end: int,
+    size: int,
+    shift: int,
+) -> int:
+    """The kept extension (its header, its sections, the glibc-hwcaps string offsets) moved by ``shift`` in
+    ``tail`` (the cache after the entry table, ``size`` the whole part's for the offsets' check); returns the
+    extension's new offset."""
+    for tag, _flags, offset, length in sections:
         if tag == 1:  # glibc-hwcaps: an array of string offsets, rebased
             at = offset - table_end
-            offsets = _words(bytes(tail), at, size // 4)
-            _check_offsets(offsets, table_end, len(part), "glibc-hwcaps section")
-            tail[at : at + size] = _le_bytes([o + shift for o in offsets])
-    if sections:
-        at = ext_offset - table_end
-        struct.pack_into("<II", tail, at, EXTENSION_MAGIC, len(sections))
-        for i, (tag, section_flags, offset, size) in enumerate(sections):
-            _EXT_SECTION.pack_into(tail, at + 8 + i * 16, tag, section_flags, offset + shift, size)
-        ext_offset += shift
-    header = _NEW_HEADER.pack(NEW_MAGIC, NEW_VERSION, count, len_strings + len(new_strings), _ENDIAN_LITTLE, ext_offset)
-    return header + bytes(out_table) + bytes(tail) + bytes(new_strings)
+            offsets = _words(bytes(tail), at, length // 4)
+            _check_offsets(offsets, table_end, size, "glibc-hwcaps section")
+            tail[at : at + length] = _le_bytes([o + shift for o in offsets])
+    at = ext_offset - table_end
+    struct.pack_into("<II", tail, at, EXTENSION_MAGIC, len(sections))
+    for i, (tag, section_flags, offset, length) in enumerate(sections):
+        _EXT_SECTION.pack_into(tail, at + 8 + i * 16, tag, section_flags, offset + shift, length)
+    return ext_offset + shift
 
 
 def _extension_sections(part: bytes, offset: int) -> list[tuple[int, int, int, int]]:
