@@ -9,8 +9,8 @@ shell wrappers in ``/usr/bin``. The spec (``fixtures/cdi-h200-580.yaml``) was wr
 and a container started through the runtime shim with it ran ``nvidia-smi`` and created a CUDA context, as root and
 as uid 1000 (``bench/results/2026-11-27-real-gpu-h200.md``). Held here: the spec is valid CDI, reads back as the
 same bytes, names the GPU by index, UUID and ``all``, and puts every driver library where the container's loader
-looks, whatever directory the host keeps it in. ``cdi-h200-580-driver-root.yaml`` is the spec written on the same kind of
-host (a later VM) with ``driver_root: /usr/local/nvidia``.
+looks, whatever directory the host keeps it in. ``cdi-h200-580-driver-root.yaml`` is the spec written on the same
+kind of host (a later VM) with ``driver_root: /usr/local/nvidia``.
 """
 
 import json
