@@ -49,90 +49,14 @@ _value:
   type: dict
 """
 
-import json
 from typing import Any, Callable
 
-import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.config import plugin_config
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import (
-    DevicePluginError,
-    image,
-    normalize,
-)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.render import render
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DevicePluginError
 
-HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged strings and lazy containers as plain JSON types (what the API and YAML take)."""
-    return json.loads(json.dumps(value))
-
-
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the plugin's config.yaml inside the ConfigMap) as readable literal blocks."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def config_yaml(config: dict[str, Any]) -> str:
-    return yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
-
-
-def to_yaml(docs: list[dict[str, Any]]) -> str:
-    return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
-
-
-def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    settings, nodes = _plain(settings or {}), _plain(nodes or [])
-    normalized = normalize(settings)
-    groups = documents(settings, nodes, dump=config_yaml)
-    files = [
-        {
-            "group": group,
-            "path": f"{group}/{name}",
-            "content": to_yaml(docs),
-            # NVIDIA's chart carries these when the role deploys through Helm; the rest is applied either way.
-            "helm": group == "cluster"
-            and all(d["kind"] != "RuntimeClass" and "dcgm" not in d["metadata"]["name"] for d in docs),
-        }
-        for group, name, docs in groups
-    ]
-    config = plugin_config(normalized)
-    every_doc = [doc for _group, _name, docs in groups for doc in docs]
-    return {
-        "files": files,
-        "documents": every_doc,
-        # What the role puts on each node (never GFD's labels while GFD is on), by node name.
-        "node_labels": {d["metadata"]["name"]: d["metadata"]["labels"] for d in every_doc if d["kind"] == "Node"},
-        # The merge patches that take those labels off again (a null value deletes a key, RFC 7386).
-        "node_unlabels": [
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": d["metadata"]["name"], "labels": dict.fromkeys(d["metadata"]["labels"])},
-            }
-            for d in every_doc
-            if d["kind"] == "Node"
-        ],
-        "config": config,
-        "config_text": config_yaml(config),
-        "helm_values": helm_values(settings, dump=config_yaml),
-        "settings": normalized,
-        "images": {
-            "device_plugin": image(normalized),
-            "dcgm_exporter": image(normalized, "dcgm_exporter_image"),
-            "validate": image(normalized, "validate_image"),
-        },
-    }
+__all__ = ["device_plugin_manifests", "render", "FilterModule"]
 
 
 def device_plugin_manifests(

@@ -41,7 +41,6 @@ ALLOWED = {
     "module_main": set(),
     "file_lines": set(),
     "thin_filter": {
-        "filter/device_plugin_manifests.py",
         "filter/device_plugin_node.py",
         "filter/device_plugin_runtime_problems.py",
         "filter/driver_gpu_gate.py",

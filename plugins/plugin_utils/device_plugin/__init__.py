@@ -20,6 +20,7 @@ One module per job:
 * ``labels``: the labels the role puts on each GPU node;
 * ``validation``: the validation pod per GPU node;
 * ``documents``: every document in apply order, and the Helm values;
+* ``render``: those documents as YAML files by group, with the config, the Helm values and the node labels;
 * ``problems``: why a node's runtime or toolkit cannot serve the plugin's device list strategies.
 
 Controller-only (plugin_utils): the standard library and PyYAML.

@@ -357,3 +357,21 @@ def test_runtime_ready():
         runtime_problems({"engines": {"containerd": {"registered": True, "cdi": False}}}, "containerd", ["envvar"])
         == []
     )
+
+
+def test_render_files_labels_and_unlabels():
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.render import HEADER, render
+
+    out = render({"mig_strategy": "none"}, [NODE])
+    assert all(f["content"].startswith(HEADER) and f["path"].startswith(f["group"] + "/") for f in out["files"])
+    assert out["node_labels"] == {NODE["name"]: out["node_labels"][NODE["name"]]}
+    (unlabel,) = out["node_unlabels"]
+    assert set(unlabel["metadata"]["labels"].values()) == {None}
+    assert not any(f["helm"] for f in out["files"] if f["group"] != "cluster")
+
+
+def test_render_raises_device_plugin_error():
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.render import render
+
+    with pytest.raises(DevicePluginError):
+        render({"mig_strategy": "bogus"})
