@@ -64,19 +64,10 @@ _value:
 
 from typing import Any, Mapping
 
-from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.kubernetes_node import DEFAULT_NODE_GROUP, is_kubernetes_node
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import is_gpu_node
-
-
-def has_gpu(nvidia: Mapping[str, Any] | None) -> bool:
-    """``gpu_facts``' ``gpu_node``; for facts that lack it (set by hand, ``device_plugin_gpu_facts``, or from a fact
-    cache older than the field) the same rule applied to their ``pci_gpu_count``."""
-    nvidia = nvidia or {}
-    if "gpu_node" in nvidia:
-        return bool(boolean(nvidia["gpu_node"], strict=False))
-    return is_gpu_node(nvidia.get("pci_gpu_count"))
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import kubernetes_node
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.kubernetes_node import DEFAULT_NODE_GROUP
 
 
 def device_plugin_node(
@@ -87,14 +78,11 @@ def device_plugin_node(
     nvidia: Mapping[str, Any] | None = None,
 ) -> dict:
     """``{node, reason}``: whether the device plugin acts on ``host`` (a Kubernetes node with a GPU) and, when not,
-    why (the reason the device_plugin role records)."""
-    group = node_group or DEFAULT_NODE_GROUP
-    if not is_kubernetes_node(host, groups, group, enabled):
-        reason = f"not in the Kubernetes group {group} (device_plugin_node_group) and device_plugin_enabled is not true"
-        return {"node": False, "reason": reason}
-    if not has_gpu(nvidia):
-        return {"node": False, "reason": "no NVIDIA GPU on the PCI bus (ansible_facts.nvidia.pci_gpu_count is 0)"}
-    return {"node": True, "reason": None}
+    why (``plugin_utils.kubernetes_node.device_plugin_node``); a bad ``enabled`` as ``AnsibleFilterError``."""
+    try:
+        return kubernetes_node.device_plugin_node(host, groups, node_group, enabled, nvidia)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

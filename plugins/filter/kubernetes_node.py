@@ -55,23 +55,22 @@ _value:
 from typing import Any, Callable, Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
-DEFAULT_NODE_GROUP = "kube_nodes"
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.kubernetes_node import (
+    DEFAULT_NODE_GROUP,
+    kubernetes_node,
+)
 
 
 def is_kubernetes_node(
     host: Any, groups: Mapping[str, Any] | None, node_group: str | None = DEFAULT_NODE_GROUP, enabled: Any = None
 ) -> bool:
-    """``enabled`` when it is set (a bool or a boolean string such as ``"false"`` from ``-e``), else whether
-    ``host`` is in ``groups[node_group]`` (a missing group holds no host)."""
-    if enabled is not None and enabled != "":
-        try:
-            return boolean(enabled, strict=True)
-        except TypeError as exc:
-            raise AnsibleFilterError(f"device_plugin_enabled: {enabled!r} is not true, false or null ({exc})") from exc
-    members = (groups or {}).get(node_group or DEFAULT_NODE_GROUP) or []
-    return str(host) in [str(member) for member in members]
+    """``enabled`` when it is set, else whether ``host`` is in ``groups[node_group]``
+    (``plugin_utils.kubernetes_node.kubernetes_node``); a bad ``enabled`` as ``AnsibleFilterError``."""
+    try:
+        return kubernetes_node(host, groups, node_group, enabled)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

@@ -41,11 +41,9 @@ ALLOWED = {
     "module_main": set(),
     "file_lines": set(),
     "thin_filter": {
-        "filter/device_plugin_node.py",
         "filter/device_plugin_runtime_problems.py",
         "filter/driver_gpu_gate.py",
         "filter/fleet_report.py",
-        "filter/kubernetes_node.py",
         "filter/nvidia_toolkit_device_requests.py",
         "filter/nvidia_toolkit_packages.py",
         "filter/role_vars.py",
