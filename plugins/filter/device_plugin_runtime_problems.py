@@ -57,13 +57,9 @@ _value:
   elements: str
 """
 
-import json
 from typing import Any, Callable
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import (
-    runtime_problems,
-    toolkit_problems,
-)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import node_problems
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DEFAULTS
 
 
@@ -73,12 +69,7 @@ def device_plugin_runtime_problems(
     strategies: str | list[str] | None = None,
     toolkit: dict[str, Any] | None = None,
 ) -> list[str]:
-    runtime = json.loads(json.dumps(runtime)) if runtime else None
-    toolkit = json.loads(json.dumps(toolkit)) if toolkit else None
-    if isinstance(strategies, str):
-        strategies = [s.strip() for s in strategies.split(",") if s.strip()]
-    strategies = list(strategies or DEFAULTS["device_list_strategy"])
-    return runtime_problems(runtime, engine, strategies) + toolkit_problems(toolkit, strategies)
+    return node_problems(runtime, engine, strategies, toolkit)
 
 
 class FilterModule:

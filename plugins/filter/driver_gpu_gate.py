@@ -66,25 +66,18 @@ _value:
   type: dict
 """
 
-from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import DEFAULT_IGNORE, GateError, gate
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import DEFAULT_IGNORE, GateError, checked_gate
 
 
 def driver_gpu_gate(
     gpu_users: Any, drain: Any = False, ignore: Any = DEFAULT_IGNORE, reason: str = "the driver change", host: str = ""
 ) -> dict[str, Any]:
-    if not isinstance(drain, bool):
-        raise AnsibleFilterError(
-            f"driver_gpu_gate: drain must be a bool (driver_drain | gpufleet.nvidia.as_bool), got {drain!r}"
-        )
-    if ignore is None or isinstance(ignore, (str, bytes, Mapping)) or not isinstance(ignore, Iterable):
-        raise AnsibleFilterError(f"driver_gpu_gate: ignore must be a list of command names, got {ignore!r}")
     try:
-        return gate(gpu_users, drain=drain, ignore=ignore, reason=str(reason), host=str(host))
+        return checked_gate(gpu_users, drain=drain, ignore=ignore, reason=reason, host=host)
     except GateError as exc:
         raise AnsibleFilterError(f"driver_gpu_gate: {exc}") from exc
 

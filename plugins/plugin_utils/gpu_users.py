@@ -29,7 +29,8 @@ _KUBERNETES_FIX = "drain the Kubernetes node first (kubectl drain <node> --ignor
 
 
 class GateError(ValueError):
-    """The input is not ``ansible_facts.nvidia.gpu_users``."""
+    """The input is not ``ansible_facts.nvidia.gpu_users``, or ``checked_gate``'s ``drain`` or ``ignore`` is not what
+    it takes."""
 
 
 def processes(gpu_users: Any) -> list[dict[str, Any]]:
@@ -136,3 +137,15 @@ def gate(
             argv = [STOPPABLE[proc["engine"]], "stop", str(proc["container_id"])]
             result["stop"].append({"engine": proc["engine"], "id": proc["container_id"], "argv": argv})
     return result
+
+
+def checked_gate(
+    gpu_users: Any, drain: Any = False, ignore: Any = DEFAULT_IGNORE, reason: Any = "the driver change", host: Any = ""
+) -> dict[str, Any]:
+    """``gate`` on the arguments as a playbook passes them: ``GateError`` when ``drain`` is not a bool or ``ignore``
+    is not a list of names (a string, a mapping or null is not); ``reason`` and ``host`` as strings."""
+    if not isinstance(drain, bool):
+        raise GateError(f"drain must be a bool (driver_drain | gpufleet.nvidia.as_bool), got {drain!r}")
+    if ignore is None or isinstance(ignore, (str, bytes, Mapping)) or not isinstance(ignore, Iterable):
+        raise GateError(f"ignore must be a list of command names, got {ignore!r}")
+    return gate(gpu_users, drain=drain, ignore=ignore, reason=str(reason), host=str(host))

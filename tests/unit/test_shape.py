@@ -41,8 +41,6 @@ ALLOWED = {
     "module_main": set(),
     "file_lines": set(),
     "thin_filter": {
-        "filter/device_plugin_runtime_problems.py",
-        "filter/driver_gpu_gate.py",
         "filter/fleet_report.py",
         "filter/nvidia_toolkit_device_requests.py",
         "filter/nvidia_toolkit_packages.py",

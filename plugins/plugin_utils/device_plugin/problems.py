@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Sequence
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import CDI_STRATEGIES
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import CDI_STRATEGIES, DEFAULTS
 
 # volume-mounts (k8s-device-plugin v0.17.4, internal/plugin/server.go, updateResponseForDeviceMounts): for each
 # allocated device the container gets a mount of /dev/null on /var/run/nvidia-container-devices/<id> (<id> as
@@ -102,3 +103,20 @@ def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: It
             "containerd 1.7+ or CRI-O, or choose device_plugin_device_list_strategy: [volume-mounts] (the default)"
         )
     return problems
+
+
+def node_problems(
+    runtime: dict[str, Any] | None,
+    engine: str = DEFAULTS["container_engine"],
+    strategies: str | list[str] | None = None,
+    toolkit: dict[str, Any] | None = None,
+) -> list[str]:
+    """``runtime_problems`` then ``toolkit_problems`` of one node, on plain copies of the facts (Ansible's tagged
+    strings and lazy containers as JSON types); ``strategies`` a list or a comma-separated string, none meaning the
+    role's default ``device_list_strategy``."""
+    runtime = json.loads(json.dumps(runtime)) if runtime else None
+    toolkit = json.loads(json.dumps(toolkit)) if toolkit else None
+    if isinstance(strategies, str):
+        strategies = [s.strip() for s in strategies.split(",") if s.strip()]
+    strategies = list(strategies or DEFAULTS["device_list_strategy"])
+    return runtime_problems(runtime, engine, strategies) + toolkit_problems(toolkit, strategies)

@@ -375,3 +375,19 @@ def test_render_raises_device_plugin_error():
 
     with pytest.raises(DevicePluginError):
         render({"mig_strategy": "bogus"})
+
+
+def test_node_problems_reads_strategies_as_list_or_string():
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import node_problems
+
+    toolkit = {"accept_volume_mounts": False}
+    as_string = node_problems(None, "containerd", " volume-mounts, ,envvar", toolkit)
+    assert as_string == node_problems(None, "containerd", ["volume-mounts", "envvar"], toolkit)
+    assert as_string == runtime_problems(None, "containerd", ["volume-mounts", "envvar"]) + toolkit_problems(
+        toolkit, ["volume-mounts", "envvar"]
+    )
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import DEFAULTS
+
+    strategies = list(DEFAULTS["device_list_strategy"])
+    expected = runtime_problems(None, DEFAULTS["container_engine"], strategies) + toolkit_problems(None, strategies)
+    assert node_problems(None) == expected

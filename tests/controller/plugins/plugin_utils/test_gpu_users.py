@@ -107,3 +107,26 @@ def test_describe_and_bad_input():
     assert describe(p) == "pid 7 (x) in podman container abc holds /dev/nvidia0"
     with pytest.raises(GateError, match="gpu_users must be"):
         gate(["not", "facts"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"drain": "yes"}, "drain must be a bool (driver_drain | gpufleet.nvidia.as_bool), got 'yes'"),
+        ({"ignore": "nvidia-persistenced"}, "ignore must be a list of command names, got 'nvidia-persistenced'"),
+        ({"ignore": None}, "ignore must be a list of command names, got None"),
+        ({"ignore": {"a": 1}}, "ignore must be a list of command names, got {'a': 1}"),
+    ],
+)
+def test_checked_gate_refuses_bad_arguments(kwargs, message):
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import checked_gate
+
+    with pytest.raises(GateError) as exc:
+        checked_gate({"processes": []}, **kwargs)
+    assert str(exc.value) == message
+
+
+def test_checked_gate_is_gate_with_string_reason_and_host():
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import checked_gate
+
+    assert checked_gate({"processes": []}, reason=1, host=2) == gate({"processes": []}, reason="1", host="2")
