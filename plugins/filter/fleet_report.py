@@ -31,23 +31,10 @@ def fleet_report_model(
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def _previous(previous: Any) -> Any:
-    """The previous model: a dict, or the JSON report's text (parsed here); empty or null: none."""
-    if not previous:
-        return None
-    if isinstance(previous, (str, bytes)):
-        try:
-            return json.loads(previous)
-        except ValueError as exc:
-            raise report.ReportError(
-                f"previous: not a fleet report's JSON ({exc}); remove or restore the previous JSON report"
-            ) from exc
-    return previous
-
-
 def _render(model: Any, fmt: str, templates_dir: Any, previous: Any) -> str:
     try:
-        return report_render.render(model, fmt, str(templates_dir) if templates_dir else None, _previous(previous))
+        folder = str(templates_dir) if templates_dir else None
+        return report_render.render(model, fmt, folder, report_render.previous_model(previous))
     except report.ReportError as exc:
         raise AnsibleFilterError(f"to_report_{fmt}: {exc}") from exc
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
-from jinja2 import Undefined
+from ansible.errors import AnsibleFilterError
 
 try:
     from ansible.template import accept_lazy_markers
@@ -34,31 +33,11 @@ def _wrap(func: Callable[[Any, str], Any]) -> Callable[..., Any]:
     return filter_
 
 
-def _defined(value: Any) -> bool:
-    """False when the value is, or holds, an undefined one."""
-    if isinstance(value, Undefined):
-        return False
-    if isinstance(value, Mapping):
-        return all(_defined(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_defined(item) for item in value)
-    return True
-
-
 @accept_lazy_markers
 def role_vars_problems(variables: Mapping[str, Any]) -> list[str]:
     """One line per bad value among the role variables a host sets (``hostvars[inventory_hostname]``). A value that
     cannot be templated here (it names a role default or a fact, which only a later play has) is left to the role."""
-    values = {}
-    for name in role_specs.names():
-        if name in variables:
-            try:
-                value = variables[name]
-            except AnsibleUndefinedVariable:
-                continue
-            if _defined(value):
-                values[name] = value
-    return role_specs.problems(values)
+    return role_specs.problems(role_specs.host_values(variables))
 
 
 class FilterModule:

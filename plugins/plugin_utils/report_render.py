@@ -17,6 +17,7 @@ value as already rendered. Values from hosts are plain strings (``report.plain``
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,18 @@ def render(model: Any, fmt: str, templates_dir: str | Path | None = None, previo
     except jinja2.TemplateError as exc:
         raise ReportError(f"report template {name}: {type(exc).__name__}: {exc}") from exc
     return text.rstrip("\n") + "\n"
+
+
+def previous_model(previous: Any) -> Any:
+    """The previous model: a dict, or the JSON report's text (parsed here); empty or null: none. ``ReportError``
+    when the text is not JSON."""
+    if not previous:
+        return None
+    if isinstance(previous, (str, bytes)):
+        try:
+            return json.loads(previous)
+        except ValueError as exc:
+            raise ReportError(
+                f"previous: not a fleet report's JSON ({exc}); remove or restore the previous JSON report"
+            ) from exc
+    return previous

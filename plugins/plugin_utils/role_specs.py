@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from jinja2 import Undefined
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.role_vars import as_list
@@ -135,3 +137,29 @@ def problems(values: Mapping[str, Any]) -> list[str]:
         view = {name: typed[name] if name in typed else options[name][1].get("default") for name in reads}
         found += [f"{options[reads[0]][0]}: {message}" for message in rule(view)]
     return found
+
+
+def _defined(value: Any) -> bool:
+    """False when the value is, or holds, an undefined one."""
+    if isinstance(value, Undefined):
+        return False
+    if isinstance(value, Mapping):
+        return all(_defined(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_defined(item) for item in value)
+    return True
+
+
+def host_values(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The role variables among a host's variables (``hostvars[inventory_hostname]``) that can be templated here: a
+    value that names a role default or a fact, which only a later play has, is left out (and left to the role)."""
+    values = {}
+    for name in names():
+        if name in variables:
+            try:
+                value = variables[name]
+            except AnsibleUndefinedVariable:
+                continue
+            if _defined(value):
+                values[name] = value
+    return values

@@ -41,10 +41,8 @@ ALLOWED = {
     "module_main": set(),
     "file_lines": set(),
     "thin_filter": {
-        "filter/fleet_report.py",
         "filter/nvidia_toolkit_device_requests.py",
         "filter/nvidia_toolkit_packages.py",
-        "filter/role_vars.py",
         "filter/toolkit_plan.py",
     },
 }

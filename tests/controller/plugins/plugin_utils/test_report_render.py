@@ -128,3 +128,13 @@ def test_errors_name_the_template(tmp_path, model):
         report_render.render(model, "pdf")
     with pytest.raises(report.ReportError, match="fleet_report_model"):
         report_render.render({"hosts": []}, "html")
+
+
+def test_previous_model_parses_json_text_and_passes_a_dict():
+    assert report_render.previous_model("") is None
+    assert report_render.previous_model(None) is None
+    assert report_render.previous_model('{"a": 1}') == {"a": 1}
+    assert report_render.previous_model(b'{"a": 1}') == {"a": 1}
+    assert report_render.previous_model({"b": 2}) == {"b": 2}
+    with pytest.raises(report.ReportError, match=r"^previous: not a fleet report's JSON \(.*\); remove or restore"):
+        report_render.previous_model("{not json")

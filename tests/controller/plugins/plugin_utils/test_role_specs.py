@@ -92,3 +92,21 @@ def test_a_rule_waits_for_the_spec():
     """A value its spec refuses is named once, by the spec; the rule does not read it."""
     (problem,) = role_specs.problems({"driver_module_params": "not a dict"})
     assert "dict" in problem and "NVreg" not in problem
+
+
+def test_host_values_keeps_role_variables_that_template():
+    from ansible.errors import AnsibleUndefinedVariable
+    from jinja2 import Undefined
+
+    first, second, third, fourth, fifth = role_specs.names()[:5]
+
+    class Hostvars(dict):
+        def __getitem__(self, name):
+            if name == fifth:
+                raise AnsibleUndefinedVariable("a fact of a later play")
+            return super().__getitem__(name)
+
+    variables = Hostvars(
+        {first: "x", second: {"a": [Undefined()]}, third: ["ok", {"b": 1}], fourth: Undefined(), fifth: 1, "other": 1}
+    )
+    assert role_specs.host_values(variables) == {first: "x", third: ["ok", {"b": 1}]}
