@@ -43,36 +43,16 @@ from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    import tomllib
-except ImportError:  # pragma: no cover - controller Pythons before 3.11 (ansible-core 2.19 needs 3.11)
-    tomllib = None
-
-# gpufleet_toolkit key -> (NVIDIA's config.toml key, NVIDIA's default)
-KEYS = {
-    "accept_envvar_unprivileged": ("accept-nvidia-visible-devices-envvar-when-unprivileged", True),
-    "accept_volume_mounts": ("accept-nvidia-visible-devices-as-volume-mounts", False),
-}
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.toolkit import ToolkitError, device_requests
 
 
 def nvidia_toolkit_device_requests(
     text: str | None, path: str = "/etc/nvidia-container-runtime/config.toml"
 ) -> dict[str, bool]:
-    text = text or ""
-    if tomllib is None:  # pragma: no cover
-        raise AnsibleFilterError("nvidia_toolkit_device_requests needs Python 3.11 or later on the controller")
     try:
-        config = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path} is not valid TOML ({exc}); fix the file or reinstall NVIDIA's toolkit"
-        raise AnsibleFilterError(msg) from exc
-    out: dict[str, bool] = {}
-    for name, (key, default) in KEYS.items():
-        value = config.get(key, default)
-        if not isinstance(value, bool):
-            raise AnsibleFilterError(f"{path}: {key} is {value!r}, not true or false; set {key} = true or false")
-        out[name] = value
-    return out
+        return device_requests(text, path)
+    except ToolkitError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

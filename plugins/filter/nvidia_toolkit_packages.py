@@ -70,46 +70,18 @@ from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
 
-PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.toolkit import PACKAGES, ToolkitError
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.toolkit import packages as package_requests
 
-
-def _installed(entries: Any, os_family: str) -> str:
-    entry = (entries or [{}])[0] or {}
-    version = str(entry.get("version") or "")
-    release = str(entry.get("release") or "")
-    return f"{version}-{release}" if os_family != "Debian" and release else version
+__all__ = ["PACKAGES", "FilterModule", "nvidia_toolkit_packages"]
 
 
 def nvidia_toolkit_packages(packages: Mapping[str, Any] | None, version: str = "", os_family: str = "Debian") -> dict:
-    """The requests; see DOCUMENTATION."""
-    version = str(version or "").strip()
-    if any(c.isspace() for c in version) or version.startswith(("=", "-")):
-        raise AnsibleFilterError(f"toolkit_nvidia_version: {version!r} is not a package version such as 1.18.0-1")
-    debian = os_family == "Debian"
-    packages = packages or {}
-    installed = {name: _installed(packages[name], os_family) for name in PACKAGES if packages.get(name)}
-    if version:
-        install = [f"{name}={version}" if debian else f"{name}-{version}" for name in PACKAGES]
-        # apt's pin names the Debian revision ("1.18.0-1"); dnf's may leave the release out ("1.18.0")
-        pending = any(
-            installed.get(n) != version and (debian or not installed.get(n, "").startswith(version + "-"))
-            for n in PACKAGES
-        )
-    else:
-        install = list(PACKAGES)
-        pending = any(n not in installed for n in PACKAGES)
-    return {
-        "names": list(PACKAGES),
-        "install": install,
-        "selection": "hold" if version else "install",
-        "installed": installed,
-        "pending": pending,
-    }
+    """The requests; see DOCUMENTATION (``plugin_utils.toolkit.packages``)."""
+    try:
+        return package_requests(packages, version, os_family)
+    except ToolkitError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

@@ -137,64 +137,21 @@ _value:
       elements: str
 """
 
-import re
 from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import PROGRAMS
-
-PROVIDERS = ("native", "nvidia")
-NVIDIA_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
-NVIDIA_DOCKER = "nvidia-docker"
-
-
-def _setting(value: Any, derived: bool) -> bool:
-    """The role variable as Ansible's ``bool`` filter reads it; null means derived."""
-    return derived if value is None else boolean(value, strict=False)
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.toolkit import ToolkitError, plan
 
 
 def toolkit_plan(
     settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0, nvidia_installed: Any = False
 ) -> dict:
-    """The role's choices; see DOCUMENTATION."""
-    settings = settings or {}
-    provider = settings.get("provider") or "auto"
-    mirror = str(settings.get("nvidia_mirror_url") or "")
-    state = settings.get("nvidia_state") or "present"
-    adopt = False
-    if state not in ("present", "absent"):
-        raise AnsibleFilterError(f"toolkit_nvidia_state: {state!r} is not present or absent")
-    if provider == "auto":
-        repository = bool(mirror) or int(repo_files or 0) > 0
-        installed = boolean(nvidia_installed, strict=False)
-        provider = "nvidia" if state == "present" and (repository or installed) else "native"
-        adopt = provider == "nvidia" and not repository and not str(settings.get("nvidia_version") or "")
-    elif provider not in PROVIDERS:
-        raise AnsibleFilterError(f"toolkit_provider: {provider!r} is not auto, native or nvidia")
-    elif provider == "nvidia" and state == "absent":
-        raise AnsibleFilterError(
-            "toolkit_provider=nvidia with toolkit_nvidia_state=absent: the nvidia provider cannot install NVIDIA's "
-            "packages and remove them; set toolkit_provider to auto or native to remove them"
-        )
-    node = boolean(kubernetes_node, strict=False)
-    repo = re.sub(r"/+$", "", mirror or str(settings.get("nvidia_repo_url") or NVIDIA_REPO_URL))
-    key = str(settings.get("nvidia_key_url") or "") or f"{re.sub(r'/[^/]+$', '', repo)}/gpgkey"
-    return {
-        "provider": provider,
-        "nvidia_state": state,
-        "adopt": adopt,
-        "kubernetes_node": node,
-        "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
-        "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),
-        "accept_cdi_annotations_unprivileged": _setting(settings.get("accept_cdi_annotations_unprivileged"), not node),
-        "repo": repo,
-        "key": key,
-        "programs": [
-            name for name in PROGRAMS if name != NVIDIA_DOCKER or _setting(settings.get("nvidia_docker"), True)
-        ],
-    }
+    """The role's choices; see DOCUMENTATION (``plugin_utils.toolkit.plan``)."""
+    try:
+        return plan(settings, kubernetes_node, repo_files, nvidia_installed)
+    except ToolkitError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

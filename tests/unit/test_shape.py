@@ -40,11 +40,7 @@ ALLOWED = {
     "module_code_lines": set(),
     "module_main": set(),
     "file_lines": set(),
-    "thin_filter": {
-        "filter/nvidia_toolkit_device_requests.py",
-        "filter/nvidia_toolkit_packages.py",
-        "filter/toolkit_plan.py",
-    },
+    "thin_filter": set(),
 }
 
 
