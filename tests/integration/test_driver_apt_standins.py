@@ -406,6 +406,8 @@ def test_ubuntu_2404_cuda_repository_595_pinning_package_under_a_real_apt(repo):
 ROLE_PLAY = """
 - hosts: all
   gather_facts: false
+  vars_files:
+    - "{role}/vars/main.yml"  # the role's inputs converted once, as entering the role loads them
   handlers:
     - name: Driver changed (the role's handlers are not part of this run)
       ansible.builtin.debug:
@@ -413,7 +415,7 @@ ROLE_PLAY = """
       listen: gpufleet driver changed
   tasks:
     - name: The driver role's apt task file
-      ansible.builtin.include_tasks: "{tasks}/apt.yml"
+      ansible.builtin.include_tasks: "{role}/tasks/apt.yml"
 """
 
 
@@ -453,8 +455,8 @@ def test_ubuntu_2204_the_roles_apt_task_file_via_ansible(repo, tmp_path):
             }
         }
         (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-        tasks = Path(__file__).resolve().parents[2] / "roles" / "driver" / "tasks"
-        (tmp_path / "play.yml").write_text(ROLE_PLAY.format(tasks=tasks))
+        role = Path(__file__).resolve().parents[2] / "roles" / "driver"
+        (tmp_path / "play.yml").write_text(ROLE_PLAY.format(role=role))
 
         def play(state: str) -> str:
             res = run_playbook("-i", tmp_path / "inventory.yml", tmp_path / "play.yml", "-e", f"driver_state={state}")
