@@ -89,10 +89,13 @@ if "create" in args or "run" in args:
         pass
 os.execv("/usr/sbin/runc", ["runc", *args])
 """
-# On each node, before site.yml: the CRI table of config.toml gets restrict_oom_score_adj; the mini image (with
-# Python) goes into the engines (so prepare.yml finds it there), and into containerd's k8s.io namespace as IMAGE and
-# under the sandbox image name containerd's configuration gives (sandbox_image in v2, pinned_images.sandbox in v3).
-NODE_PREP = rf"""
+# On each node, before site.yml (NODE_PREP, which starts with CRI_PREP): the CRI table of config.toml gets
+# restrict_oom_score_adj; the mini image (with Python) goes into the engines (so prepare.yml finds it there), and into
+# containerd's k8s.io namespace as IMAGE and under the sandbox image name containerd's configuration gives
+# (sandbox_image in v2, pinned_images.sandbox in v3).
+# CRI_PREP, which test_nonroot_gpu's podman-only node shares: restrict_oom_score_adj, containerd restarted, $sandbox
+# named, the mini image (with Python) built and loaded into the node's engines.
+CRI_PREP = rf"""
 set -eu
 cri='\[plugins."io.containerd.grpc.v1.cri"\]'
 sed -i "s/^\( *\)$cri\$/&\n\1  restrict_oom_score_adj = true/" /etc/containerd/config.toml
@@ -101,7 +104,10 @@ systemctl restart containerd
 sandbox=$(containerd config dump | sed -n "s/^ *\(sandbox_image\|sandbox\) = [\"']\([^\"']*\)[\"'].*/\2/p" | head -1)
 test -n "$sandbox"
 gpufleet-sim-mini-image {MINI} --python >/dev/null
-cid=$(docker create {MINI} /bin/true)
+"""
+NODE_PREP = (
+    CRI_PREP
+    + rf"""cid=$(docker create {MINI} /bin/true)
 docker export "$cid" | docker import -c 'ENTRYPOINT ["/usr/bin/python3", "-c", "{WAIT}"]' - "$sandbox" >/dev/null
 docker rm "$cid" >/dev/null
 docker tag "$sandbox" {IMAGE}
@@ -114,6 +120,7 @@ if [ -f /sys/fs/cgroup/cgroup.controllers ] && ! grep -qw cpu /sys/fs/cgroup/cgr
 fi
 echo "$sandbox"
 """
+)
 
 
 def converge(fleet: Any, tmp: Path) -> None:

@@ -74,19 +74,12 @@ FLEET = {
     ]
 }
 BOOKWORM, TRIXIE, CDI07 = "nr-bookworm", "nr-trixie", "nr-cdi07"
-# The node without docker gets the CRI preparation of _fleet_converged.NODE_PREP through podman: the mini image (also
-# in containerd's default namespace, for the validate stage), the sandbox image under the name containerd's
-# configuration gives and the pod image, in containerd's k8s.io namespace.
-PODMAN_PREP = rf"""
-set -eu
-cri='\[plugins."io.containerd.grpc.v1.cri"\]'
-sed -i "s/^\( *\)$cri\$/&\n\1  restrict_oom_score_adj = true/" /etc/containerd/config.toml
-grep -q 'restrict_oom_score_adj = true' /etc/containerd/config.toml
-systemctl restart containerd
-sandbox=$(containerd config dump | sed -n "s/^ *\(sandbox_image\|sandbox\) = [\"']\([^\"']*\)[\"'].*/\2/p" | head -1)
-test -n "$sandbox"
-gpufleet-sim-mini-image {_fleet_converged.MINI} --python >/dev/null
-mini={_fleet_converged.MINI}
+# The node without docker gets _fleet_converged.CRI_PREP, then through podman what NODE_PREP does with docker: the
+# mini image also in containerd's default namespace (for the validate stage), the sandbox image under the name
+# containerd's configuration gives and the pod image, in containerd's k8s.io namespace.
+PODMAN_PREP = (
+    _fleet_converged.CRI_PREP
+    + rf"""mini={_fleet_converged.MINI}
 podman save --format docker-archive "$mini" | ctr -n default images import - >/dev/null
 src=$(ctr -n default images ls -q | grep "/$mini\$" | head -1)
 [ "$src" = "docker.io/$mini" ] || ctr -n default images tag "$src" "docker.io/$mini" >/dev/null
@@ -98,6 +91,7 @@ podman save --format docker-archive "$sandbox" | ctr -n k8s.io images import - >
 ctr -n k8s.io images tag "$sandbox" docker.io/{_fleet_converged.IMAGE} >/dev/null
 echo "$sandbox"
 """
+)
 IMAGE = _fleet_converged.MINI
 CRI_IMAGE = _fleet_converged.IMAGE
 USER = ["--user", "1000:1000"]
