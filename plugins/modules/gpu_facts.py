@@ -616,6 +616,31 @@ ansible_facts:
               C(fabric_manager_down).
           type: dict
           sample: {nvswitch_count: 4, state: active}
+        next_boot:
+          description:
+            - The kernel the bootloader starts next and whether the installed driver's nvidia module pairs with it
+              (the reboot guard, C(playbooks/tasks/reboot_guard.yml), refuses a reboot on its problems).
+            - C(kernel), C(bootloader) (C(grub), C(systemd-boot) or null), C(source) (which file or EFI variable
+              named it), C(entry), C(running_kernel); C(module) (that kernel's C(nvidia.ko*) as C(modules.dep) lists
+              it), its C(version), C(vermagic), C(signer) and C(sig_key) (read from the file's C(.modinfo) section and
+              appended PKCS#7 signature), C(secure_boot), C(trusted_by) (C(the kernel's own build key), C(kernel),
+              C(enrolled MOK) or C(MOK pending enrolment)), C(state) and C(detail).
+            - C(state) is C(ok), C(unknown) (the next kernel or, without Secure Boot, its module could not be read),
+              or one the guard refuses - C(no_module), C(not_indexed), C(wrong_kernel), C(version_mismatch),
+              C(unsigned), C(untrusted), C(unverified), C(enrolment_pending) - each also a problem (codes
+              C(next_boot_no_nvidia_module), C(next_boot_module_version_mismatch), C(next_boot_module_untrusted),
+              C(next_boot_mok_enrolment_pending)) when a driver is installed.
+          type: dict
+          sample:
+            kernel: 6.8.0-45-generic
+            bootloader: grub
+            source: /boot/grub/grubenv saved_entry
+            module: /lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko
+            version: 580.95.05
+            signer: gpufleet MOK
+            sig_key: '5A:17:C0:DE'
+            trusted_by: enrolled MOK
+            state: ok
         xid_source:
           description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
             could be read.

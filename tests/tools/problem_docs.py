@@ -7,7 +7,8 @@
     tests/tools/problem_docs.py            rewrite docs/docsite/rst/troubleshooting.rst
     tests/tools/problem_docs.py --check    exit 1 when the guide is not what the code gives
 
-Every ``problem(code, message, fix)`` call of ``plugins/module_utils/discovery/problems.py`` becomes a section: the
+Every ``problem(code, message, fix)`` call of ``plugins/module_utils/discovery/problems.py`` (then of the files in
+``MORE``, checks kept in their own file) becomes a section: the
 code, what the host shows (the message, its variable parts as ``<name>``) and the fix. ``gpu_xid_<n>`` codes come
 from ``ACTIONS`` of ``discovery/xid.py``: one per XID whose bucket is a host problem (``HOST_BUCKETS``). The source
 is read as text (ast), so a new code reaches the guide by running this, and a stale guide fails
@@ -24,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO / "plugins" / "module_utils" / "discovery" / "problems.py"
 XID = REPO / "plugins" / "module_utils" / "discovery" / "xid.py"
+# Checks of CHECKS that live in their own file (problems.py stays under the length limit), after problems.py's.
+MORE = (REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",)
 GUIDE = REPO / "docs" / "docsite" / "rst" / "troubleshooting.rst"
 LABEL = "ansible_collections.gpufleet.nvidia.docsite.troubleshooting"
 _RST_SPECIAL = "\\*`|_"
@@ -127,10 +130,10 @@ def rst_text(text: str) -> str:
     return text
 
 
-def render(problems_source: str, xid_source: str) -> str:
+def render(problems_source: str, xid_source: str, *more_sources: str) -> str:
     actions, host_buckets = xid_actions(xid_source)
     out = [HEAD]
-    for entry in problems(problems_source):
+    for entry in problems(problems_source) + [e for source in more_sources for e in problems(source)]:
         code = entry["code"]
         if code == "gpu_xid_<xid>":
             out.append(_section("gpu_xid_<n>", entry["messages"], entry["fixes"]))
@@ -161,7 +164,8 @@ def _section(code: str, messages: list[str], fixes: list[str], level: str = "-")
 
 
 def generate() -> str:
-    return render(PROBLEMS.read_text(encoding="utf-8"), XID.read_text(encoding="utf-8"))
+    more = [path.read_text(encoding="utf-8") for path in MORE]
+    return render(PROBLEMS.read_text(encoding="utf-8"), XID.read_text(encoding="utf-8"), *more)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
 from . import gpu_users as _gpu_users
 from . import labels as _labels
+from . import next_boot as _next_boot
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
 from . import nvidia_toolkit as _nvidia_toolkit
@@ -241,6 +242,14 @@ def discover(
         "xid_events": xid_events,
         "xid_source": xid_source,
         "fabric_manager": fabric_manager,
+        # The kernel the bootloader starts next and whether driver installed_version's module pairs with it.
+        "next_boot": _next_boot.pairing(
+            root,
+            installed_version,
+            _problems.secure_boot_enabled(scan.sys_dir),
+            run_command if os.path.abspath(root) == "/" else None,
+            sys_dir=scan.sys_dir,
+        ),
         "sources": {"requested": list(scan.order), "answered": [s for s in SOURCES if s in answers.by_source]},
         "warnings": scan.warnings,
     }

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Sequence
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
+from .next_boot import next_boot_problems
 from .nvidia_toolkit import spec_conflicts
 from .xid import HOST_BUCKETS
 from .xid import action as xid_action
@@ -595,6 +596,7 @@ CHECKS: tuple[Check, ...] = (
     driver_not_loaded,
     unsigned_module_loaded,
     driver_version_mismatch,
+    next_boot_problems,
     device_char_links_missing,
     uvm_device_missing,
     cdi_spec_uvm_missing,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import problems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import next_boot, problems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import Host
 
 DRIVER = "550.54.14"
@@ -88,7 +88,39 @@ SHADOWED = [("/usr/local/bin/nvidia-container-runtime-hook", "/usr/bin/nvidia-co
 
 # (check, host it fires on -> the codes it gives, host it stays quiet on): each a function of the host root.
 HostCase = Callable[[Path], Host]
+
+
+def _next_boot(state: str, **facts: Any) -> dict[str, Any]:
+    """``next_boot`` facts of a host whose next kernel is 6.8.0-45-generic (discovery/next_boot.py makes them)."""
+    base = {"kernel": "6.8.0-45-generic", "source": "/boot/grub/grubenv saved_entry", "running_kernel": None}
+    return {**base, "module": "/lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko", "state": state, **facts}
+
+
 CASES: list[tuple[Callable, HostCase, list[str], HostCase]] = [
+    (
+        next_boot.next_boot_problems,
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("no_module", detail="none")), str(r)),
+        ["next_boot_no_nvidia_module"],
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("ok")), str(r)),
+    ),
+    (
+        next_boot.next_boot_problems,
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("version_mismatch", version="570.1")), str(r)),
+        ["next_boot_module_version_mismatch"],
+        lambda r: Host(_facts(next_boot=_next_boot("version_mismatch", version="570.1")), str(r)),
+    ),
+    (
+        next_boot.next_boot_problems,
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("untrusted", signer="X", sig_key="01")), str(r)),
+        ["next_boot_module_untrusted"],
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("unknown")), str(r)),
+    ),
+    (
+        next_boot.next_boot_problems,
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("enrolment_pending", signer="X")), str(r)),
+        ["next_boot_mok_enrolment_pending"],
+        lambda r: Host(_facts(_loaded(), next_boot=_next_boot("ok", trusted_by="enrolled MOK")), str(r)),
+    ),
     (
         problems.nouveau_loaded,
         lambda r: Host(_facts(), str(r), nouveau_loaded=True),
