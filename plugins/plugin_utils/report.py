@@ -17,6 +17,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.exposure import (
+    exposure_tags,
+    fleet_exposure,
+    host_exposure,
+)
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import GateError, describe, processes
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
@@ -94,6 +99,7 @@ def _gpus(nvidia: Mapping[str, Any]) -> list[dict[str, Any]]:
             "pci_bus_id": _get(gpu, "pci_bus_id"),
             "memory_mib": _get(gpu, "memory_mib"),
             "mig_mode": _get(gpu, "mig_mode"),
+            "architecture": _get(gpu, "architecture"),
         }
         for gpu in _get(nvidia, "gpus", [])
     ]
@@ -108,6 +114,7 @@ def _gpus(nvidia: Mapping[str, Any]) -> list[dict[str, Any]]:
             "pci_bus_id": _get(dev, "pci_bus_id"),
             "memory_mib": None,
             "mig_mode": None,
+            "architecture": _get(dev, "architecture"),
         }
         for dev in _get(nvidia, "pci_devices", [])
         if _get(dev, "is_gpu", False)
@@ -163,8 +170,9 @@ def _status(entry: Mapping[str, Any], failed: Any, validate: Any) -> str:
     return "passed" if entry["validation"]["passed"] else "failed"
 
 
-def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
-    """One host of the model from its (plain) report variables (``HOST_VARS``)."""
+def host_entry(name: str, hv: Mapping[str, Any], today: Any = None) -> dict[str, Any]:
+    """One host of the model from its (plain) report variables (``HOST_VARS``); ``today`` (a date or the report's
+    ``generated`` text) dates the driver branches' end of life (``exposure``)."""
     nvidia = _get(_get(hv, "ansible_facts", {}), "nvidia")
     failed = _get(hv, "gpufleet_failed")
     validate = _get(hv, "gpufleet_validate")
@@ -184,6 +192,7 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
         "toolkit": stage_toolkit(_get(hv, "gpufleet_toolkit"), nvidia),
         "device_plugin": _get(hv, "gpufleet_device_plugin"),
         "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec") or _get(nvidia or {}, "cdi_spec"),
+        "exposure": None,
     }
     if failed is not None:
         entry["failed"] = {
@@ -213,6 +222,12 @@ def host_entry(name: str, hv: Mapping[str, Any]) -> dict[str, Any]:
             for p in _get(nvidia, "problems", [])
         ],
     )
+    # NVIDIA's bulletins and branch lifecycle joined with what the host runs (plugin_utils/exposure.py); its
+    # problems join discovery's.
+    packages = _get(_get(nvidia, "nvidia_toolkit", {}) or {}, "packages", {})
+    exposure = host_exposure(entry, packages, today)
+    entry["problems"] += exposure.pop("problems")
+    entry["exposure"] = exposure
     try:
         # The processes holding a GPU (gpu_facts' gpu_users), each {pid, command, devices, engine, container_id, ...}.
         entry["gpu_users"] = processes(_get(nvidia, "gpu_users"))
@@ -296,7 +311,7 @@ def fleet_report_model(
     entries = []
     for host in hosts:
         hv = _host_vars(hostvars, host)
-        entry = host_entry(str(host), hv)
+        entry = host_entry(str(host), hv, generated)
         if ran is not None and str(host) not in ran:
             entry["status"] = "not_in_run"
         elif entry["failed"] is not None and entry["failed"]["unreachable"]:
@@ -323,6 +338,7 @@ def fleet_report_model(
         "summary_line": line,
         "hosts": entries,
         "problem_groups": problem_groups(entries),
+        "exposure": fleet_exposure(entries),
     }
 
 
@@ -399,4 +415,5 @@ TEXT_FILTERS = {
     "passed_engines": passed_engines,
     "gpu_user_text": gpu_user_text,
     "yes_no": yes_no,
+    "exposure_tags": exposure_tags,
 }

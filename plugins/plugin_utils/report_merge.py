@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.exposure import fleet_exposure
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.report import (
     SUMMARY_LINE,
     Model,
@@ -92,5 +93,6 @@ def merge_reports(reports: Any, generated: Any = None) -> Model:
         "summary_line": line,
         "hosts": entries,
         "problem_groups": problem_groups(entries),
+        "exposure": fleet_exposure(entries),
         "merge": {"slices": slices, "duplicates": sorted(duplicates)},
     }

@@ -91,6 +91,7 @@ def render(model: Any, fmt: str, templates_dir: str | Path | None = None, previo
     against ``previous``, the previous run's model as its JSON report holds it; None without one).
     """
     data = plain(check_model(model))
+    data.setdefault("exposure", None)  # a model merged from reports older than the exposure section
     env = environment(fmt, templates_dir)
     name = TEMPLATES[fmt]
     fleet = {"counts": counts(data), "changes": changes(plain(previous), data)}
