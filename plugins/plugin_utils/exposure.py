@@ -34,7 +34,6 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "nvidia_security.json"
 POLICIES = ("warn", "refuse", "ignore")
-UPGRADE = "ansible-playbook -i inventory gpufleet.nvidia.driver_upgrade -e driver_version={version} --limit <host>"
 _NUMBERS = re.compile(r"^(\d+(?:\.\d+)*)")
 
 
@@ -204,31 +203,37 @@ def _toolkit_judged(entry: Mapping[str, Any], nvidia_packages: Mapping[str, Any]
     }
 
 
+def problem(code: str, message: str, fix: str) -> dict[str, str]:
+    """One problem in discovery's shape; tests/tools/problem_docs.py reads these calls for the troubleshooting guide."""
+    return {"code": code, "message": message, "fix": fix}
+
+
 def _driver_problem(version: str, finding: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        "code": "driver_security_bulletin",
-        "message": f"driver {version} is affected by {', '.join(finding['cves'])} ({finding['severity']}, "
-        f"NVIDIA bulletin {finding['bulletin']} of {finding['date']}: {finding['address']})",
-        "fix": f"upgrade the driver to {finding['fixed']} or later in branch {branch_of(version)}: "
-        + UPGRADE.format(version=finding["fixed"]),
-    }
+    cves, fixed, branch = ", ".join(finding["cves"]), finding["fixed"], branch_of(version)
+    return problem(
+        "driver_security_bulletin",
+        f"driver {version} is affected by {cves} ({finding['severity']}, NVIDIA bulletin {finding['bulletin']} of "
+        f"{finding['date']}: {finding['address']})",
+        f"upgrade the driver to {fixed} or later in branch {branch}: ansible-playbook -i inventory "
+        f"gpufleet.nvidia.driver_upgrade -e driver_version={fixed} --limit <host>",
+    )
 
 
 def _toolkit_problem(version: str, finding: Mapping[str, Any]) -> dict[str, str]:
+    cves, fixed = ", ".join(finding["cves"]), finding["fixed"]
     notes = f" ({'; '.join(finding['notes'])})" if finding.get("notes") else ""
-    return {
-        "code": "toolkit_security_bulletin",
-        "message": f"NVIDIA container toolkit {version} is affected by {', '.join(finding['cves'])} "
-        f"({finding['severity']}{notes}; NVIDIA bulletin {finding['bulletin']} of {finding['date']}: "
-        f"{finding['address']})",
-        "fix": f"upgrade nvidia-container-toolkit to a release {finding['fixed']} (toolkit role, provider nvidia, "
-        "toolkit_nvidia_version), or switch the host to this collection's own toolkit (toolkit_provider=native)",
-    }
+    return problem(
+        "toolkit_security_bulletin",
+        f"NVIDIA container toolkit {version} is affected by {cves} ({finding['severity']}{notes}; NVIDIA bulletin "
+        f"{finding['bulletin']} of {finding['date']}: {finding['address']})",
+        f"upgrade nvidia-container-toolkit to a release {fixed} (the toolkit role, toolkit_provider=nvidia), or "
+        "move the host to this collection's own toolkit (toolkit_provider=native), which runs no NVIDIA program",
+    )
 
 
 def _branch_problems(version: str, status: Mapping[str, Any]) -> list[dict[str, str]]:
     out = []
-    last = status["last_branch"]
+    last, branch = status["last_branch"], status["branch"]
     ceiling = min((int(b) for b in last.values()), default=None)
     choices = [b for b in status["supported"] if ceiling is None or int(b) <= ceiling]
     if status["status"] == "end_of_life":
@@ -238,29 +243,31 @@ def _branch_problems(version: str, status: Mapping[str, Any]) -> list[dict[str, 
             else f"NVIDIA lists only {', '.join(status['supported'])} as supported"
         )
         gpus = f" for this host's {'/'.join(sorted(last))} GPU" if last else ""
-        if choices:
-            target = f"branch {choices[0]}" + (f" (the last branch{gpus})" if ceiling == int(choices[0]) else "")
-            fix = f"move to {target}: " + UPGRADE.format(version=choices[0]).replace(
-                "driver_version=", "driver_branch="
+        target = (choices or [None])[0]
+        note = f" (the last branch{gpus})" if target and ceiling == int(target) else ""
+        if target:
+            found = problem(
+                "driver_branch_end_of_life",
+                f"driver {version}: branch {branch} is past end of life{gpus} ({why})",
+                f"move to branch {target}{note}: ansible-playbook -i inventory gpufleet.nvidia.driver_upgrade "
+                f"-e driver_branch={target} --limit <host>",
             )
         else:
-            fix = f"no supported branch drives this host's GPUs (last branch{gpus}: {ceiling}); plan to replace them"
-        out.append(
-            {
-                "code": "driver_branch_end_of_life",
-                "message": f"driver {version}: branch {status['branch']} is past end of life{gpus} ({why})",
-                "fix": fix,
-            }
-        )
+            found = problem(
+                "driver_branch_end_of_life",
+                f"driver {version}: branch {branch} is past end of life{gpus} ({why})",
+                f"no supported branch drives this host's GPUs (last branch{gpus}: {ceiling}); plan to replace them",
+            )
+        out.append(found)
     for arch in status["beyond_last"]:
         out.append(
-            {
-                "code": "driver_branch_past_architecture",
-                "message": f"driver {version}: branch {status['branch']} no longer supports {arch} GPUs; the last "
-                f"branch for them is {last[arch]}",
-                "fix": f"install branch {last[arch]}: "
-                + UPGRADE.format(version=last[arch]).replace("driver_version=", "driver_branch="),
-            }
+            problem(
+                "driver_branch_past_architecture",
+                f"driver {version}: branch {branch} no longer supports {arch} GPUs; the last branch for them is "
+                f"{last[arch]}",
+                f"install branch {last[arch]}: ansible-playbook -i inventory gpufleet.nvidia.driver_upgrade "
+                f"-e driver_branch={last[arch]} --limit <host>",
+            )
         )
     return out
 

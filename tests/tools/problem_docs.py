@@ -26,7 +26,11 @@ REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO / "plugins" / "module_utils" / "discovery" / "problems.py"
 XID = REPO / "plugins" / "module_utils" / "discovery" / "xid.py"
 # Checks of CHECKS that live in their own file (problems.py stays under the length limit), after problems.py's.
-MORE = (REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",)
+MORE = (
+    REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",
+    # NVIDIA's security bulletins and the driver branch lifecycle, joined on the controller by the fleet report
+    REPO / "plugins" / "plugin_utils" / "exposure.py",
+)
 GUIDE = REPO / "docs" / "docsite" / "rst" / "troubleshooting.rst"
 LABEL = "ansible_collections.gpufleet.nvidia.docsite.troubleshooting"
 _RST_SPECIAL = "\\*`|_"
