@@ -122,13 +122,37 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
     assert "docker (runtime)" in trixie_docker["validation"]["message"]
     assert "docker (cdi)" in trixie_docker["validation"]["message"]
     assert report["summary"]["passed"] == 2 and report["summary"]["failed"] == 0 and report["summary"]["ok"]
+    # Exposure (plugin_utils/exposure.py, checked by hand against the CVE records of tests/tools/security_sources):
+    # bookworm's 535.261.03 is below CVE-2025-23280's fix for R535 (bulletin 5703: 535.274.02) and above
+    # CVE-2024-0126's (535.216.01); trixie's 550.163.01 is above CVE-2024-0126's R550 fix (550.127.05) and R550 is in
+    # no later record. R535's end of life was June 2026; R550 is older than every branch NVIDIA lists as supported.
+    # Both run this collection's own toolkit (the host programs), judged on those, not on NVIDIA's CVEs.
+    exposure = report["exposure"]
+    assert [(b["bulletin"], b["cves"], b["hosts"]) for b in exposure["bulletins"]] == [
+        ("5703", ["CVE-2025-23280"], [{"host": "va-bookworm", "version": "535.261.03", "fixed": "535.274.02"}])
+    ]
+    assert [(b["branch"], b["status"], b["hosts"]) for b in exposure["branches"]] == [
+        ("535", "end_of_life", ["va-bookworm"]),
+        ("550", "end_of_life", ["va-trixie"]),
+    ]
+    for name in ("va-bookworm", "va-trixie"):
+        assert hosts[name]["exposure"]["toolkit"]["provider"] == "native", hosts[name]["exposure"]
+        assert hosts[name]["exposure"]["toolkit_findings"] == []
+    codes = {name: sorted(p["code"] for p in hosts[name]["problems"]) for name in hosts}
+    assert {"driver_security_bulletin", "driver_branch_end_of_life"} <= set(codes["va-bookworm"]), codes
+    assert "driver_security_bulletin" not in codes["va-trixie"] and "driver_branch_end_of_life" in codes["va-trixie"]
+    assert not any(c.startswith("toolkit_security") for c in codes["va-bookworm"] + codes["va-trixie"]), codes
     md = files["md"].read_text()
+    assert "| 5703 https://nvidia.custhelp.com/app/answers/detail/a\\_id/5703 | 2025-10-10 | driver |" in md
+    assert "va-bookworm (535.261.03, fixed in 535.274.02)" in md
     assert md.splitlines()[2].startswith("**2 hosts: 2 GPU nodes (3 GPUs), 0 CPU-only, 0 unreachable/no facts; ")
     assert "validation: 2 passed, 0 failed" in md and "| va-trixie | passed | 1 |" in md
     page = files["html"].read_text()
     assert page.startswith("<!DOCTYPE html>") and "va-bookworm" in page
     # self-contained: one script, the page's own inline one (filter and sort), nothing fetched
     assert page.count("<script") == 1 and "<script>" in page and " src=" not in page
+    # the host table's exposure filter: a bulletin's word on the row of each host it applies to
+    assert '<option value="bulletin-5703">' in page and 'data-exposure="bulletin-5703 branch-end_of_life' in page
     for node in ("va-bookworm", "va-trixie"):
         assert _recap(proc.stdout, node) == (0, 0, 0)
     # Again: nothing changes on the nodes, and no validation container is left behind.
