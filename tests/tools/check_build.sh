@@ -29,3 +29,11 @@ if ! grep -q 'border-collapse' <<<"$page" || ! grep -q '<h1>GPU fleet report</h1
   echo "build-check: the installed collection cannot render the fleet report: $page" >&2; exit 1
 fi
 echo "build-check: the installed collection renders the fleet report from its shipped templates"
+# The security data (plugins/plugin_utils/data/nvidia_security.json) travels in the tarball and the installed filter
+# reads it on the controller.
+found=$(ANSIBLE_COLLECTIONS_PATH="$work/installed" ANSIBLE_NOCOLOR=1 ansible localhost -c local -o -m ansible.builtin.debug \
+  -a "msg={{ ('535.261.03' | gpufleet.nvidia.driver_security).findings | map(attribute='cves') | flatten }}" 2>&1) || true
+if ! grep -q 'CVE-2025-23280' <<<"$found"; then
+  echo "build-check: the installed collection cannot read its security data: $found" >&2; exit 1
+fi
+echo "build-check: the installed collection reads its security data (535.261.03: CVE-2025-23280)"
