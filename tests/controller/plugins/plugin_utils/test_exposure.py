@@ -36,10 +36,12 @@ def test_the_shipped_data_is_what_the_script_makes_of_the_kept_records():
 
 
 def test_the_script_keeps_only_what_a_record_states(tmp_path):
-    """A record naming branches without versions (CVE-2025-23244) is skipped with the reason, never guessed; vGPU
+    """A record naming branches without versions (CVE-2024-0149, CVE-2025-23244) is skipped with the reason, never
+    guessed; vGPU
     guest driver ranges (CVE-2025-23280's 'Guest driver' rows) and the Windows CPE ranges are not the Linux driver's."""
     data = json.loads(exposure.DATA.read_text(encoding="utf-8"))
-    assert [s["cve"] for s in data["skipped"]] == ["CVE-2025-23244"]
+    assert [s["cve"] for s in data["skipped"]] == ["CVE-2024-0149", "CVE-2025-23244"]
+    assert {s["reason"] for s in data["skipped"]} == {"the record names no Linux version range"}
     cve = {c["id"]: c for b in data["bulletins"] for c in b["cves"]}
     assert cve["CVE-2025-23280"]["affected"] == [
         {"branch": "535", "fixed": "535.274.02"},
@@ -119,8 +121,17 @@ def test_driver_findings(version, expected):
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("1.16.1-1", [("5582", ["CVE-2024-0132", "CVE-2024-0133"]), ("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
-        ("1.16.2-1", [("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
+        (
+            "1.16.1-1",
+            [
+                ("5582", ["CVE-2024-0132", "CVE-2024-0133"]),
+                ("5616", ["CVE-2025-23359"]),
+                ("5659", ["CVE-2025-23266", "CVE-2025-23267"]),
+            ],
+        ),
+        ("1.16.2-1", [("5616", ["CVE-2025-23359"]), ("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
+        ("1.17.3", [("5616", ["CVE-2025-23359"]), ("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
+        ("1.17.4-1", [("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
         ("1.17.7", [("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
         ("1.17.8-1", []),
         ("1.18.0", []),
@@ -130,7 +141,8 @@ def test_toolkit_findings(version, expected):
     got = exposure.toolkit_findings(version)
     assert [(f["bulletin"], f["cves"]) for f in got] == expected
     for finding in got:
-        assert finding["fixed"] == {"5582": "later than 1.16.1", "5659": "later than 1.17.7"}[finding["bulletin"]]
+        last = {"5582": "1.16.1", "5616": "1.17.3", "5659": "1.17.7"}[finding["bulletin"]]
+        assert finding["fixed"] == f"later than {last}"
 
 
 @pytest.mark.parametrize(
@@ -164,11 +176,12 @@ def test_a_host_is_judged_on_what_it_runs():
     NVIDIA's package left installed."""
     nvidia = exposure.host_exposure(_entry(toolkit={"provider": "nvidia", "version": "1.17.3-1"}), {}, "2026-11-27")
     codes = [p["code"] for p in nvidia["problems"]]
-    assert codes == ["driver_security_bulletin", "driver_branch_end_of_life", "toolkit_security_bulletin"]
+    assert codes == ["driver_security_bulletin", "driver_branch_end_of_life"] + ["toolkit_security_bulletin"] * 2
     assert "driver_version=535.274.02" in nvidia["problems"][0]["fix"]
     assert "driver_branch=580" in nvidia["problems"][1]["fix"]
-    assert "CVE-2025-23266, CVE-2025-23267" in nvidia["problems"][2]["message"]
-    assert "later than 1.17.7" in nvidia["problems"][2]["fix"]
+    assert "CVE-2025-23359" in nvidia["problems"][2]["message"] and "later than 1.17.3" in nvidia["problems"][2]["fix"]
+    assert "CVE-2025-23266, CVE-2025-23267" in nvidia["problems"][3]["message"]
+    assert "later than 1.17.7" in nvidia["problems"][3]["fix"]
 
     native = exposure.host_exposure(
         _entry(toolkit={"provider": "native", "version": None}), {"nvidia-container-toolkit": "1.17.3-1"}, "2026-11-27"
@@ -182,7 +195,7 @@ def test_a_host_is_judged_on_what_it_runs():
     found = exposure.host_exposure(
         _entry(toolkit={"provider": "nvidia", "version": None}), {"nvidia-container-toolkit": "1.16.1-1"}
     )
-    assert [f["bulletin"] for f in found["toolkit_findings"]] == ["5582", "5659"]
+    assert [f["bulletin"] for f in found["toolkit_findings"]] == ["5582", "5616", "5659"]
 
 
 def test_a_volta_host_past_its_last_branch():
@@ -211,9 +224,10 @@ def test_fleet_exposure_and_the_page_filter_words():
     assert rows == {
         "5703": [("a", "535.261.03", "535.274.02"), ("c", "535.183.01", "535.274.02")],
         "5659": [("c", "1.17.3-1", "later than 1.17.7")],
+        "5616": [("c", "1.17.3-1", "later than 1.17.3")],
         "5586": [("c", "535.183.01", "535.216.01")],
     }
-    assert [b["bulletin"] for b in fleet["bulletins"]] == ["5703", "5659", "5586"]  # newest first
+    assert [b["bulletin"] for b in fleet["bulletins"]] == ["5703", "5659", "5616", "5586"]  # newest first
     assert [(b["branch"], b["status"], b["hosts"]) for b in fleet["branches"]] == [
         ("535", "end_of_life", ["a", "c"]),
         ("550", "end_of_life", ["b"]),
