@@ -18,10 +18,11 @@ description:
     them); otherwise the module fails naming the processes, and changes nothing on any GPU.
   - Refuses a profile the GPU model does not offer (the message lists those it offers), a combination that does not
     fit on one GPU and a GPU without MIG, before any change.
-  - Profiles and placements come from NVIDIA's MIG user guide; the collection knows A30-24GB, A100-40GB, A100-80GB,
-    H100-80GB (SXM, PCIe), H100-94GB (NVL), H200-141GB (SXM, NVL) and B200 (found by PCI device id, else product
-    name), for instance 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb on an A100-40GB. Other models
-    take C(mig-enabled) without C(mig-devices).
+  - Each GPU's profiles and placements are read from the GPU through NVML
+    (C(nvmlDeviceGetGpuInstanceProfileInfo), C(nvmlDeviceGetGpuInstancePossiblePlacements_v2)), so any MIG-capable
+    model works, a new one included; profiles are named as C(nvidia-smi) and mig-parted name them, for instance
+    1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb on an A100-40GB.
+  - Where NVML lists no profiles while MIG is off, apply a layout with C(mig-enabled) and no C(mig-devices) first.
   - After a change, regenerate the CDI spec (M(gpufleet.nvidia.cdi_spec)) so that containers see the MIG devices.
 author:
   - gpufleet.nvidia contributors (@gpufleet)
@@ -53,7 +54,7 @@ seealso:
     description: The layout vocabulary.
     link: https://github.com/NVIDIA/mig-parted
   - name: NVIDIA MIG user guide
-    description: Profiles and placements per GPU model.
+    description: Profiles and placements per GPU model (what NVML reports on each).
     link: https://docs.nvidia.com/datacenter/tesla/mig-user-guide/
 """
 

@@ -55,6 +55,15 @@ def _busy(facts: dict[str, Any], steps: list[dict]) -> list[str]:
     ]
 
 
+def read_tables(library: Any, gpus: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each MIG-capable GPU's profile table, read from NVML (the GPU's own profiles, whatever its model)."""
+    capable = [g for g in gpus if g.get("mig_mode") is not None and g.get("uuid")]
+    if not capable:
+        return {}
+    with Session(library) as session:
+        return {g["index"]: session.profiles(session.handle(g["uuid"])) for g in capable}
+
+
 def apply_layout(request: LayoutRequest, host: Host) -> LayoutResult:
     """Plan the layout on the GPUs NVML finds; apply the changed steps (outside check mode)."""
     facts = discover(root="/", sources=["nvml"])
@@ -64,10 +73,14 @@ def apply_layout(request: LayoutRequest, host: Host) -> LayoutResult:
                 "; ".join(facts["warnings"]) or "no libnvidia-ml.so.1 or no kernel module"
             )
         )
+    library = nvml_candidates("/", read_driver_cache("/"))
     try:
-        steps = plan(facts["gpus"], request.layout)
+        tables = read_tables(library, facts["gpus"])
+        steps = plan(facts["gpus"], request.layout, tables)
     except LayoutError as exc:
         raise Failure(f"mig_layout: {exc}") from None
+    except (NvmlError, OSError) as exc:
+        raise Failure(f"mig_layout: reading the GPUs' MIG profiles from NVML: {exc}") from None
     busy = _busy(facts, steps)
     if busy:
         raise Failure(
@@ -79,7 +92,6 @@ def apply_layout(request: LayoutRequest, host: Host) -> LayoutResult:
     changed = any(s["changed"] for s in steps)
     if changed and not host.check_mode:
         try:
-            library = nvml_candidates("/", read_driver_cache("/"))
             with Session(library) as session:
                 for step in steps:
                     if step["changed"]:

@@ -12,9 +12,9 @@ A layout is a list of entries as in one named ``mig-configs`` item of mig-parted
       mig-enabled: true
       mig-devices: {"1g.5gb": 2, "2g.10gb": 1}
 
-Profiles and their placements per GPU model: ``PROFILES_BY_MODEL`` below (one table, its sources beside it). A GPU
-instance of a profile may start only at the listed memory slices, occupies ``size`` of the GPU's memory slices (8, or
-4 on the A30) and ``slices`` of its compute slices (7, or 4 on the A30). Each GPU instance gets one compute instance
+Profiles and their placements are each GPU's own, read from NVML (``nvml_mig.Session.profiles``), so a model no
+table lists gets its layouts as well. A GPU instance of a profile may start only at the listed memory slices, occupies
+``size`` of the GPU's memory slices and ``slices`` of its compute slices. Each GPU instance gets one compute instance
 spanning it, as mig-parted creates them.
 
 Standard library only (target Pythons 3.8+).
@@ -24,118 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-# nvml.h NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE per compute-slice count: each GPU instance gets the compute instance
-# that spans it.
-CI_PROFILE_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-# nvml.h NVML_GPU_INSTANCE_PROFILE_*: 1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 8_SLICE 5, 6_SLICE 6,
-# 1_SLICE_REV1 7 (one slice with the media engines, "+me"), 2_SLICE_REV1 8 ("2g...+me", A30), 1_SLICE_REV2 9 (one
-# compute slice with two memory slices). NVIDIA go-nvml gen/nvml/nvml.h (v0.12.4-1).
-GI_PROFILE_ENUMS = tuple(range(10))
-GI_1, GI_2, GI_3, GI_4, GI_7, GI_1_ME, GI_2_ME, GI_1_DOUBLE = 0, 1, 2, 3, 4, 7, 8, 9
-COMPUTE_SLICES, MEMORY_SLICES = 7, 8  # every model here but the A30 (4 and 4)
-
-# A profile's row: (NVML GPU-instance profile enum, compute slices, memory slices (placement size), placement starts
-# (memory slices), instances at most on one GPU).
-
-
-def _seven_slice(names: str) -> dict[str, Any]:
-    """The profiles of a GPU with 7 compute and 8 memory slices (A100, H100, H200, B200), by their names on that model
-    (``names``: the 1g, 1g with two memory slices, 2g, 3g, 4g and 7g profiles); placements as ``nvidia-smi mig -lgipp``
-    lists them on an A100 (MIG user guide, "A100 MIG Profiles")."""
-    one, double, two, three, four, seven = names.split()
-    return {
-        one: (GI_1, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
-        f"{one}+me": (GI_1_ME, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1),
-        double: (GI_1_DOUBLE, 1, 2, (0, 2, 4, 6), 4),
-        two: (GI_2, 2, 2, (0, 2, 4), 3),
-        three: (GI_3, 3, 4, (0, 4), 2),
-        four: (GI_4, 4, 4, (0,), 1),
-        seven: (GI_7, 7, 8, (0,), 1),
-    }
-
-
-# The MIG profiles each model offers: NVIDIA's MIG user guide, "Supported MIG Profiles"
-# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html, read 2026-11-23: the tables for
-# A30-24GB, A100-40GB (and the 80GB names it gives), H100-80GB, H100-94GB, H200-141GB, B200), with the instance counts
-# NVIDIA's mig-parted ships for them (github.com/NVIDIA/mig-parted deployments/systemd/config-default.yaml at 1400787,
-# which also gives the PCI device ids below). Keyed by PCI device id (discovery's ``pci_device_id``), so that a name
-# such as "NVIDIA H100 NVL" (94GB) is never taken for an H100 80GB; ``MODEL_NAMES`` gives each table a name for
-# messages and the fallback by product name.
-_A30_24GB = {
-    "1g.6gb": (GI_1, 1, 1, (0, 1, 2, 3), 4),
-    "1g.6gb+me": (GI_1_ME, 1, 1, (0, 1, 2, 3), 1),
-    "2g.12gb": (GI_2, 2, 2, (0, 2), 2),
-    "2g.12gb+me": (GI_2_ME, 2, 2, (0, 2), 1),
-    "4g.24gb": (GI_4, 4, 4, (0,), 1),
-}
-_A100_40GB = _seven_slice("1g.5gb 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb")
-_80GB = _seven_slice("1g.10gb 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb")  # A100-80GB, H100-80GB
-_H100_94GB = _seven_slice("1g.12gb 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb")  # H100 NVL
-_H200_141GB = _seven_slice("1g.18gb 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb")  # H200, H200 NVL
-_B200 = _seven_slice("1g.23gb 1g.45gb 2g.45gb 3g.90gb 4g.90gb 7g.180gb")
-
-# model -> its profile table
-PROFILES_BY_MODEL: dict[str, dict[str, Any]] = {
-    "A30-24GB": _A30_24GB,
-    "A100-SXM4-40GB": _A100_40GB,
-    "A100-PCIE-40GB": _A100_40GB,
-    "A100-80GB": _80GB,
-    "H100-80GB": _80GB,
-    "H100-94GB": _H100_94GB,
-    "H200-141GB": _H200_141GB,
-    "B200": _B200,
-}
-MODEL_BY_PCI_ID = {
-    "0x20b710de": "A30-24GB",
-    "0x20b010de": "A100-SXM4-40GB",
-    "0x20b110de": "A100-PCIE-40GB",
-    "0x20b210de": "A100-80GB",  # A100-SXM4-80GB
-    "0x20b510de": "A100-80GB",  # A100 80GB PCIe
-    "0x233010de": "H100-80GB",  # H100 SXM5 80GB
-    "0x233110de": "H100-80GB",  # H100 PCIe
-    "0x232210de": "H100-80GB",
-    "0x232410de": "H100-80GB",
-    "0x232110de": "H100-94GB",  # H100 NVL
-    "0x233510de": "H200-141GB",  # H200 SXM
-    "0x233b10de": "H200-141GB",  # H200 NVL
-    "0x290110de": "B200",
-}
-# Product names (nvmlDeviceGetName) for a GPU whose PCI id discovery did not read; first match wins, so the longer
-# names come first.
-_NAME_FALLBACK = (
-    ("A100-SXM4-40GB", "A100-SXM4-40GB"),
-    ("A100-PCIE-40GB", "A100-PCIE-40GB"),
-    ("A100-SXM4-80GB", "A100-80GB"),
-    ("A100 80GB PCIe", "A100-80GB"),
-    ("H100 NVL", "H100-94GB"),
-    ("H100 80GB HBM3", "H100-80GB"),
-    ("H100 PCIe", "H100-80GB"),
-    ("H200", "H200-141GB"),
-    ("B200", "B200"),
-    ("A30", "A30-24GB"),
-)
+# A GPU's profile table, as ``nvml_mig.Session.profiles`` reads it from NVML: profile name -> (NVML GPU-instance
+# profile enum, compute slices, memory slices (placement size), placement starts (memory slices), instances at most on
+# one GPU).
 
 
 class LayoutError(ValueError):
     """The layout cannot be applied as written; the message names the entry or GPU and the fix."""
-
-
-def model_of(gpu_name: str | None, pci_device_id: str | None = None) -> str | None:
-    """The key of ``PROFILES_BY_MODEL`` for a GPU: by its PCI device id (``0x20b010de``), else by its product name
-    (``NVIDIA A100-SXM4-40GB``); None when the collection has no table for it."""
-    model = MODEL_BY_PCI_ID.get(str(pci_device_id or "").lower())
-    if model:
-        return model
-    for needle, name in _NAME_FALLBACK:
-        if gpu_name and needle in gpu_name:
-            return name
-    return None
-
-
-def profiles_for(gpu_name: str | None, pci_device_id: str | None = None) -> dict[str, Any] | None:
-    """The MIG profile table of a GPU (see ``model_of``), None when not known here."""
-    model = model_of(gpu_name, pci_device_id)
-    return PROFILES_BY_MODEL[model] if model else None
 
 
 def _matches(entry: dict[str, Any], gpu: dict[str, Any]) -> bool:
@@ -265,11 +160,13 @@ def current_counts(gpu: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def plan(gpus: list[dict[str, Any]], layout: Any) -> list[dict[str, Any]]:
-    """Per GPU the layout names: ``{index, name, model (a key of PROFILES_BY_MODEL or None), before, after,
-    set_mig_mode (None or bool), recreate (bool), create [(profile, start)], changed}``. Raises LayoutError for a GPU
-    without MIG, a profile the GPU does not offer (the message lists what it does offer) or a combination that does
-    not fit.
+def plan(
+    gpus: list[dict[str, Any]], layout: Any, tables: dict[int, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per GPU the layout names: ``{index, name, uuid, table (its profiles), before, after, set_mig_mode (None or
+    bool), destroy (bool), create [(profile, start)], changed}``. ``tables``: each GPU's profile table by index, as
+    NVML lists it. Raises LayoutError for a GPU without MIG, a profile the GPU does not offer (the message lists what
+    it does offer) or a combination that does not fit.
 
     Instances are compared as counts per profile: a GPU whose instances already match keeps them (idempotent,
     whatever their placement); any difference destroys every instance and creates the layout's, as mig-parted does.
@@ -290,10 +187,12 @@ def plan(gpus: list[dict[str, Any]], layout: Any) -> list[dict[str, Any]]:
         counts_now = current_counts(gpu) if enabled_now else {}
         create: list[tuple[str, int]] = []
         if want["mig_enabled"] and want["devices"]:
-            table = profiles_for(gpu.get("name"), gpu.get("pci_device_id"))
-            if table is None:
-                raise LayoutError(f"GPU {index} ({name}): no MIG profile table for this model in the collection "
-                                  f"(known: {', '.join(sorted(PROFILES_BY_MODEL))})")  # fmt: skip
+            table = (tables or {}).get(index)
+            if not table:
+                raise LayoutError(
+                    f"GPU {index} ({name}): NVML lists no MIG profiles for this GPU. With MIG off some drivers list "
+                    "none: apply a layout with mig-enabled true and no mig-devices first, then this one"
+                )
             unknown = sorted(set(want["devices"]) - set(table))
             if unknown:
                 raise LayoutError(f"GPU {index} ({name}) does not offer MIG profile(s) {', '.join(unknown)}; it "
@@ -315,7 +214,7 @@ def plan(gpus: list[dict[str, Any]], layout: Any) -> list[dict[str, Any]]:
             {
                 "index": index,
                 "name": name,
-                "model": model_of(gpu.get("name"), gpu.get("pci_device_id")),
+                "table": (tables or {}).get(index) or {},
                 "uuid": gpu.get("uuid"),
                 "before": describe(enabled_now, counts_now),
                 "after": describe(want["mig_enabled"], want["devices"]),

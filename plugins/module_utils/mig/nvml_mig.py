@@ -6,6 +6,7 @@ compute instance spanning each, as mig-parted makes them.
 
 Entry points and structures are nvml.h's (github.com/NVIDIA/go-nvml ``gen/nvml/nvml.h`` at commit 2f9e261f, checked
 2026-11-23; all present in Debian's 535 libnvidia-ml): nvmlDeviceSetMigMode, nvmlDeviceGetGpuInstanceProfileInfo,
+nvmlDeviceGetGpuInstancePossiblePlacements_v2, nvmlDeviceGetMemoryInfo,
 nvmlDeviceGetGpuInstances, nvmlGpuInstanceGetInfo, nvmlDeviceCreateGpuInstanceWithPlacement,
 nvmlGpuInstanceGetComputeInstanceProfileInfo, nvmlGpuInstanceCreateComputeInstance,
 nvmlGpuInstanceGetComputeInstances, nvmlComputeInstanceDestroy, nvmlGpuInstanceDestroy.
@@ -16,12 +17,37 @@ Standard library only (target Pythons 3.8+).
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any, Sequence
 
-from ..discovery.nvml import SUCCESS, NvmlError, NvmlUnavailable, _Nvml, load
-from .layout import CI_PROFILE_ENUM, GI_PROFILE_ENUMS, PROFILES_BY_MODEL
+from ..discovery.nvml import SUCCESS, Memory, NvmlError, NvmlUnavailable, _Nvml, load
 
 ERROR_NOT_SUPPORTED = 3
+# nvml.h NVML_GPU_INSTANCE_PROFILE_*: 1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 8_SLICE 5, 6_SLICE 6,
+# 1_SLICE_REV1 7, 2_SLICE_REV1 8, 1_SLICE_REV2 9, 1/2/4_SLICE_GFX 10-12, 1/2_SLICE_NO_ME 13-14, 1/2_SLICE_ALL_ME
+# 15-16 (PROFILE_COUNT 17; NVML 12.9 and later, read 2026-11-27 in NVIDIA's nvml.h as pynvml ships it).
+GI_PROFILE_ENUMS = tuple(range(17))
+# The suffix each enum adds to a profile's name, as nvidia-smi and mig-parted name them: media extensions (+me),
+# graphics (+gfx), no media engines (-me), all media engines (+me.all). REV2 (9) is the one-slice profile with two
+# memory slices, named by its memory alone (1g.10gb on an A100-40GB).
+GI_PROFILE_SUFFIX = {7: "+me", 8: "+me", 10: "+gfx", 11: "+gfx", 12: "+gfx", 13: "-me", 14: "-me", 15: "+me.all",
+                     16: "+me.all"}  # fmt: skip
+# nvml.h NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE per compute-slice count: each GPU instance gets the compute instance
+# that spans it.
+CI_PROFILE_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+MAX_PLACEMENTS = 16
+
+
+def profile_name(slices: int, memory_mib: int, device_bytes: int, enum: int) -> str:
+    """A GPU-instance profile's name from what NVML reports, as NVIDIA's go-nvlib names it (pkg/nvlib/device/
+    mig_profile.go, getMigMemorySizeInGB, read 2026-11-27): the instance's share of the GPU's memory rounded up to an
+    eighth, times the GPU's memory in whole GiB (rounded up), rounded: 4864 MiB of an A100's 40960 -> ``1g.5gb``."""
+    gib = 1024**3
+    share = (memory_mib * 1024 * 1024) / device_bytes if device_bytes else 0.0
+    share = math.ceil(share * 8) / 8
+    total_gb = (device_bytes + gib - 1) // gib
+    gb = math.floor(share * total_gb + 0.5)  # Go's math.Round: halves away from zero
+    return f"{slices}g.{gb}gb{GI_PROFILE_SUFFIX.get(enum, '')}"
 
 
 class GpuInstancePlacement(ctypes.Structure):
@@ -105,6 +131,33 @@ class Session:
                 ids[enum] = info.id
         return ids
 
+    def profiles(self, handle: ctypes.c_void_p) -> dict[str, tuple[int, int, int, tuple[int, ...], int]]:
+        """The GPU's MIG profiles as NVML lists them: name -> (GI profile enum, compute slices, memory slices,
+        placement starts, instances at most), smallest first; empty when NVML lists none (no MIG, or MIG off on some
+        drivers)."""
+        memory = Memory()
+        if self.nv.call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory)) != SUCCESS:
+            return {}
+        table: dict[str, tuple[int, int, int, tuple[int, ...], int]] = {}
+        for enum in GI_PROFILE_ENUMS:
+            info = GpuInstanceProfileInfo()
+            rc = self.nv.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(enum), ctypes.byref(info))
+            if rc != SUCCESS or not info.sliceCount:
+                continue
+            array = (GpuInstancePlacement * MAX_PLACEMENTS)()
+            count = ctypes.c_uint(MAX_PLACEMENTS)
+            rc = self.nv.call(
+                "nvmlDeviceGetGpuInstancePossiblePlacements_v2", handle, ctypes.c_uint(info.id), array,
+                ctypes.byref(count),
+            )  # fmt: skip
+            if rc != SUCCESS or not count.value:
+                continue
+            starts = tuple(sorted(array[k].start for k in range(count.value)))
+            name = profile_name(info.sliceCount, info.memorySizeMB, memory.total, enum)
+            table[name] = (enum, info.sliceCount, array[0].size, starts, info.instanceCount)
+        # smallest first: by compute slices, memory slices, then enum (1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, ...)
+        return dict(sorted(table.items(), key=lambda item: (item[1][1], item[1][2], item[1][0])))
+
     def gpu_instances(self, handle: ctypes.c_void_p) -> list[tuple[ctypes.c_void_p, GpuInstanceInfo]]:
         found = []
         for profile_id in self._profile_ids(handle).values():
@@ -157,8 +210,7 @@ class Session:
                 f"('nvidia-smi -r') or reboot, then run again"
             )
 
-    def create(self, handle: ctypes.c_void_p, model: str, profile: str, start: int, what: str) -> None:
-        table = PROFILES_BY_MODEL[model]
+    def create(self, handle: ctypes.c_void_p, table: dict[str, Any], profile: str, start: int, what: str) -> None:
         gi_enum, slices, size, _starts, _most = table[profile]
         info = GpuInstanceProfileInfo()
         rc = self.nv.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(gi_enum), ctypes.byref(info))
@@ -191,7 +243,7 @@ class Session:
             if step["set_mig_mode"]:
                 handle = self.handle(step["uuid"])  # the mode change may reset the GPU: its handle again
         for profile, start in step["create"]:
-            self.create(handle, step["model"], profile, start, what)
+            self.create(handle, step["table"], profile, start, what)
 
 
-__all__ = ["PROFILES_BY_MODEL", "MigError", "Session"]
+__all__ = ["MigError", "Session", "profile_name"]

@@ -168,6 +168,32 @@ static const char *jstr(jv *o, const char *key, const char *dflt) { jv *v = jget
 /* ---- state ---- */
 #define MAX_GPUS 64
 static struct nvmlDevice_st devices[MAX_GPUS];
+
+/* A GPU's MIG profiles as NVML answers them (nvmlDeviceGetGpuInstanceProfileInfo, ..PossiblePlacements_v2): the
+ * profile's enum (NVML_GPU_INSTANCE_PROFILE_*, what GetGpuInstanceProfileInfo takes) -> its id (what
+ * nvmlDeviceCreateGpuInstance* takes and nvidia-smi shows), compute slices, memory slices, instances at most, SMs,
+ * copy engines, decoders, encoders, JPEG and OFA engines, placement starts (a bit mask of memory slices), memory.
+ * The name is what the MIG device's name ends with. A GPU's set comes from "mig_profiles" in gpus.json (any set,
+ * for a model no table has) or, for an A100-SXM4-40GB / A100-PCIE-40GB without one, from a100[] below: NVIDIA's
+ * numbers for that model (MIG user guide, "Supported MIG Profiles" and the placements `nvidia-smi mig -lgipp`
+ * lists). */
+#define MAX_PROF 17 /* NVML_GPU_INSTANCE_PROFILE_COUNT */
+struct mig_prof {
+    char name[32];
+    unsigned int enumv, id, slices, size, count, sms, ces, decs, encs, jpegs, ofas, starts;
+    unsigned long long mib;
+};
+static const struct mig_prof a100[] = {
+    {"1g.5gb", 0, 19, 1, 1, 7, 14, 1, 0, 0, 0, 0, 0x7f, 4864},
+    {"2g.10gb", 1, 14, 2, 2, 3, 28, 2, 1, 0, 0, 0, 0x15, 9856},
+    {"3g.20gb", 2, 9, 3, 4, 2, 42, 3, 2, 0, 0, 0, 0x11, 19968},
+    {"4g.20gb", 3, 5, 4, 4, 1, 56, 4, 2, 0, 0, 0, 0x01, 19968},
+    {"7g.40gb", 4, 0, 7, 8, 1, 98, 7, 5, 0, 1, 1, 0x01, 40192},
+    {"1g.5gb+me", 7, 20, 1, 1, 1, 14, 1, 1, 0, 1, 1, 0x7f, 4864},
+    {"1g.10gb", 9, 15, 1, 2, 4, 14, 1, 1, 0, 0, 0, 0x55, 9856},
+};
+static struct mig_prof profs[MAX_GPUS][MAX_PROF];
+static unsigned int nprofs[MAX_GPUS];
 static unsigned int device_count;
 static int init_count;
 #define MAX_MIGS 256
@@ -282,6 +308,26 @@ static nvmlReturn_t load_config(void) {
         d->rows_failure = (int)jnum(rows, "failure", 0);
         d->retired_pending = (int)jnum(h, "retired_pages_pending", -1);
         d->persistence = (int)jnum(h, "persistence_mode", -1);
+        nprofs[device_count] = 0;
+        jv *ps = jget(g, "mig_profiles");
+        if (ps && ps->t == 'a') {
+            for (int k = 0; k < ps->n && nprofs[device_count] < MAX_PROF; k++) {
+                jv *q = ps->items[k], *st = jget(q, "placements");
+                struct mig_prof *r = &profs[device_count][nprofs[device_count]++];
+                memset(r, 0, sizeof(*r));
+                copy_str(r->name, sizeof(r->name), jstr(q, "name", "?"));
+                r->enumv = (unsigned)jnum(q, "enum", 0); r->id = (unsigned)jnum(q, "id", 0);
+                r->slices = (unsigned)jnum(q, "slices", 1); r->size = (unsigned)jnum(q, "memory_slices", 1);
+                r->count = (unsigned)jnum(q, "instances", 1); r->sms = (unsigned)jnum(q, "sms", 0);
+                r->ces = (unsigned)jnum(q, "copy_engines", 0); r->decs = (unsigned)jnum(q, "decoders", 0);
+                r->encs = (unsigned)jnum(q, "encoders", 0); r->jpegs = (unsigned)jnum(q, "jpegs", 0);
+                r->ofas = (unsigned)jnum(q, "ofas", 0); r->mib = (unsigned long long)jnum(q, "memory_mib", 0);
+                for (int j = 0; st && st->t == 'a' && j < st->n; j++) r->starts |= 1u << ((unsigned)st->items[j]->num & 31);
+            }
+        } else if (d->mig_mode >= 0 && (strstr(d->name, "A100-SXM4-40GB") || strstr(d->name, "A100-PCIE-40GB"))) {
+            nprofs[device_count] = sizeof(a100) / sizeof(a100[0]);
+            memcpy(profs[device_count], a100, sizeof(a100));
+        }
         d->mig_first = mig_total;
         jv *ms = jget(g, "mig_devices");
         for (int k = 0; ms && ms->t == 'a' && k < ms->n && mig_total < MAX_MIGS; k++) {
@@ -523,12 +569,8 @@ API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id
     return NVML_SUCCESS;
 }
 
-/* ---- MIG instance management (an A100-40GB's profiles; state kept in "mig-state" beside gpus.json) ----
- * The GPU-instance profiles, placements and memory are NVIDIA's for A100-SXM4-40GB / A100-PCIE-40GB (MIG user
- * guide, "Supported MIG Profiles" and the placements `nvidia-smi mig -lgipp` lists): the profile's enum (what
- * nvmlDeviceGetGpuInstanceProfileInfo takes) -> its id (what nvmlDeviceCreateGpuInstance* takes and nvidia-smi
- * shows), compute slices, memory slices, placement starts. Each GPU instance holds at most one compute instance,
- * spanning it (as mig-parted makes them). Structures are nvml.h's (go-nvml gen/nvml/nvml.h at 2f9e261f). */
+/* ---- MIG instance management (the GPU's profiles above; state kept in "mig-state" beside gpus.json) ----
+ * Each GPU instance holds at most one compute instance, spanning it (as mig-parted makes them). Structures are nvml.h's (go-nvml gen/nvml/nvml.h at 2f9e261f). */
 #define NVML_ERROR_IN_USE 19
 #define NVML_ERROR_INSUFFICIENT_RESOURCES 23
 typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
@@ -555,19 +597,17 @@ typedef struct {
     nvmlDevice_t device; nvmlGpuInstance_t gpuInstance; unsigned int id, profileId; nvmlGpuInstancePlacement_t placement;
 } nvmlComputeInstanceInfo_t;
 
-static const struct { const char *name; unsigned int id, slices, size, count, sms, ces, decs, jpegs, ofas, starts; unsigned long long mib; } a100[] = {
-    /* enum 0..4: 1_SLICE, 2_SLICE, 3_SLICE, 4_SLICE, 7_SLICE; starts as a bit mask of memory slices */
-    {"1g.5gb", 19, 1, 1, 7, 14, 1, 0, 0, 0, 0x7f, 4864},
-    {"2g.10gb", 14, 2, 2, 3, 28, 2, 1, 0, 0, 0x15, 9856},
-    {"3g.20gb", 9, 3, 4, 2, 42, 3, 2, 0, 0, 0x11, 19968},
-    {"4g.20gb", 5, 4, 4, 1, 56, 4, 2, 0, 0, 0x01, 19968},
-    {"7g.40gb", 0, 7, 8, 1, 98, 7, 5, 1, 1, 0x01, 40192},
-};
-#define A100_PROFILES 5
 static struct gi_st gis[MAX_GPUS][MAX_GI];
 
-static int has_profiles(nvmlDevice_t d) { return d->mig_mode >= 0 && (strstr(d->name, "A100-SXM4-40GB") || strstr(d->name, "A100-PCIE-40GB")); }
-static int profile_by_id(unsigned int id) { for (int p = 0; p < A100_PROFILES; p++) if (a100[p].id == id) return p; return -1; }
+static int has_profiles(nvmlDevice_t d) { return d->mig_mode >= 0 && nprofs[d->index] > 0; }
+#define PROF(d, p) (profs[(d)->index][(p)])
+static int profile_by_id(nvmlDevice_t d, unsigned int id) { for (unsigned p = 0; p < nprofs[d->index]; p++) if (PROF(d, p).id == id) return (int)p; return -1; }
+static int profile_by_enum(nvmlDevice_t d, unsigned int e) { for (unsigned p = 0; p < nprofs[d->index]; p++) if (PROF(d, p).enumv == e) return (int)p; return -1; }
+/* The GPU's compute slices: those of its largest profile. */
+static unsigned int compute_slices(nvmlDevice_t d) { unsigned n = 0; for (unsigned p = 0; p < nprofs[d->index]; p++) if (PROF(d, p).slices > n) n = PROF(d, p).slices; return n; }
+/* NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enums 0..6 -> n. */
+static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7, 8, 6};
+#define CI_ENUMS 7
 
 /* The MIG device handles of a GPU: one per compute instance, slots in GPU-instance order. */
 static void mig_rebuild(nvmlDevice_t d) {
@@ -579,12 +619,12 @@ static void mig_rebuild(nvmlDevice_t d) {
         struct gi_st *g = &gis[d->index][k];
         if (!g->id || !g->has_ci) continue;
         struct nvmlDevice_st *x = &m[k];
-        snprintf(x->name, sizeof(x->name), "%.80s MIG %s", d->name, a100[g->profile].name);
+        snprintf(x->name, sizeof(x->name), "%.80s MIG %s", d->name, PROF(g->dev, g->profile).name);
         snprintf(x->uuid, sizeof(x->uuid), "MIG-%08x-%04x-%04x-0000-%012x", hash, g->id, 0, d->index);
         x->gi_id = g->id;
         x->ci_id = 0;
         x->slot = slot++;
-        x->memory_total = a100[g->profile].mib * 1024ULL * 1024ULL;
+        x->memory_total = PROF(g->dev, g->profile).mib * 1024ULL * 1024ULL;
         x->mig_mode = -1;
     }
 }
@@ -625,9 +665,9 @@ static void mig_load_state(void) {
             if (d && d->mig_mode >= 0) { d->dynamic = 1; d->mig_mode = mode; }
         } else if (sscanf(line, "gi %127s %u %u %u %u", uuid, &id, &profile, &start, &has_ci) == 5) {
             nvmlDevice_t d = device_by_uuid(uuid);
-            if (!d || !d->dynamic || profile >= A100_PROFILES || id == 0 || id > MAX_GI) continue;
+            if (!d || !d->dynamic || profile >= nprofs[d->index] || id == 0 || id > MAX_GI) continue;
             struct gi_st *g = &gis[d->index][id - 1];
-            g->dev = d; g->id = id; g->profile = profile; g->start = start; g->size = a100[profile].size;
+            g->dev = d; g->id = id; g->profile = profile; g->start = start; g->size = PROF(d, profile).size;
             g->has_ci = has_ci; g->ci.gi = g;
         }
     }
@@ -653,25 +693,26 @@ API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvmlRet
 API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info) {
     CHECK_DEV(d);
     if (!info) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!has_profiles(d) || profile >= A100_PROFILES) return NVML_ERROR_NOT_SUPPORTED;
+    int p = has_profiles(d) ? profile_by_enum(d, profile) : -1;
+    if (p < 0) return NVML_ERROR_NOT_SUPPORTED;
+    const struct mig_prof *r = &PROF(d, p);
     memset(info, 0, sizeof(*info));
-    info->id = a100[profile].id; info->sliceCount = a100[profile].slices; info->instanceCount = a100[profile].count;
-    info->multiprocessorCount = a100[profile].sms; info->copyEngineCount = a100[profile].ces;
-    info->decoderCount = a100[profile].decs; info->jpegCount = a100[profile].jpegs; info->ofaCount = a100[profile].ofas;
-    info->memorySizeMB = a100[profile].mib;
+    info->id = r->id; info->sliceCount = r->slices; info->instanceCount = r->count;
+    info->multiprocessorCount = r->sms; info->copyEngineCount = r->ces; info->decoderCount = r->decs;
+    info->encoderCount = r->encs; info->jpegCount = r->jpegs; info->ofaCount = r->ofas; info->memorySizeMB = r->mib;
     return NVML_SUCCESS;
 }
 API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t d, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count) {
     CHECK_DEV(d);
-    int p = profile_by_id(profileId);
+    int p = profile_by_id(d, profileId);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
     unsigned int n = 0;
     for (unsigned int s = 0; s < 8; s++) {
-        if (!(a100[p].starts & (1u << s))) continue;
+        if (!(PROF(d, p).starts & (1u << s))) continue;
         if (placements) {
             if (n >= *count) return NVML_ERROR_INSUFFICIENT_SIZE;
-            placements[n].start = s; placements[n].size = a100[p].size;
+            placements[n].start = s; placements[n].size = PROF(d, p).size;
         }
         n++;
     }
@@ -680,23 +721,23 @@ API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t d, u
 }
 API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gi) {
     CHECK_DEV(d);
-    int p = profile_by_id(profileId);
+    int p = profile_by_id(d, profileId);
     if (!placement || !gi) return NVML_ERROR_INVALID_ARGUMENT;
     if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
     if (d->mig_mode != 1) return NVML_ERROR_NOT_SUPPORTED; /* MIG off: no instance */
-    if (placement->start > 7 || !(a100[p].starts & (1u << placement->start))) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int used = 0, slices = 0, want = ((1u << a100[p].size) - 1) << placement->start;
+    if (placement->start > 7 || !(PROF(d, p).starts & (1u << placement->start))) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int used = 0, slices = 0, want = ((1u << PROF(d, p).size) - 1) << placement->start;
     struct gi_st *free_slot = NULL;
     for (int k = 0; k < MAX_GI; k++) {
         struct gi_st *g = &gis[d->index][k];
         if (!g->id) { if (!free_slot) free_slot = g; continue; }
         used |= ((1u << g->size) - 1) << g->start;
-        slices += a100[g->profile].slices;
+        slices += PROF(g->dev, g->profile).slices;
     }
-    if ((used & want) || slices + a100[p].slices > 7 || !free_slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    if ((used & want) || slices + PROF(d, p).slices > compute_slices(d) || !free_slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
     memset(free_slot, 0, sizeof(*free_slot));
     free_slot->dev = d; free_slot->id = (unsigned int)(free_slot - gis[d->index]) + 1; free_slot->profile = (unsigned)p;
-    free_slot->start = placement->start; free_slot->size = a100[p].size; free_slot->ci.gi = free_slot;
+    free_slot->start = placement->start; free_slot->size = PROF(d, p).size; free_slot->ci.gi = free_slot;
     d->dynamic = 1;
     mig_rebuild(d);
     mig_save_state();
@@ -705,7 +746,7 @@ API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsign
 }
 API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profileId, nvmlGpuInstance_t *out, unsigned int *count) {
     CHECK_DEV(d);
-    int p = profile_by_id(profileId);
+    int p = profile_by_id(d, profileId);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     if (!has_profiles(d) || p < 0) return NVML_ERROR_NOT_SUPPORTED;
     unsigned int n = 0;
@@ -719,7 +760,7 @@ API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profileI
 API nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t g, nvmlGpuInstanceInfo_t *info) {
     CHECK_GI(g);
     if (!info) return NVML_ERROR_INVALID_ARGUMENT;
-    info->device = g->dev; info->id = g->id; info->profileId = a100[g->profile].id;
+    info->device = g->dev; info->id = g->id; info->profileId = PROF(g->dev, g->profile).id;
     info->placement.start = g->start; info->placement.size = g->size;
     return NVML_SUCCESS;
 }
@@ -736,19 +777,17 @@ API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t 
     CHECK_GI(g);
     if (!info || engProfile != 0) return NVML_ERROR_INVALID_ARGUMENT;
     /* Only the compute instance spanning the GPU instance (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE, n its slices). */
-    static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
-    if (profile >= 5 || ci_enum_slices[profile] != a100[g->profile].slices) return NVML_ERROR_NOT_SUPPORTED;
+    if (profile >= CI_ENUMS || ci_enum_slices[profile] != PROF(g->dev, g->profile).slices) return NVML_ERROR_NOT_SUPPORTED;
     memset(info, 0, sizeof(*info));
-    info->id = profile; info->sliceCount = a100[g->profile].slices; info->instanceCount = 1;
-    info->multiprocessorCount = a100[g->profile].sms; info->sharedCopyEngineCount = a100[g->profile].ces;
-    info->sharedDecoderCount = a100[g->profile].decs;
+    info->id = profile; info->sliceCount = PROF(g->dev, g->profile).slices; info->instanceCount = 1;
+    info->multiprocessorCount = PROF(g->dev, g->profile).sms; info->sharedCopyEngineCount = PROF(g->dev, g->profile).ces;
+    info->sharedDecoderCount = PROF(g->dev, g->profile).decs;
     return NVML_SUCCESS;
 }
 API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t g, unsigned int profileId, nvmlComputeInstance_t *ci) {
     CHECK_GI(g);
-    static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
     if (!ci) return NVML_ERROR_INVALID_ARGUMENT;
-    if (profileId >= 5 || ci_enum_slices[profileId] != a100[g->profile].slices) return NVML_ERROR_NOT_SUPPORTED;
+    if (profileId >= CI_ENUMS || ci_enum_slices[profileId] != PROF(g->dev, g->profile).slices) return NVML_ERROR_NOT_SUPPORTED;
     if (g->has_ci) return NVML_ERROR_INSUFFICIENT_RESOURCES;
     g->has_ci = 1;
     mig_rebuild(g->dev);
@@ -760,9 +799,8 @@ API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t g, unsigne
     CHECK_GI(g);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int n = 0;
-    if (g->has_ci && profileId < 5) {
-        static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7};
-        if (ci_enum_slices[profileId] == a100[g->profile].slices) { if (out) out[0] = &g->ci; n = 1; }
+    if (g->has_ci && profileId < CI_ENUMS) {
+        if (ci_enum_slices[profileId] == PROF(g->dev, g->profile).slices) { if (out) out[0] = &g->ci; n = 1; }
     }
     *count = n;
     return NVML_SUCCESS;
@@ -771,7 +809,7 @@ API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlCom
     CHECK_INIT();
     if (!ci || !ci->gi || !ci->gi->has_ci || !info) return NVML_ERROR_INVALID_ARGUMENT;
     info->device = ci->gi->dev; info->gpuInstance = ci->gi; info->id = 0;
-    info->profileId = ci->gi->profile; info->placement.start = 0; info->placement.size = a100[ci->gi->profile].slices;
+    info->profileId = ci->gi->profile; info->placement.start = 0; info->placement.size = PROF(ci->gi->dev, ci->gi->profile).slices;
     return NVML_SUCCESS;
 }
 API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import layout as _layout
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.mig import static_profiles as static
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -18,6 +19,12 @@ def gpu(index, name=A100, mode="disabled", migs=(), pci="0x20b010de"):
         "index": index, "name": name, "uuid": f"GPU-{index}", "mig_mode": mode, "pci_device_id": pci,
         "mig_devices": [{"index": k, "profile": p} for k, p in enumerate(migs)],
     }  # fmt: skip
+
+
+def plan(gpus, layout):
+    """The planner with each GPU's profiles from the fixture table, as NVML would list them for that model."""
+    tables = {g["index"]: static.profiles_for(g["name"], g["pci_device_id"]) for g in gpus if g["mig_mode"]}
+    return _layout.plan(gpus, layout, {k: v for k, v in tables.items() if v})
 
 
 ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}]
@@ -35,7 +42,7 @@ ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}]
     ],
 )
 def test_placements_of_the_user_guides_combinations(counts, expected):
-    table = _layout.PROFILES_BY_MODEL["A100-SXM4-40GB"]
+    table = static.PROFILES_BY_MODEL["A100-SXM4-40GB"]
     fit = _layout.placements(counts, table)
     if expected[-1] is None:  # a fit exists; check it is one: no memory slice shared, starts allowed
         assert fit is not None and sorted(p for p, _s in fit) == sorted(p for p, n in counts.items() for _i in range(n))
@@ -51,41 +58,41 @@ def test_placements_of_the_user_guides_combinations(counts, expected):
 
 @pytest.mark.parametrize("counts", [{"1g.5gb": 8}, {"4g.20gb": 2}, {"7g.40gb": 1, "1g.5gb": 1}, {"3g.20gb": 3}])
 def test_combinations_that_do_not_fit(counts):
-    assert _layout.placements(counts, _layout.PROFILES_BY_MODEL["A100-SXM4-40GB"]) is None
+    assert _layout.placements(counts, static.PROFILES_BY_MODEL["A100-SXM4-40GB"]) is None
 
 
 def test_plan_enables_mig_and_creates_then_nothing_to_do_once_applied():
-    (step,) = _layout.plan([gpu(0)], ALL_1G)
+    (step,) = plan([gpu(0)], ALL_1G)
     assert step["set_mig_mode"] is True and step["changed"] and not step["destroy"]
     assert [p for p, _s in step["create"]] == ["1g.5gb"] * 7
     assert (step["before"], step["after"]) == ("MIG disabled", "MIG enabled: 1g.5gb x7")
-    (again,) = _layout.plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7)], ALL_1G)
+    (again,) = plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7)], ALL_1G)
     assert again["changed"] is False and again["create"] == [] and again["set_mig_mode"] is None
 
 
 def test_a_changed_layout_destroys_and_recreates():
     layout = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}}]
-    (step,) = _layout.plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7), gpu(1)], layout)
+    (step,) = plan([gpu(0, mode="enabled", migs=["1g.5gb"] * 7), gpu(1)], layout)
     assert step["index"] == 0 and step["destroy"] and step["set_mig_mode"] is None
     assert step["create"] == [("3g.20gb", 0), ("3g.20gb", 4)]
 
 
 def test_disabling_mig_destroys_the_instances_first():
-    (step,) = _layout.plan([gpu(0, mode="enabled", migs=["7g.40gb"])], [{"devices": "all", "mig-enabled": False}])
+    (step,) = plan([gpu(0, mode="enabled", migs=["7g.40gb"])], [{"devices": "all", "mig-enabled": False}])
     assert (step["destroy"], step["set_mig_mode"], step["create"]) == (True, False, [])
     assert step["after"] == "MIG disabled"
 
 
 def test_device_filter_by_pci_id_or_model_name_and_untouched_gpus():
     gpus = [gpu(0), gpu(1, name="NVIDIA H100 80GB HBM3", pci="0x233010de", mode="disabled")]
-    assert [s["index"] for s in _layout.plan(gpus, [dict(ALL_1G[0], **{"device-filter": "0x20B010DE"})])] == [0]
-    assert [s["index"] for s in _layout.plan(gpus, [dict(ALL_1G[0], **{"device-filter": ["A100-SXM4-40GB"]})])] == [0]
+    assert [s["index"] for s in plan(gpus, [dict(ALL_1G[0], **{"device-filter": "0x20B010DE"})])] == [0]
+    assert [s["index"] for s in plan(gpus, [dict(ALL_1G[0], **{"device-filter": ["A100-SXM4-40GB"]})])] == [0]
 
 
 def test_unknown_profile_is_refused_with_the_offered_ones():
     layout = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.6gb": 4}}]
     with pytest.raises(_layout.LayoutError) as err:
-        _layout.plan([gpu(0)], layout)
+        plan([gpu(0)], layout)
     assert str(err.value) == (
         "GPU 0 (NVIDIA A100-SXM4-40GB) does not offer MIG profile(s) 1g.6gb; it offers 1g.5gb, 1g.5gb+me, 1g.10gb, "
         "2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
@@ -128,16 +135,16 @@ MODELS = {
 @pytest.mark.parametrize("model", MODELS)
 def test_each_models_profiles_at_their_most_and_one_more_refused(model):
     name, pci, most, foreign = MODELS[model]
-    table = _layout.profiles_for(name, pci)
+    table = static.profiles_for(name, pci)
     assert table is not None and {p: row[4] for p, row in table.items()} == most
-    assert _layout.profiles_for(name) is table  # the product name alone finds the same table
+    assert static.profiles_for(name) is table  # the product name alone finds the same table
     for profile, count in most.items():
-        (step,) = _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count}}])
+        (step,) = plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count}}])
         assert sorted(p for p, _s in step["create"]) == [profile] * count, profile
         with pytest.raises(_layout.LayoutError, match="does not fit on one GPU"):
-            _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count + 1}}])
+            plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {profile: count + 1}}])
     with pytest.raises(_layout.LayoutError) as err:
-        _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {foreign: 1}}])
+        plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": {foreign: 1}}])
     assert f"does not offer MIG profile(s) {foreign}; it offers {', '.join(most)}" in str(err.value)
 
 
@@ -156,23 +163,23 @@ def test_each_models_profiles_at_their_most_and_one_more_refused(model):
     ],
 )
 def test_mixed_layouts_fit(name, pci, counts):
-    (step,) = _layout.plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": counts}])
+    (step,) = plan([gpu(0, name=name, pci=pci)], [{"mig-enabled": True, "mig-devices": counts}])
     assert sorted(p for p, _s in step["create"]) == sorted(p for p, n in counts.items() for _i in range(n))
 
 
 def test_the_a30_has_four_compute_slices():
-    table = _layout.profiles_for("NVIDIA A30", "0x20b710de")
+    table = static.profiles_for("NVIDIA A30", "0x20b710de")
     assert _layout.placements({"2g.12gb": 1, "1g.6gb": 3}, table) is None  # 5 of 4 compute slices
     assert _layout.placements({"4g.24gb": 1, "1g.6gb": 1}, table) is None
 
 
 def test_the_pci_id_wins_over_the_name():
     """ "NVIDIA H100 NVL" (94GB) is no H100 80GB, whatever the name holds; an unknown id falls back to the name."""
-    assert _layout.model_of("NVIDIA H100 NVL", "0x232110de") == "H100-94GB"
-    assert _layout.model_of("NVIDIA H100 NVL") == "H100-94GB"
-    assert _layout.model_of("NVIDIA H100 80GB HBM3", "0x233010de") == "H100-80GB"
-    assert _layout.model_of("NVIDIA A100-SXM4-40GB", "0xffff10de") == "A100-SXM4-40GB"
-    assert _layout.model_of("Tesla T4", "0x1eb810de") is None
+    assert static.model_of("NVIDIA H100 NVL", "0x232110de") == "H100-94GB"
+    assert static.model_of("NVIDIA H100 NVL") == "H100-94GB"
+    assert static.model_of("NVIDIA H100 80GB HBM3", "0x233010de") == "H100-80GB"
+    assert static.model_of("NVIDIA A100-SXM4-40GB", "0xffff10de") == "A100-SXM4-40GB"
+    assert static.model_of("Tesla T4", "0x1eb810de") is None
 
 
 @pytest.mark.parametrize(
@@ -190,12 +197,12 @@ def test_the_pci_id_wins_over_the_name():
 )
 def test_refusals_name_the_entry_and_the_fix(layout, gpus, message):
     with pytest.raises(_layout.LayoutError) as err:
-        _layout.plan(gpus, layout)
+        plan(gpus, layout)
     assert message in str(err.value)
 
 
 def test_enabled_with_no_instances_on_a_model_without_a_table_is_fine():
-    (step,) = _layout.plan([gpu(0, name="NVIDIA GH200 480GB", pci="0x234210de")], [{"mig-enabled": True}])
+    (step,) = plan([gpu(0, name="NVIDIA GH200 480GB", pci="0x234210de")], [{"mig-enabled": True}])
     assert step["set_mig_mode"] is True and step["create"] == [] and step["after"] == "MIG enabled: no instances"
 
 

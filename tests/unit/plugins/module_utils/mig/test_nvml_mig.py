@@ -21,15 +21,16 @@ from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discove
     compile_nvml_stub,
     stub_config,
 )
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.mig import static_profiles as static
 
 STEP = """
 import json, sys
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import nvml
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import layout, nvml_mig
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import apply, layout, nvml_mig
 library, wanted = sys.argv[1], json.loads(sys.argv[2])
 gpus = nvml.query([library])["gpus"]
 try:
-    steps = layout.plan(gpus, wanted)
+    steps = layout.plan(gpus, wanted, apply.read_tables([library], gpus))
 except layout.LayoutError as exc:
     print(json.dumps({"error": str(exc)}))
     raise SystemExit(0)
@@ -115,3 +116,91 @@ def test_ctypes_structures_have_nvml_h_sizes():
     assert ctypes.sizeof(nvml_mig.GpuInstanceInfo) == 24
     assert nvml_mig.GpuInstanceInfo.placement.offset == 16
     assert ctypes.sizeof(nvml_mig.ComputeInstanceProfileInfo) == 36
+
+
+PROFILES = """
+import json, sys
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import nvml
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import apply
+gpus = nvml.query([sys.argv[1]])["gpus"]
+print(json.dumps({str(k): v for k, v in apply.read_tables([sys.argv[1]], gpus).items()}))
+"""
+
+
+def read_tables(stub):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".cache", "collections"))
+    proc = subprocess.run(
+        [sys.executable, "-c", PROFILES, stub], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    tables = json.loads(proc.stdout).items()
+    return {int(k): {p: (r[0], r[1], r[2], tuple(r[3]), r[4]) for p, r in t.items()} for k, t in tables}
+
+
+def test_the_a100_profiles_nvml_lists_are_the_user_guides(stub, a100_host):
+    """The profiles read from NVML (the stub answers as an A100-SXM4-40GB does) equal the hand-written table of the
+    MIG user guide, row for row and in its order; the second GPU, whose stub answers no profiles, lists none."""
+    tables = read_tables(stub)
+    assert tables[1] == {}
+    assert tables[0] == static.PROFILES_BY_MODEL["A100-SXM4-40GB"]
+    assert list(tables[0]) == list(static.PROFILES_BY_MODEL["A100-SXM4-40GB"])
+
+
+# A GPU no table has: 4 compute and 4 memory slices of 96 GiB, with graphics and media-engine variants (made up for
+# the test; the enums are nvml.h's 1_SLICE 0, 2_SLICE 1, 4_SLICE 3, 1_SLICE_GFX 10, 1_SLICE_NO_ME 13).
+NEW_GPU_PROFILES = [
+    {"enum": 0, "id": 14, "name": "1g.24gb", "slices": 1, "memory_slices": 1, "instances": 4, "memory_mib": 24064,
+     "placements": [0, 1, 2, 3]},
+    {"enum": 1, "id": 5, "name": "2g.48gb", "slices": 2, "memory_slices": 2, "instances": 2, "memory_mib": 48384,
+     "placements": [0, 2]},
+    {"enum": 3, "id": 0, "name": "4g.96gb", "slices": 4, "memory_slices": 4, "instances": 1, "memory_mib": 97024,
+     "placements": [0]},
+    {"enum": 10, "id": 47, "name": "1g.24gb+gfx", "slices": 1, "memory_slices": 1, "instances": 4,
+     "memory_mib": 24064, "placements": [0, 1, 2, 3]},
+    {"enum": 13, "id": 48, "name": "1g.24gb-me", "slices": 1, "memory_slices": 1, "instances": 4,
+     "memory_mib": 24064, "placements": [0, 1, 2, 3]},
+]  # fmt: skip
+
+
+@pytest.fixture
+def new_gpu_host(tmp_path, monkeypatch):
+    config = stub_config(count=1)
+    config["gpus"][0].update(name="NVIDIA Simulated MIG GPU 96GB", pci_device_id=0xFFF010DE,
+                             memory_total=98304 * 1024 * 1024, mig_mode=0, max_mig_devices=4,
+                             mig_profiles=NEW_GPU_PROFILES)  # fmt: skip
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", str(path))
+    return tmp_path
+
+
+def test_a_model_no_table_has_gets_its_layouts_from_nvml(stub, new_gpu_host):
+    assert static.profiles_for("NVIDIA Simulated MIG GPU 96GB", "0xfff010de") is None
+    (table,) = read_tables(stub).values()
+    # names as nvidia-smi and go-nvlib give them, from slices, memory and the enum's suffix
+    assert list(table) == ["1g.24gb", "1g.24gb+gfx", "1g.24gb-me", "2g.48gb", "4g.96gb"]
+    assert table["2g.48gb"] == (1, 2, 2, (0, 2), 2)
+    out = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"2g.48gb": 1, "1g.24gb-me": 2}}])
+    (step,) = out["steps"]
+    assert step["changed"] and [tuple(c) for c in step["create"]] == [("2g.48gb", 0), ("1g.24gb-me", 2),
+                                                                       ("1g.24gb-me", 3)]  # fmt: skip
+    assert sorted(profiles(out["after"][0])) == ["1g.24gb-me", "1g.24gb-me", "2g.48gb"]
+    again = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"2g.48gb": 1, "1g.24gb-me": 2}}])
+    assert [s["changed"] for s in again["steps"]] == [False]
+    too_many = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"2g.48gb": 3}}])
+    assert "does not fit on one GPU" in too_many["error"] and "2g.48gb x2" in too_many["error"]
+
+
+@pytest.mark.parametrize(
+    ("slices", "mib", "device_mib", "enum", "name"),
+    [
+        (1, 4864, 40960, 0, "1g.5gb"),
+        (1, 9856, 40960, 9, "1g.10gb"),
+        (7, 40192, 40960, 4, "7g.40gb"),
+        (1, 4864, 40960, 7, "1g.5gb+me"),
+        (2, 48384, 98304, 1, "2g.48gb"),
+        (1, 24064, 98304, 15, "1g.24gb+me.all"),
+    ],
+)
+def test_profile_names_from_nvmls_numbers(slices, mib, device_mib, enum, name):
+    assert nvml_mig.profile_name(slices, mib, device_mib * 1024 * 1024, enum) == name
