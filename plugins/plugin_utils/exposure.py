@@ -110,9 +110,10 @@ def toolkit_findings(version: Any, source: Mapping[str, Any] | None = None) -> l
             if key <= version_key(rng["last_affected"])
         ]
         if hit:
-            last = max((rng["last_affected"] for _, rng in hit), key=version_key)
-            notes = sorted({rng["note"] for _, rng in hit if rng.get("note")})
-            finding = _finding(bulletin, [_cve_brief(c) for c, _ in hit], f"later than {last}")
+            ranges = [rng for cve, rng in hit]
+            last = max((rng["last_affected"] for rng in ranges), key=version_key)
+            notes = sorted({rng["note"] for rng in ranges if rng.get("note")})
+            finding = _finding(bulletin, [_cve_brief(cve) for cve, rng in hit], f"later than {last}")
             finding["notes"] = notes
             out.append(finding)
     return out

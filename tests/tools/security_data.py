@@ -46,7 +46,7 @@ SEVERITY_ORDER = ("NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL")
 
 def _record_path(cve: str) -> str:
     """Where the CVE List keeps a record: ``cves/2025/23xxx/CVE-2025-23266.json``."""
-    _, year, number = cve.split("-")
+    year, number = cve.split("-")[1:]
     return f"cves/{year}/{number[:-3]}xxx/{cve}.json"
 
 
