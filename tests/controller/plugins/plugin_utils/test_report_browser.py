@@ -93,3 +93,18 @@ def test_chromium_sorts_numbers_as_numbers_and_words_all_match(page, tmp_path):
     assert shown and all("L4" in r["cells"][3] and r["cells"][1] == "passed" for r in shown)
     assert [int(r["cells"][2]) for r in shown] == sorted(int(r["cells"][2]) for r in shown)
     assert len({r["cells"][2] for r in shown}) == 4  # 1 to 4 GPUs: the sort crossed more than one value
+
+
+def test_chromium_filters_the_host_table_on_a_bulletin(fleet, tmp_path):
+    """The exposure menu (fragment ``exposure=bulletin-5703``): the hosts whose driver CVE-2025-23280 affects, those on
+    535.261.03 (fixed in 535.274.02), not those on 550.127.05 (R550 is not in that record)."""
+    hostvars, hosts = fleet.synthetic(N, run=2)
+    model = report.fleet_report_model(hostvars, hosts, generated="2026-11-27 00:00:00 UTC")
+    page = report_render.render(model, "html")
+    assert '<option value="bulletin-5703">' in page
+    dom = _dump(page, "exposure=bulletin-5703", tmp_path)
+    driver = {h: ((hostvars[h].get("ansible_facts") or {}).get("nvidia") or {}).get("driver") or {} for h in hosts}
+    want = [h for h in hosts if driver[h].get("loaded_version") == "535.261.03"]
+    shown = [r["cells"][0] for r in dom.rows if not r["hidden"]]
+    assert shown == want and 0 < len(want) < N - N // 4
+    assert dom.shown == f"{len(want)} of {N} hosts shown"
