@@ -13,12 +13,26 @@ List's records and NVIDIA's driver pages, its provenance inside) ships with the 
 * ``branch_status(version, architectures, today)``: the branch's lifecycle (NVIDIA's designation and end of life; a
   branch older than the oldest NVIDIA lists as supported is past end of life) and the last branch for each GPU
   architecture that has one (Kepler 470; Maxwell, Pascal, Volta 580).
-* ``host_exposure(entry, today)``: all three for one host of the fleet report (``report.host_entry``), with the
-  problems in discovery's ``{code, message, fix}`` shape. A host whose toolkit is this collection's own (provider
-  ``native``) runs none of NVIDIA's toolkit programs: it is judged on that, never on an NVIDIA package left on it.
+* ``host_exposure(entry, nvidia_packages, today)``: all three for one host of the fleet report
+  (``report.host_entry``), with the problems in discovery's ``{code, message, fix}`` shape. A host whose toolkit is
+  this collection's own (provider ``native``) runs none of NVIDIA's toolkit programs: it is judged on that, never on
+  an NVIDIA package left on it.
 * ``fleet_exposure(entries)``: hosts per bulletin and per branch status, for the report's exposure section.
 * ``install_check(version, policy)``: what the driver role does before installing ``version``
   (``driver_security_policy``: warn, refuse or ignore).
+
+Sources of the rules, read 2026-11-27 (the data file names each record and page):
+
+* A CVE JSON 5 record's ``affected`` entries carry ``defaultStatus: unaffected``: a branch or product a record does
+  not list is not affected by it (CVE Record Format 5, github.com/CVEProject/cve-schema, ``defaultStatus``).
+* NVIDIA's data center driver table (docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-
+  toolkit-versions.html) lists "only Long Term Support and Production branches" with their end of life; "New
+  Feature Branches are short-lived and do not have an end-of-life date". So a branch older than every branch still
+  listed is past end of life, and one newer, not listed, is a new feature branch (``unlisted``).
+* The last branch per architecture: NVIDIA's Unix graphics feature deprecation schedule
+  (forums.developer.nvidia.com/t/unix-graphics-feature-deprecation-schedule/60588: "The release 580 series will be
+  the last to support GPUs based on the Maxwell, Pascal, and Volta architectures") and its current releases post
+  (forums.developer.nvidia.com/t/current-graphics-driver-releases/28500: 470 is the legacy branch for Kepler).
 """
 
 from __future__ import annotations
@@ -142,11 +156,11 @@ def _end_of_month(text: str) -> datetime.date:
 def branch_status(
     version: Any, architectures: Iterable[Any] = (), today: Any = None, source: Mapping[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """``{branch, status, designation, end_of_life, supported, last_branch}`` for the branch of ``version``; None
-    without a version. ``status``: ``supported``, ``end_of_life`` (its end of life has passed, or it is older than
-    every branch NVIDIA lists as supported) or ``unlisted`` (newer than the oldest listed, not in the table: a
-    new feature branch, which NVIDIA gives no end of life). ``last_branch``: ``{architecture: branch}`` for the
-    host's GPU architectures that have a last branch; ``beyond_last``: those whose last branch is below this one."""
+    """``{branch, status, designation, end_of_life, supported, last_branch, beyond_last}`` for the branch of
+    ``version``; None without a version. ``status``: ``supported``, ``end_of_life`` (its end of life has passed, or
+    it is older than every branch NVIDIA still supports) or ``unlisted`` (newer than that, not in the table: a new
+    feature branch, which NVIDIA gives no end of life). ``last_branch``: ``{architecture: branch}`` for the host's
+    GPU architectures that have a last branch; ``beyond_last``: those whose last branch is below this one."""
     branch = branch_of(version)
     if branch is None:
         return None
