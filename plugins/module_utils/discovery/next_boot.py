@@ -6,7 +6,8 @@ problem codes (``next_boot_problems``, in ``problems.CHECKS``), which the reboot
 (``playbooks/tasks/reboot_guard.yml``) refuses a reboot on.
 
 For the next kernel (``boot_next.next_kernel``) the module is the ``nvidia.ko*`` that ``modprobe`` would load: the
-one ``/lib/modules/<k>/modules.dep`` lists (DKMS puts it under ``updates/dkms/``, Ubuntu's precompiled
+one ``/lib/modules/<k>/modules.dep`` lists (``nvidia.ko*``, Debian's ``nvidia-current.ko*``; DKMS puts it under
+``updates/dkms/``, Ubuntu's precompiled
 ``linux-modules-nvidia-*`` under ``kernel/nvidia-<branch>[srv]/``, RHEL's kmod packages under ``extra/``), else,
 where the kernel has no ``modules.dep`` yet, the first found under ``updates/``, ``extra/``, ``kernel/`` in that
 order (depmod's default search order, depmod.d(5)). Its ``version`` must be the installed userspace driver's and its
@@ -34,7 +35,9 @@ from .boot_next import next_kernel
 
 RunCommand = Callable[[List[str]], Tuple[int, str, str]]
 Problem = Dict[str, str]
-NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
+# Debian's packages name the module nvidia-current.ko (an "alias nvidia nvidia-current" in modprobe.d; NVIDIA's own
+# nvidia-cdi-refresh unit looks for either name in modules.dep).
+NAMES = tuple(f"{base}.ko{ext}" for base in ("nvidia", "nvidia-current") for ext in ("", ".xz", ".gz", ".zst"))
 SEARCH = ("updates", "extra", "kernel")
 # States the reboot guard refuses (``ok`` and ``unknown``, the next kernel not found, it lets through).
 REFUSED = (

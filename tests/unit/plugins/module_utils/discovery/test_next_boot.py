@@ -227,6 +227,19 @@ def test_ubuntu_precompiled_module_location(tmp_path: Path, keys) -> None:
     assert facts["module"] == f"/lib/modules/{NEW}/kernel/nvidia-580srv/nvidia.ko" and facts["state"] == "ok"
 
 
+def test_debians_module_name(tmp_path: Path) -> None:
+    """Debian's nvidia-kernel-dkms builds nvidia-current.ko; here xz-compressed and found without modules.dep."""
+    kmod.ubuntu_grub(tmp_path, [NEW])
+    module = lzma.compress(kmod.elf_module(DRIVER, NEW))
+    install_module(tmp_path, NEW, module, "updates/dkms/nvidia-current.ko.xz", dep=False)
+    facts, found = codes(tmp_path)
+    assert (facts["module"], facts["version"], found) == (
+        f"/lib/modules/{NEW}/updates/dkms/nvidia-current.ko.xz",
+        DRIVER,
+        [],
+    )
+
+
 def test_secure_boot_trust(tmp_path: Path, keys) -> None:
     kmod.ubuntu_grub(tmp_path, [NEW])
     install_module(tmp_path, NEW, kmod.elf_module(DRIVER, NEW))
