@@ -142,7 +142,7 @@ def _common_name(data: bytes, start: int, end: int) -> str | None:
 def pkcs7_signer(der: bytes) -> dict[str, str | None]:
     """The first SignerInfo of a PKCS#7 SignedData: ``{"signer": issuer CN or None, "sig_key": hex}``."""
     _tag, start, end = _tlv(der, 0)
-    content = [c for c in _children(der, start, end)]
+    content = list(_children(der, start, end))
     if len(content) < 2 or content[1][0] != 0xA0:
         raise ModuleFileError("not a PKCS#7 ContentInfo")
     _tag, sd_start, sd_end = _tlv(der, content[1][1])

@@ -223,7 +223,7 @@ def test_ubuntu_precompiled_module_location(tmp_path: Path, keys) -> None:
         "kernel/nvidia-580srv/nvidia.ko",
         dep=False,
     )
-    facts, _ = codes(tmp_path)
+    facts = codes(tmp_path)[0]
     assert facts["module"] == f"/lib/modules/{NEW}/kernel/nvidia-580srv/nvidia.ko" and facts["state"] == "ok"
 
 
@@ -271,7 +271,7 @@ def test_secure_boot_trusts_the_kernels_own_key_and_the_running_kernels_keys(tmp
         f"/lib/modules/{NEW}/kernel/drivers/net/dummy.ko",
         kmod.sign(kmod.elf_module("1", NEW, "dummy"), *keys["build"]),
     )
-    facts, _ = codes(tmp_path, True)
+    facts = codes(tmp_path, True)[0]
     assert (facts["state"], facts["trusted_by"]) == ("ok", "the kernel's own build key")
 
     install_module(tmp_path, NEW, kmod.sign(kmod.elf_module(DRIVER, NEW), *keys["other"]))
