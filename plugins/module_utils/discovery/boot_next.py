@@ -61,7 +61,13 @@ def version_key(text: str) -> tuple[Any, ...]:
 def kernel_of(linux_path: str | None) -> str | None:
     """``/boot/vmlinuz-6.8.0-45-generic`` -> ``6.8.0-45-generic``; None for anything else."""
     base = os.path.basename(linux_path or "")
-    return base[len("vmlinuz-") :] or None if base.startswith("vmlinuz-") else None
+    return release(base[len("vmlinuz-") :]) if base.startswith("vmlinuz-") else None
+
+
+def release(text: str | None) -> str | None:
+    """``text`` when it can be a kernel release name (a directory name under ``/lib/modules``), else None."""
+    text = (text or "").strip()
+    return text if text and "/" not in text and text not in (".", "..") else None
 
 
 def parse_grubenv(text: str | None) -> dict[str, str]:
@@ -137,7 +143,8 @@ def bls_entries(root: str, dirs: tuple[str, ...]) -> list[dict[str, Any]]:
             continue
         for name in names:
             fields = parse_bls(read_text(os.path.join(path, name), tolerant=True) or "")
-            kernel = kernel_of(fields.get("linux")) or fields.get("version")
+            # The specification's version is the kernel's; Arch-style /vmlinuz-linux names no release.
+            kernel = release(fields.get("version")) or kernel_of(fields.get("linux"))
             entries.append(
                 {
                     "title": fields.get("title") or name[:-5],

@@ -28,6 +28,7 @@ import gzip
 import lzma
 import re
 import struct
+import zlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 MARKER = b"~Module signature appended~\n"
@@ -252,7 +253,7 @@ def module_info(
         return parse_modinfo(out), None
     try:
         return read_module(path), None
-    except (OSError, ModuleFileError, EOFError, lzma.LZMAError, struct.error) as exc:
+    except (OSError, ModuleFileError, EOFError, lzma.LZMAError, zlib.error, struct.error) as exc:
         return None, f"cannot read {path}: {exc}"
 
 

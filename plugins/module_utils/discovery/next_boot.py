@@ -128,6 +128,8 @@ def pairing(
     list holds its signer), ``state`` (``ok``, ``unknown`` or one of ``REFUSED``) and ``detail``."""
     found = next_kernel(root, sys_dir)
     kernel = found["kernel"]
+    if kernel and ("/" in kernel or kernel in (".", "..")):
+        found["kernel"] = kernel = None  # not a kernel release name; never a path out of /lib/modules
     facts: dict[str, Any] = {
         **found,
         "running_kernel": running_kernel(root),

@@ -164,6 +164,18 @@ def test_systemd_boot_loader_conf_and_efi_variables(tmp_path: Path) -> None:
     )
 
 
+def test_names_that_are_not_kernel_releases(tmp_path: Path) -> None:
+    kmod.write(tmp_path, "/boot/loader/entries/x.conf", "title x\nversion ../../etc\nlinux /vmlinuz-..\n")
+    kmod.write(tmp_path, "/boot/grub2/grub.cfg", "blscfg\n")
+    assert boot_next.kernel_of("/vmlinuz-..") is None and boot_next.kernel_of("/boot/vmlinuz-") is None
+    assert next_boot.pairing(str(tmp_path), DRIVER, None)["state"] == "unknown"
+    kmod.write(tmp_path, "/boot/loader/entries/x.conf", "title x\nversion 6.12.1-arch1-1\nlinux /vmlinuz-linux\n")
+    assert boot_next.next_kernel(str(tmp_path))["kernel"] == "6.12.1-arch1-1"  # the version, not the file name
+    kmod.write(tmp_path, "/lib/modules/k/updates/nvidia.ko.gz", b"\x1f\x8b\x08\x00garbage")
+    info, why = kmod_file.module_info(str(tmp_path / "lib/modules/k/updates/nvidia.ko.gz"), None)
+    assert info is None and why.startswith("cannot read")  # a broken file is a reason, never an exception
+
+
 def test_newest_installed_kernel_without_a_bootloader(tmp_path: Path) -> None:
     for k in ("6.8.0-9-generic", "6.8.0-100-generic", "6.9.0-1-generic"):
         (tmp_path / "lib/modules" / k).mkdir(parents=True)
