@@ -17,7 +17,10 @@ With Secure Boot on, the kernel loads a module only when it is signed by a key i
 Documentation/admin-guide/module-signing.rst, read 2026-11-27): its own build key (which also signs Ubuntu's
 precompiled nvidia modules and the kmods Red Hat builds, so the signer of one of that kernel's own modules is
 trusted), the keys the running kernel holds (``/proc/keys``: built-in, secondary, platform and machine keyrings,
-the distributions' vendor keys among them), and the Machine Owner Keys ``mokutil --list-enrolled`` prints. A key
+the distributions' vendor keys among them; RHEL's kernels build in an NVIDIA out-of-tree module signing key, CentOS
+Stream 9 kernel merge request 3464 "redhat: add nvidia oot signing key", RHEL-18051,
+https://gitlab.com/redhat/centos-stream/src/kernel/centos-stream-9/-/merge_requests/3464, read 2026-11-27), and the
+Machine Owner Keys ``mokutil --list-enrolled`` prints. A key
 in ``mokutil --list-new`` is waiting for MokManager at the next boot, which needs someone at the console.
 
 Standard library only (target Pythons 3.8+).
