@@ -12,9 +12,14 @@ reboot; ``gpu_facts`` must report ``next_boot_no_nvidia_module``. Once the modul
 ``grubenv``'s ``saved_entry`` points back at the old one) the guard passes. What the files and ``/boot`` were before
 is put back afterwards, so the other users of the fleet see the node as it was.
 
-What only a real host shows: that the bootloader then really starts that kernel, and Secure Boot (a container has
-no EFI variables of its own; the signature and key cases run as unit tests on crafted modules signed with OpenSSL,
-tests/unit/plugins/module_utils/discovery/test_next_boot.py).
+Secure Boot: a container has no EFI variables of its own, so ``gpu_facts`` reads a crafted tree on the node as the
+host (``root``; the driver's libraries from the node itself, ``driver_root=/``): the ``SecureBoot`` EFI variable
+set, the next kernel's ``nvidia.ko`` signed with OpenSSL as the kernel's ``sign-file`` signs, and ``/proc/keys``
+without and then with that key (how an enrolled MOK shows in the kernel's machine keyring). Unenrolled: the guard
+refuses; enrolled: it goes ahead.
+
+What only a real host shows: that the bootloader then really starts that kernel, that the firmware, shim and kernel
+accept or refuse the module, and ``mokutil``/MokManager (tests/controller/roles/test_driver_mok.py stands in for them).
 """
 
 from __future__ import annotations
@@ -61,8 +66,8 @@ def node(sim_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     node.run("rm -rf /boot/grub /boot/vmlinuz-* /lib/modules", check=True)
 
 
-def _facts(fleet: Any, out: Path) -> str:
-    res = playbook(fleet, "-e", f"next_boot_out={out}")
+def _facts(fleet: Any, out: Path, *args: str) -> str:
+    res = playbook(fleet, "-e", f"next_boot_out={out}", *args)
     assert res.returncode == 0, res.stdout[-3000:]
     return out.read_text()
 
@@ -123,3 +128,37 @@ def test_the_guard_passes_once_the_kernels_pair(sim_fleet: Any, node: Any) -> No
     assert (facts["kernel"], facts["module"], facts["version"], facts["state"]) == (
         NEW, f"/lib/modules/{NEW}/updates/dkms/nvidia.ko", version, "ok",
     )  # fmt: skip
+
+
+SB_ROOT = "/tmp/gpufleet-sb-root"
+SECURE_BOOT = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"  # 4 attribute bytes, then 1
+
+
+def test_secure_boot_refuses_an_unenrolled_key_and_proceeds_once_enrolled(
+    sim_fleet: Any, node: Any, tmp_path: Path
+) -> None:
+    version = installed_version(node)
+    key, cert = kmod.test_key(tmp_path / "mok", "gpufleet sim MOK", 0x5EC0B007)
+    tree = tmp_path / "root"
+    kmod.ubuntu_grub(tree, [NEW])
+    kmod.write(tree, SECURE_BOOT, b"\x06\x00\x00\x00\x01")
+    kmod.write(tree, f"/lib/modules/{NEW}/modules.dep", "updates/dkms/nvidia.ko:\n")
+    kmod.write(tree, f"/lib/modules/{NEW}/updates/dkms/nvidia.ko", kmod.sign(kmod.elf_module(version, NEW), key, cert))
+    kmod.write(tree, "/proc/keys", "0a I------ 1 perm 1f030000 0 0 keyring .machine: empty\n")
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        node.put(SB_ROOT + "/" + str(path.relative_to(tree)), path.read_bytes())
+    try:
+        res = playbook(sim_fleet, "-e", f"next_boot_out={node.out}", "-e", f"facts_root={SB_ROOT}")
+        assert res.returncode != 0, res.stdout[-3000:]
+        assert "Secure Boot is on and kernel" in res.stdout and "will refuse its nvidia module" in res.stdout
+        assert "signed by 'gpufleet sim MOK' (key 5E:C0:B0:07)" in res.stdout and "mokutil --import" in res.stdout
+        facts = json.loads(node.out.read_text())
+        assert (facts["secure_boot"], facts["state"], facts["signer"]) == (True, "untrusted", "gpufleet sim MOK")
+
+        # MokManager enrolled the key at the console: the kernel now holds it in its machine keyring.
+        keys = "0b I------ 1 perm 1f010000 0 0 asymmetri gpufleet sim MOK: 0c1d2e3f: X509.ecdsa 0c1d2e3f []\n"
+        node.put(f"{SB_ROOT}/proc/keys", keys)
+        facts = json.loads(_facts(sim_fleet, node.out, "-e", f"facts_root={SB_ROOT}"))
+        assert (facts["state"], facts["trusted_by"]) == ("ok", "kernel")
+    finally:
+        node.run(f"rm -rf {SB_ROOT}", check=True)
