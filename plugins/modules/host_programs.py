@@ -22,7 +22,8 @@ description:
     legacy prestart hook entry point that C(docker run --gpus) calls), C(gpufleet-cdi-refresh) (regenerates the CDI
     spec when the installed driver or the device nodes are not the ones it was made for), C(gpufleet-dev-char-links)
     (creates the C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes) and C(gpufleet-nvidia-devices)
-    (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit)."
+    (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit) and
+    C(gpufleet-mig-boot) (applies the host's MIG layout again at boot, run by the C(mig) role's unit)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
     keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
     (O(accept_envvar_unprivileged)), whether it reads the device plugin's volume mounts as a device request
@@ -60,7 +61,7 @@ options:
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
-      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker, gpufleet-nvidia-devices]
+      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker, gpufleet-nvidia-devices, gpufleet-mig-boot]
   bindir:
     description: Where the launchers go.
     type: path
@@ -233,6 +234,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import co
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import mig_boot as _mig_boot  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim  # noqa: F401
 

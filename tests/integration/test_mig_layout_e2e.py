@@ -178,7 +178,8 @@ def test_site_mig_stage_applies_the_hosts_layout_and_refreshes_the_cdi_spec(e2e_
         assert {"0:0", "0:1", "0:2"} <= names and "0:3" not in names and "1:0" not in names, sorted(names)
     finally:
         off = module(inventory, "mig_layout", {"layout": OFF})
-        node.run(["rm", "-f", "/etc/gpufleet-sim/mig-state", RECORD])
+        # the role's record for its boot unit too (test_mig_reboot.py reboots with it)
+        node.run(["rm", "-f", "/etc/gpufleet-sim/mig-state", RECORD, "/etc/gpufleet/mig-layout.json"])
         module(inventory, "cdi_spec", {})
     assert off.get("failed") is not True, off
     assert mig_profiles(inventory) == [[], []]

@@ -28,6 +28,7 @@ XID = REPO / "plugins" / "module_utils" / "discovery" / "xid.py"
 # Checks of CHECKS that live in their own file (problems.py stays under the length limit), after problems.py's.
 MORE = (
     REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",
+    REPO / "plugins" / "module_utils" / "discovery" / "mig_boot_check.py",
     # NVIDIA's security bulletins and the driver branch lifecycle, joined on the controller by the fleet report
     REPO / "plugins" / "plugin_utils" / "exposure.py",
 )

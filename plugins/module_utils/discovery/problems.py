@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Sequence
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
+from .mig_boot_check import mig_boot_failed
 from .next_boot import next_boot_problems
 from .nvidia_toolkit import spec_conflicts
 from .xid import HOST_BUCKETS
@@ -602,6 +603,7 @@ CHECKS: tuple[Check, ...] = (
     cdi_spec_uvm_missing,
     gpus_not_visible,
     gpu_lost,
+    mig_boot_failed,
     docker_unit_runtime_flag,
     *HEALTH_CHECKS,
     *TOOLKIT_CHECKS,

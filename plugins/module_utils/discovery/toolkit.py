@@ -36,6 +36,7 @@ NATIVE_PROGRAMS = (
     "nvidia-container-cli",
     "nvidia-docker",
     "gpufleet-nvidia-devices",
+    "gpufleet-mig-boot",
 )
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links", "gpufleet-nvidia-devices")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"

@@ -27,7 +27,10 @@ Reads /etc/gpufleet-sim/gpus.json (written by tests/sim/fleet.py) and:
   owner, group and mode (the uvm pair stays root:root 0666, as nvidia-modprobe makes it);
 * with `"device_nodes_at_boot": false` in gpus.json, makes no device node: a host on which nothing
   creates them at boot (the collection's gpufleet-nvidia-devices.service must);
-* makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later).
+* makes /proc/sys writable in the node (so nested bridge networking works on docker 26 and later);
+* forgets the MIG instances the stub NVML made (``mig-state`` beside gpus.json), as a reboot loses them, and the MIG
+  mode of Hopper and later GPUs (architecture 9 and up), which does not persist across a reboot there either (NVIDIA
+  gpu-operator issue #2600); an Ampere GPU keeps its mode.
 * takes the driver version from Debian's libnvidia-ml1 when it is installed (the point release moves;
   the package is the truth): gpus.json, the stub's own copy of it and /sys/module/nvidia/version follow,
   so NVML, nvidia-smi and the package never disagree. apt runs this again after every dpkg run
@@ -186,9 +189,21 @@ def fake_proc(cfg):
         write(f"{drv}/capabilities/mig/monitor", "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
 
 
+def forget_mig_instances(cfg):
+    """The stub's ``mig-state`` as a boot leaves it: no instances; the mode kept for GPUs before Hopper."""
+    path = os.path.join(os.path.dirname(CONFIG), "mig-state")
+    if not os.path.exists(path):
+        return
+    kept_modes = {g["uuid"] for g in cfg["gpus"] if g.get("architecture", 0) < 9}
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.startswith("gpu ") and line.split()[1] in kept_modes]
+    write(path, "".join(lines))
+
+
 def main():
     with open(CONFIG, encoding="utf-8") as f:
         cfg = json.load(f)
+    forget_mig_instances(cfg)
     packaged = packaged_version()
     if packaged and packaged != cfg["driver_version"]:
         follow_package(cfg, packaged)

@@ -194,6 +194,9 @@ static const struct mig_prof a100[] = {
 };
 static struct mig_prof profs[MAX_GPUS][MAX_PROF];
 static unsigned int nprofs[MAX_GPUS];
+/* "mig_gi_limit" in gpus.json: GPU-instance creation fails (INSUFFICIENT_RESOURCES) once the GPU has that many, as a
+ * real GPU does when a placement is taken by what NVML cannot see (tests of a half-applied layout). */
+static unsigned int gi_limit[MAX_GPUS];
 static unsigned int device_count;
 static int init_count;
 #define MAX_MIGS 256
@@ -309,6 +312,7 @@ static nvmlReturn_t load_config(void) {
         d->retired_pending = (int)jnum(h, "retired_pages_pending", -1);
         d->persistence = (int)jnum(h, "persistence_mode", -1);
         nprofs[device_count] = 0;
+        gi_limit[device_count] = (unsigned)jnum(g, "mig_gi_limit", 0);
         jv *ps = jget(g, "mig_profiles");
         if (ps && ps->t == 'a') {
             for (int k = 0; k < ps->n && nprofs[device_count] < MAX_PROF; k++) {
@@ -735,6 +739,7 @@ API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsign
         slices += PROF(g->dev, g->profile).slices;
     }
     if ((used & want) || slices + PROF(d, p).slices > compute_slices(d) || !free_slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    if (gi_limit[d->index] && (unsigned)gi_count(d) >= gi_limit[d->index]) return NVML_ERROR_INSUFFICIENT_RESOURCES;
     memset(free_slot, 0, sizeof(*free_slot));
     free_slot->dev = d; free_slot->id = (unsigned int)(free_slot - gis[d->index]) + 1; free_slot->profile = (unsigned)p;
     free_slot->start = placement->start; free_slot->size = PROF(d, p).size; free_slot->ci.gi = free_slot;

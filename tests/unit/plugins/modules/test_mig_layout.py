@@ -43,7 +43,13 @@ def libdir(tmp_path_factory):
 @pytest.fixture
 def host(tmp_path, libdir):
     config = stub_config(count=1)
-    config["gpus"][0].update(name="NVIDIA A100-SXM4-40GB", pci_device_id=0x20B010DE, mig_mode=0, max_mig_devices=7)
+    config["gpus"][0].update(
+        name="NVIDIA A100-SXM4-40GB",
+        pci_device_id=0x20B010DE,
+        mig_mode=0,
+        max_mig_devices=7,
+        memory_total=40960 * 1024 * 1024,
+    )  # the profile names come from the GPU's memory
     (tmp_path / "gpus.json").write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".cache", "collections"), LD_LIBRARY_PATH=str(libdir),
                GPUFLEET_SIM_GPUS_JSON=str(tmp_path / "gpus.json"))  # fmt: skip

@@ -7,13 +7,14 @@ and a host it stays quiet on; the tables list every check once, in the order the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import next_boot, problems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import mig_boot_check, next_boot, problems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import Host
 
 DRIVER = "550.54.14"
@@ -248,6 +249,18 @@ CASES: list[tuple[Callable, HostCase, list[str], HostCase]] = [
         lambda r: Host(_stale_spec(r, DRIVER), str(r)),
     ),
 ]
+
+
+def _mig_boot(root: Path, ok: bool) -> Host:
+    """A host whose MIG boot unit left its status of this boot (``/run/gpufleet/mig-boot.json``)."""
+    status = root / "run" / "gpufleet" / "mig-boot.json"
+    status.parent.mkdir(parents=True)
+    status.write_text(json.dumps({"ok": ok, "message": "applied" if ok else "the layout could not be applied"}))
+    return Host(_facts(_loaded()), str(root))
+
+
+CASES.append((mig_boot_check.mig_boot_failed, lambda r: _mig_boot(r, False), ["mig_boot_failed"],
+              lambda r: _mig_boot(r, True)))  # fmt: skip
 
 GPU_CASES: list[tuple[Callable, dict[str, Any], list[str], dict[str, Any]]] = [
     (
