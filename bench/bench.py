@@ -880,6 +880,48 @@ def _time_argvs(variants, rounds, env):
     return times
 
 
+def _with_tree_proc_driver(root, argv):
+    """``argv`` in a private mount namespace where the tree's ``/proc/driver`` is over this machine's: nvidia-ctk reads
+    the MIG capability minors from ``/proc/driver/nvidia-caps/mig-minors`` itself, not under ``--driver-root``
+    (nvidia-container-toolkit internal/nvcaps/nvcaps.go). Needs root and ``unshare``; otherwise ``argv`` as it is
+    (and nvidia-ctk then fails on the MIG devices, which the row says)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return argv
+    script = 'mount --bind "$0/proc/driver" /proc/driver && exec "$@"'
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, root, *argv]
+
+
+def _compare_mig_specs(ctk_path, ours):
+    """One note: NVIDIA's spec (nvidia-ctk) against ours on the same tree - device names, and for each MIG device
+    named ``<gpu>:<mig>`` in both, whether the device nodes (container paths) are the same."""
+    import yaml
+
+    with open(ctk_path, encoding="utf-8") as f:
+        theirs = yaml.safe_load(f)
+
+    def nodes(spec):
+        return {
+            d["name"]: sorted(n["path"] for n in (d.get("containerEdits") or {}).get("deviceNodes") or ())
+            for d in spec["devices"]
+        }
+
+    a, b = nodes(theirs), nodes(ours)
+    migs = sorted(n for n in set(a) & set(b) if ":" in n)
+    differ = [n for n in migs if a[n] != b[n]]
+    return (
+        "nvidia-ctk cdi generate on the DGX tree: {} devices ({} MIG by index), ours {} ({} MIG by index); of the {} "
+        "MIG devices both name, {} have the same device nodes{}".format(
+            len(a),
+            sum(":" in n for n in a),
+            len(b),
+            sum(":" in n for n in b),
+            len(migs),
+            len(migs) - len(differ),
+            "" if not differ else " (differ: {})".format(", ".join(differ[:5])),
+        )
+    )
+
+
 def dgx_rows(rounds):
     """8 GPUs x 7 MIG instances scanned and the CDI spec generated, in-process and as processes, against 1 GPU
     without MIG and a bare ``python3 -IS`` start in the same run; ``nvidia-ctk cdi generate`` on the same tree where
@@ -1007,12 +1049,15 @@ def dgx_rows(rounds):
                 bare_cpu * 1000, bare_wall * 1000, statistics.median(times["cpu-dgx"]) / bare_cpu
             )
         )
-        ctk = os.environ.get("GPUFLEET_BENCH_NVIDIA_CTK") or shutil.which("nvidia-ctk")
+        runtime_ctk = os.path.join(os.environ.get("GPUFLEET_BENCH_NVIDIA_RUNTIME") or "/nonexistent", "nvidia-ctk")
+        ctk = os.environ.get("GPUFLEET_BENCH_NVIDIA_CTK") or (
+            runtime_ctk if os.access(runtime_ctk, os.X_OK) else shutil.which("nvidia-ctk")
+        )
         tree, config = trees["dgx"]
         if ctk and os.access(ctk, os.X_OK):
-            ctk_env = dict(os.environ, GPUFLEET_SIM_GPUS_JSON=config, LD_LIBRARY_PATH=tree.path(dt.LIBDIR))
+            ctk_env = dict(env, GPUFLEET_SIM_GPUS_JSON=config, LD_LIBRARY_PATH=tree.path(dt.LIBDIR))
             argv = [ctk, "cdi", "generate", "--driver-root", tree.root, "--dev-root", tree.root]
-            argv += ["--output", os.path.join(work, "ctk.yaml")]
+            argv = _with_tree_proc_driver(tree.root, [*argv, "--output", os.path.join(work, "ctk.yaml")])
             out = run(argv, check=False, env=ctk_env, timeout=120)
             if out.returncode != 0:
                 why = " ".join(out.stderr.strip().splitlines()[-1:])[-300:]  # one line: it is a table cell
@@ -1022,6 +1067,8 @@ def dgx_rows(rounds):
                 rows.append(
                     pair("DGX: nvidia-ctk cdi generate", "s", both["ctk"], "gpu_facts + cdi_spec", both["ours"])
                 )
+                os.environ["GPUFLEET_SIM_GPUS_JSON"] = config  # ours on the same tree (the stub reads it)
+                notes.append(_compare_mig_specs(os.path.join(work, "ctk.yaml"), dgx_scan_and_spec(tree.root)[1]))
         else:
             notes.append(
                 "nvidia-ctk cdi generate: not run, no nvidia-ctk on this machine (set GPUFLEET_BENCH_NVIDIA_CTK to "

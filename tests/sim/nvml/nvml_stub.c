@@ -53,6 +53,7 @@ struct nvmlDevice_st {
     unsigned int domain, bus, dev, fn;
     int cc_major, cc_minor, mig_mode, lost;
     unsigned int gi_id, ci_id, slot, mig_first, mig_count; /* a MIG device: ids, slot; a GPU: its MIGs */
+    unsigned int parent; /* a MIG device: its GPU's index */
     unsigned long long memory_total;
     char name[96], uuid[96];
     /* health: each value -1 when the JSON does not set it (NOT_SUPPORTED) */
@@ -253,6 +254,8 @@ static char *load_config_text(void) {
 }
 
 static void mig_load_state(void);
+static void static_instances(void);
+static struct nvmlDevice_st *mig_by_uuid(const char *uuid);
 static void copy_str(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
 
 /* Whether this process may not open a device node that exists (EACCES); missing, or no driver behind it, is not. */
@@ -344,12 +347,14 @@ static nvmlReturn_t load_config(void) {
             m->slot = (unsigned)jnum(ms->items[k], "slot", k);
             m->memory_total = (unsigned long long)jnum(ms->items[k], "memory_total", 0);
             m->mig_mode = -1;
+            m->parent = device_count;
         }
         d->mig_count = mig_total - d->mig_first;
         device_count++;
     }
     jfree(root);
     mig_load_state();
+    static_instances();
     if (init_error) return init_error;
     if (strcmp(driver_state, "loaded")) return NVML_ERROR_DRIVER_NOT_LOADED;
     if (!all && denied("/dev/nvidiactl")) return NVML_ERROR_NO_PERMISSION;
@@ -363,23 +368,43 @@ static nvmlReturn_t load_config(void) {
 
 #define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < devices || (d) >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
-#define MAX_GI 8
+#define MAX_GI 16 /* GPU-instance ids 1..16 (an A100's go up to 14) */
 static struct nvmlDevice_st dyn_migs[MAX_GPUS][MAX_GI];
 #define IS_DYN_MIG(d) ((d) && (d) >= &dyn_migs[0][0] && (d) < &dyn_migs[0][0] + MAX_GPUS * MAX_GI)
 #define IS_MIG(d) ((d) && (((d) >= migs && (d) < migs + mig_total) || IS_DYN_MIG(d)))
 /* A GPU or a MIG device handle. */
 #define CHECK_ANY(d) do { CHECK_INIT(); if (!IS_MIG(d) && (!(d) || (d) < devices || (d) >= devices + device_count)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+static struct nvmlDevice_st *mig_by_uuid(const char *uuid) {
+    for (unsigned int k = 0; k < mig_total; k++) if (!strcmp(migs[k].uuid, uuid)) return &migs[k];
+    for (unsigned int i = 0; i < device_count; i++)
+        for (unsigned int k = 0; k < MAX_GI; k++)
+            if (dyn_migs[i][k].gi_id && !strcmp(dyn_migs[i][k].uuid, uuid)) return &dyn_migs[i][k];
+    return NULL;
+}
 
+/* nvmlInit and nvmlShutdown may be called from several threads at once (NVIDIA's device plugin does): the
+ * configuration is read, and the count changed, under one lock (a spin lock: no libpthread to link). */
+static char init_lock;
+static void lock_init(void) { while (__atomic_test_and_set(&init_lock, __ATOMIC_ACQUIRE)) { } }
+static void unlock_init(void) { __atomic_clear(&init_lock, __ATOMIC_RELEASE); }
 API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
-    if (init_count > 0) { init_count++; return NVML_SUCCESS; }
-    nvmlReturn_t ret = load_config();
-    if (ret == NVML_SUCCESS) init_count = 1;
+    lock_init();
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (init_count > 0) init_count++;
+    else if ((ret = load_config()) == NVML_SUCCESS) init_count = 1;
+    unlock_init();
     return ret;
 }
 API nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 API nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
-API nvmlReturn_t nvmlShutdown(void) { CHECK_INIT(); init_count--; return NVML_SUCCESS; }
+API nvmlReturn_t nvmlShutdown(void) {
+    lock_init();
+    nvmlReturn_t ret = init_count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (init_count > 0) init_count--;
+    unlock_init();
+    return ret;
+}
 
 API const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
@@ -442,7 +467,8 @@ API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev) 
     if (!uuid || !dev) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned int i = 0; i < device_count; i++)
         if (!strcmp(devices[i].uuid, uuid)) { *dev = &devices[i]; return NVML_SUCCESS; }
-    return NVML_ERROR_NOT_FOUND;
+    *dev = mig_by_uuid(uuid); /* a MIG device's UUID names it too */
+    return *dev ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
 }
 
 API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *dev) {
@@ -612,6 +638,7 @@ static unsigned int compute_slices(nvmlDevice_t d) { unsigned n = 0; for (unsign
 /* NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enums 0..6 -> n. */
 static const unsigned int ci_enum_slices[] = {1, 2, 3, 4, 7, 8, 6};
 #define CI_ENUMS 7
+static unsigned int ci_enum_of(unsigned int slices) { for (unsigned e = 0; e < CI_ENUMS; e++) if (ci_enum_slices[e] == slices) return e; return 0; }
 
 /* The MIG device handles of a GPU: one per compute instance, slots in GPU-instance order. */
 static void mig_rebuild(nvmlDevice_t d) {
@@ -630,6 +657,7 @@ static void mig_rebuild(nvmlDevice_t d) {
         x->slot = slot++;
         x->memory_total = PROF(g->dev, g->profile).mib * 1024ULL * 1024ULL;
         x->mig_mode = -1;
+        x->parent = d->index;
     }
 }
 
@@ -677,6 +705,33 @@ static void mig_load_state(void) {
     }
     fclose(f);
     for (unsigned int i = 0; i < device_count; i++) if (devices[i].dynamic) mig_rebuild(&devices[i]);
+}
+
+/* The GPU and compute instances of the MIG devices gpus.json lists ("mig_devices": made before boot, not through
+ * NVML), so that nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetComputeInstanceById and the profile lookups of
+ * NVIDIA's tools (nvidia-ctk cdi generate, go-nvlib) find them: each at its gi_id, of the profile its name ends
+ * with, at the first placement of that profile left free, with its one compute instance (ci 0). */
+static void static_instances(void) {
+    for (unsigned int i = 0; i < device_count; i++) {
+        nvmlDevice_t d = &devices[i];
+        if (d->dynamic) continue;
+        unsigned int used = 0;
+        for (unsigned int k = 0; k < d->mig_count; k++) {
+            struct nvmlDevice_st *m = &migs[d->mig_first + k];
+            const char *tail = strstr(m->name, "MIG ");
+            int p = -1;
+            for (unsigned q = 0; tail && q < nprofs[i]; q++) if (!strcmp(tail + 4, profs[i][q].name)) { p = (int)q; break; }
+            if (p < 0 || m->gi_id == 0 || m->gi_id > MAX_GI) continue;
+            struct gi_st *g = &gis[i][m->gi_id - 1];
+            unsigned int start = 0, size = profs[i][p].size, mask = (1u << size) - 1;
+            for (start = 0; start < 8; start++)
+                if ((profs[i][p].starts & (1u << start)) && !(used & (mask << start))) break;
+            if (start == 8) start = 0;
+            used |= mask << start;
+            g->dev = d; g->id = m->gi_id; g->profile = (unsigned)p; g->start = start; g->size = size;
+            g->has_ci = 1; g->ci.gi = g;
+        }
+    }
 }
 
 static int gi_count(nvmlDevice_t d) { int n = 0; for (int k = 0; k < MAX_GI; k++) n += gis[d->index][k].id != 0; return n; }
@@ -814,9 +869,51 @@ API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlCom
     CHECK_INIT();
     if (!ci || !ci->gi || !ci->gi->has_ci || !info) return NVML_ERROR_INVALID_ARGUMENT;
     info->device = ci->gi->dev; info->gpuInstance = ci->gi; info->id = 0;
-    info->profileId = ci->gi->profile; info->placement.start = 0; info->placement.size = PROF(ci->gi->dev, ci->gi->profile).slices;
+    info->profileId = ci_enum_of(PROF(ci->gi->dev, ci->gi->profile).slices); info->placement.start = 0; info->placement.size = PROF(ci->gi->dev, ci->gi->profile).slices;
     return NVML_SUCCESS;
 }
+#define NVML_ERROR_NOT_FOUND_ 6
+API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstance_t *gi) {
+    CHECK_DEV(d);
+    if (!gi) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode != 1) return NVML_ERROR_NOT_SUPPORTED;
+    if (id == 0 || id > MAX_GI || !gis[d->index][id - 1].id) return NVML_ERROR_NOT_FOUND_;
+    *gi = &gis[d->index][id - 1];
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t g, unsigned int id, nvmlComputeInstance_t *ci) {
+    CHECK_GI(g);
+    if (!ci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (id != 0 || !g->has_ci) return NVML_ERROR_NOT_FOUND_;
+    *ci = &g->ci;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *d) {
+    CHECK_INIT();
+    if (!IS_MIG(mig) || !d || mig->parent >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *d = &devices[mig->parent];
+    return NVML_SUCCESS;
+}
+/* nvmlDeviceAttributes_t: a MIG device's share of its GPU (nvml.h). */
+typedef struct {
+    unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
+        sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t mig, nvmlDeviceAttributes_t *a) {
+    CHECK_ANY(mig);
+    if (!a) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!IS_MIG(mig) || mig->parent >= device_count || mig->gi_id == 0 || mig->gi_id > MAX_GI) return NVML_ERROR_NOT_SUPPORTED;
+    struct gi_st *g = &gis[mig->parent][mig->gi_id - 1];
+    if (!g->id) return NVML_ERROR_NOT_SUPPORTED;
+    const struct mig_prof *r = &PROF(g->dev, g->profile);
+    memset(a, 0, sizeof(*a));
+    a->multiprocessorCount = r->sms; a->sharedCopyEngineCount = r->ces; a->sharedDecoderCount = r->decs;
+    a->sharedEncoderCount = r->encs; a->sharedJpegCount = r->jpegs; a->sharedOfaCount = r->ofas;
+    a->gpuInstanceSliceCount = r->slices; a->computeInstanceSliceCount = r->slices; a->memorySizeMB = r->mib;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t mig, nvmlDeviceAttributes_t *a) { return nvmlDeviceGetAttributes_v2(mig, a); }
 API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {
     CHECK_INIT();
     if (!ci || !ci->gi || !ci->gi->id || !ci->gi->has_ci) return NVML_ERROR_INVALID_ARGUMENT;

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import nvml_mi
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discovery.discovery_tree import (
     REPO,
     compile_nvml_stub,
+    dgx_stub_config,
     stub_config,
 )
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.mig import static_profiles as static
@@ -204,3 +205,95 @@ def test_a_model_no_table_has_gets_its_layouts_from_nvml(stub, new_gpu_host):
 )
 def test_profile_names_from_nvmls_numbers(slices, mib, device_mib, enum, name):
     assert nvml_mig.profile_name(slices, mib, device_mib * 1024 * 1024, enum) == name
+
+
+# What NVIDIA's go-nvlib asks of a MIG device made before boot (nvidia-ctk cdi generate, the device plugin): its
+# parent, its GPU and compute instance by id, their profiles, its attributes, and its handle by UUID.
+WALK = """
+import ctypes, json, sys
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import nvml_mig
+nv = ctypes.CDLL(sys.argv[1])
+assert nv.nvmlInit_v2() == 0
+gpu, mig, parent, gi, ci = (ctypes.c_void_p() for _ in range(5))
+out = {}
+assert nv.nvmlDeviceGetHandleByIndex_v2(3, ctypes.byref(gpu)) == 0
+assert nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 2, ctypes.byref(mig)) == 0
+assert nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(parent)) == 0
+out["parent_is_gpu"] = parent.value == gpu.value
+gi_id, ci_id = ctypes.c_uint(), ctypes.c_uint()
+nv.nvmlDeviceGetGpuInstanceId(mig, ctypes.byref(gi_id)); nv.nvmlDeviceGetComputeInstanceId(mig, ctypes.byref(ci_id))
+out["ids"] = [gi_id.value, ci_id.value]
+assert nv.nvmlDeviceGetGpuInstanceById(parent, gi_id, ctypes.byref(gi)) == 0
+info = nvml_mig.GpuInstanceInfo()
+nv.nvmlGpuInstanceGetInfo(gi, ctypes.byref(info))
+out["gi"] = [info.id, info.profileId]
+out["missing_gi"] = nv.nvmlDeviceGetGpuInstanceById(parent, 1, ctypes.byref(ctypes.c_void_p()))
+assert nv.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id, ctypes.byref(ci)) == 0
+ci_info = (ctypes.c_uint * 16)()
+nv.nvmlComputeInstanceGetInfo_v2(ci, ci_info)
+profile = nvml_mig.ComputeInstanceProfileInfo()
+ci_profile_id = ci_info[5]  # nvmlComputeInstanceInfo_t: two pointers, id, profileId, placement
+out["ci_profile_matches"] = [
+    e for e in range(7)
+    if nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, e, 0, ctypes.byref(profile)) == 0
+    and profile.id == ci_profile_id
+]
+attrs = (ctypes.c_uint * 10)()
+assert nv.nvmlDeviceGetAttributes_v2(mig, attrs) == 0
+out["attrs"] = [attrs[0], attrs[6], attrs[7], attrs[8]]
+uuid = ctypes.create_string_buffer(96)
+nv.nvmlDeviceGetUUID(mig, uuid, 96)
+again = ctypes.c_void_p()
+out["by_uuid"] = nv.nvmlDeviceGetHandleByUUID(uuid.value, ctypes.byref(again)) == 0 and again.value == mig.value
+print(json.dumps(out))
+"""
+
+
+def test_mig_devices_made_before_boot_answer_as_nvidias_tools_ask(stub, tmp_path, monkeypatch):
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(dgx_stub_config(gpus=8, migs=7)))
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", str(path))
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".cache", "collections"))
+    proc = subprocess.run(
+        [sys.executable, "-c", WALK, stub], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["parent_is_gpu"] and out["by_uuid"]
+    assert out["ids"] == [9, 0] and out["gi"] == [9, 19]  # slot 2: gi 9 of profile 1g.5gb (id 19)
+    assert out["missing_gi"] == 6  # NVML_ERROR_NOT_FOUND
+    assert out["ci_profile_matches"] == [0]  # the compute instance is of the 1-slice profile the GI offers
+    assert out["attrs"] == [14, 1, 1, 4864]  # SMs, GI and CI slices, memory (MiB)
+
+
+THREADS = """
+import ctypes, sys, threading
+nv = ctypes.CDLL(sys.argv[1])
+failures = []
+def work():
+    for _ in range(300):
+        if nv.nvmlInit_v2() != 0:
+            failures.append("init")
+        count = ctypes.c_uint()
+        if nv.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or count.value != 8:
+            failures.append("count")
+        if nv.nvmlShutdown() != 0:
+            failures.append("shutdown")
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(len(failures), nv.nvmlShutdown())
+"""
+
+
+def test_nvml_init_from_threads_at_once(stub, tmp_path, monkeypatch):
+    """NVIDIA's device plugin calls nvmlInit from several goroutines: every init, query and shutdown succeeds, and
+    the count ends at zero (one shutdown more is refused)."""
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(dgx_stub_config(gpus=8, migs=7)))
+    monkeypatch.setenv("GPUFLEET_SIM_GPUS_JSON", str(path))
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS, stub], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "1"]  # no failure; NVML_ERROR_UNINITIALIZED
