@@ -234,9 +234,9 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import co
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import mig_boot as _mig_boot  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import boot as _mig_boot  # noqa: F401
 
 
 def argspec() -> dict:

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The ``mig_boot_failed`` check (in ``problems.CHECKS``): what ``gpufleet-mig-boot`` (the boot unit the ``mig``
-role installs, ``hostprog/mig_boot.py``) could not do at this boot, from the status it leaves in ``STATUS``.
+role installs, ``mig/boot.py``) could not do at this boot, from the status it leaves in ``STATUS``.
 
 Standard library only (target Pythons 3.8+).
 """

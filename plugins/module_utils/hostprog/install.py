@@ -41,7 +41,7 @@ PROGRAMS = {
     "nvidia-container-cli": ("hostprog.container_cli", "main"),
     "nvidia-docker": ("hostprog.nvidia_docker", "main"),
     "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
-    "gpufleet-mig-boot": ("hostprog.mig_boot", "main"),
+    "gpufleet-mig-boot": ("mig.boot", "main"),
 }
 # The runtime shim's configuration (``hostprog.shim.CONFIG_PATH``): written when the shim is installed. The shim
 # trusts it only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory

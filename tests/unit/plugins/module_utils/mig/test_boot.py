@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""hostprog/mig_boot.py (``gpufleet-mig-boot``) on a host tree whose NVML is the stub: the recorded layout applied
+"""mig/boot.py (``gpufleet-mig-boot``) on a host tree whose NVML is the stub: the recorded layout applied
 again with the GPU's clients stopped (last first) and started again (in order, without blocking while the system
 boots), nothing done when the layout is in place, and a layout that fails half-way leaves MIG disabled, with
 discovery's ``mig_boot_failed`` problem naming what happened."""
@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.discove
 # One process per boot, as at boot: the stub NVML keeps the instances in mig-state beside its gpus.json.
 BOOT = """
 import json, sys
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import mig_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.mig import boot as mig_boot
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import nvml
 root, active = sys.argv[1], json.loads(sys.argv[2])
 calls = []

@@ -34,9 +34,9 @@ from ..base.oneline import error_line
 from ..cdi.driver_files import read_driver_cache
 from ..discovery.discover import discover, nvml_candidates
 from ..discovery.mig_boot_check import STATUS
-from ..mig.apply import read_tables
-from ..mig.layout import LayoutError, plan
-from ..mig.nvml_mig import Session
+from .apply import read_tables
+from .layout import LayoutError, plan
+from .nvml_mig import Session
 
 NAME = "gpufleet-mig-boot"
 RECORD = "/etc/gpufleet/mig-layout.json"
