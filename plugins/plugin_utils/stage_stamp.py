@@ -46,6 +46,8 @@ STAGES: dict[str, dict[str, Any]] = {
             "/etc/modprobe.d/*",
             "/etc/dkms/framework.conf.d",
             "/etc/dkms/framework.conf.d/*",
+            "{driver_mok_dir}",
+            "{driver_mok_dir}/*",
             "/usr/share/keyrings/*",
             "/lib/modules/*",
         ],
