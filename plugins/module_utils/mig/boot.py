@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Any, Callable, Sequence
 
@@ -54,8 +53,32 @@ DRM_MODULE = "nvidia_drm"
 Run = Callable[[Sequence[str]], int]
 
 
+def _spawn(argv: Sequence[str]) -> tuple[int, str]:
+    """``argv`` (found on ``PATH``) run to its end: its exit status (127 when it cannot start) and its first 4 KiB of
+    output; its errors are discarded. A boot program of the target, not a module: fork and exec."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: output to the pipe, errors to /dev/null, then the program
+        try:
+            os.dup2(write_end, 1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(read_end)
+            os.execvp(argv[0], list(argv))  # noqa: S606  # systemctl and modprobe, fixed arguments
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        out = pipe.read(4096)
+        while pipe.read(65536):
+            pass
+    _pid, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code, out.decode("utf-8", "replace")
+
+
 def _run(argv: Sequence[str]) -> int:
-    return subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+    return _spawn(argv)[0]
 
 
 def stop_clients(run: Run) -> tuple[list[str], list[str]]:
@@ -76,8 +99,7 @@ def start_clients(run: Run, units: Sequence[str], booting: bool) -> list[str]:
 
 def booting(run: Run) -> bool:
     """Whether systemd is still starting the system (``systemctl is-system-running`` neither running nor degraded)."""
-    proc = subprocess.run(["systemctl", "is-system-running"], capture_output=True, text=True, check=False)
-    return proc.stdout.strip() not in ("running", "degraded")
+    return _spawn(["systemctl", "is-system-running"])[1].strip() not in ("running", "degraded")
 
 
 def _undo(session: Session, steps: list[dict[str, Any]]) -> list[str]:

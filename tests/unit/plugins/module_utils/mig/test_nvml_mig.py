@@ -183,8 +183,8 @@ def test_a_model_no_table_has_gets_its_layouts_from_nvml(stub, new_gpu_host):
     assert table["2g.48gb"] == (1, 2, 2, (0, 2), 2)
     out = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"2g.48gb": 1, "1g.24gb-me": 2}}])
     (step,) = out["steps"]
-    assert step["changed"] and [tuple(c) for c in step["create"]] == [("2g.48gb", 0), ("1g.24gb-me", 2),
-                                                                       ("1g.24gb-me", 3)]  # fmt: skip
+    created = [tuple(c) for c in step["create"]]
+    assert step["changed"] and created == [("2g.48gb", 0), ("1g.24gb-me", 2), ("1g.24gb-me", 3)]
     assert sorted(profiles(out["after"][0])) == ["1g.24gb-me", "1g.24gb-me", "2g.48gb"]
     again = run(stub, [{"devices": [0], "mig-enabled": True, "mig-devices": {"2g.48gb": 1, "1g.24gb-me": 2}}])
     assert [s["changed"] for s in again["steps"]] == [False]
