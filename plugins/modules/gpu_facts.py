@@ -641,6 +641,16 @@ ansible_facts:
             sig_key: '5A:17:C0:DE'
             trusted_by: enrolled MOK
             state: ok
+        mig_boot:
+          description:
+            - C(layout), the name of the MIG layout C(gpufleet-mig-layout.service) (installed by the C(mig) role)
+              applies again at every boot, from C(/etc/gpufleet/mig-layout.json); null when no layout is recorded.
+            - C(status), what that unit did at this boot (C(ok), C(changed), C(message), C(gpus), C(stopped)); null
+              when it has not run since the boot. A failure is also the problem C(mig_boot_failed).
+          type: dict
+          sample:
+            layout: all-1g.10gb
+            status: {ok: true, changed: true, message: applied, gpus: [], stopped: [nvidia-persistenced.service]}
         xid_source:
           description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
             could be read.

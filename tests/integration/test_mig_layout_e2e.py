@@ -117,7 +117,9 @@ def test_layout_applied_idempotent_refused_while_held_and_seen_through_cdi(e2e_f
     assert mig_profiles(inventory) == [[], []]
 
 
-def site_mig(inventory: Path, tmp: Path) -> tuple[subprocess.CompletedProcess, dict[str, dict[str, int]]]:
+def site_mig(
+    inventory: Path, tmp: Path, extra_vars: dict[str, Any] | None = None
+) -> tuple[subprocess.CompletedProcess, dict[str, dict[str, int]]]:
     """``site.yml --tags mig`` on the node and on ``e2e-trixie``: the layouts in a group variable, the node's own
     ``mig_layout`` a host variable (a second inventory source, as an operator's host_vars), trixie without one. The
     run and the recap per host."""
@@ -139,7 +141,8 @@ def site_mig(inventory: Path, tmp: Path) -> tuple[subprocess.CompletedProcess, d
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"), ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "-i", str(layouts), "--limit",
-         f"{NODE},{OTHER}", "--tags", "mig", "-e", json.dumps({"report_dir": str(tmp / "report")}), str(SITE)],
+         f"{NODE},{OTHER}", "--tags", "mig", "-e",
+         json.dumps({"report_dir": str(tmp / "report"), **(extra_vars or {})}), str(SITE)],
         check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
     )  # fmt: skip
     recap = {m.group(1): {"changed": int(m.group(3)), "failed": int(m.group(5))} for m in RECAP.finditer(proc.stdout)}

@@ -88,6 +88,20 @@ def test_the_layout_is_applied_again_at_boot_around_the_gpus_clients(e2e_fleet: 
         assert "nvidia0" in listed.stdout.split() and "nvidia1" not in listed.stdout.split(), listed.stdout
         facts = module(inventory, "gpu_facts", {})["ansible_facts"]["nvidia"]
         assert "mig_boot_failed" not in {p["code"] for p in facts["problems"]}, facts["problems"]
+        assert facts["mig_boot"]["layout"] == "three-2g" and facts["mig_boot"]["status"]["ok"], facts["mig_boot"]
+
+        # mig_layout emptied: the stage is still entered (the boot unit would apply the old layout at every boot)
+        # and takes the unit and its record off; the partitions stay as they are
+        emptied, recap = site_mig(inventory, tmp_path, {"mig_layout": ""})
+        assert emptied.returncode == 0 and recap[NODE]["changed"] > 0, emptied.stdout[-3000:]
+        assert node.run(["systemctl", "is-enabled", UNIT]).stdout.strip() not in ("enabled", "disabled")
+        assert node.run(["test", "-e", LAYOUT_RECORD]).rc == 1
+        assert mig_profiles(inventory) == [THREE_2G, []]
+        facts = module(inventory, "gpu_facts", {})["ansible_facts"]["nvidia"]
+        assert facts["mig_boot"]["layout"] is None, facts["mig_boot"]
+        # and a second run does not enter the stage again
+        again, recap = site_mig(inventory, tmp_path, {"mig_layout": ""})
+        assert again.returncode == 0 and recap[NODE]["changed"] == 0, again.stdout[-3000:]
     finally:
         node.run(
             "systemctl disable --now nvidia-persistenced.service; rm -f /etc/systemd/system/nvidia-persistenced"

@@ -44,6 +44,7 @@ from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
 from . import gpu_users as _gpu_users
 from . import labels as _labels
+from . import mig_boot_check as _mig_boot
 from . import next_boot as _next_boot
 from . import nvidia_procfs as _nvidia_procfs
 from . import nvidia_smi as _nvidia_smi
@@ -250,6 +251,8 @@ def discover(
             run_command if os.path.abspath(root) == "/" else None,
             sys_dir=scan.sys_dir,
         ),
+        # The layout the mig role's boot unit applies again at every boot, and what it did at this one.
+        "mig_boot": _mig_boot.mig_boot(root),
         "sources": {"requested": list(scan.order), "answered": [s for s in SOURCES if s in answers.by_source]},
         "warnings": scan.warnings,
     }

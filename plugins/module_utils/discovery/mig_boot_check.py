@@ -17,6 +17,8 @@ from ..base.pathsafe import host_path
 
 # Under /run: the status of this boot only, gone at the next.
 STATUS = "/run/gpufleet/mig-boot.json"
+# The layout the mig role applied, which the boot unit applies again ({"name", "layout"}; written by the role).
+RECORD = "/etc/gpufleet/mig-layout.json"
 
 Problem = Dict[str, str]
 
@@ -33,6 +35,20 @@ def read_status(root: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return status if isinstance(status, dict) else None
+
+
+def mig_boot(root: str) -> dict[str, Any]:
+    """The ``mig_boot`` facts: ``layout``, the name of the layout the boot unit applies again at every boot (None: no
+    record, so nothing is applied at boot), and ``status``, what the unit did at this boot (None: it has not run)."""
+    text = read_text(host_path(root, RECORD), tolerant=True, limit=1 << 20)
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        record = None
+    name = record.get("name") if isinstance(record, dict) else None
+    # A record that cannot be read still makes the unit run (and fail) at boot: it is named, not hidden.
+    layout = (str(name) if name else "(unreadable record)") if text else None
+    return {"layout": layout, "status": read_status(root)}
 
 
 def mig_boot_failed(host: Any) -> list[Problem]:

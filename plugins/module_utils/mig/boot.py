@@ -32,13 +32,12 @@ from ..base.fileio import atomic_write
 from ..base.oneline import error_line
 from ..cdi.driver_files import read_driver_cache
 from ..discovery.discover import discover, nvml_candidates
-from ..discovery.mig_boot_check import STATUS
+from ..discovery.mig_boot_check import RECORD, STATUS
 from .apply import read_tables
 from .layout import LayoutError, plan
 from .nvml_mig import Session
 
 NAME = "gpufleet-mig-boot"
-RECORD = "/etc/gpufleet/mig-layout.json"
 # The GPU's clients, in the order they start: NVIDIA's persistence daemon, Fabric Manager, NVSM and DCGM (mig-parted's
 # driver_services are nvsm and nvidia-dcgm; dcgm.service is DCGM's unit name in its own packages).
 CLIENTS = (
