@@ -39,10 +39,11 @@ if TYPE_CHECKING:
 STAMP_DIR = "/var/lib/gpufleet-nvidia/stamps"
 FORMAT = 1
 # Keys of ansible_facts.nvidia that change without anything the stages own changing: processes holding a GPU, Xid
-# events, the kernel the bootloader starts next (a kernel update moves it) and what discovery derives from them.
+# events, the kernel the bootloader starts next (a kernel update moves it), what the MIG boot unit did at this boot (the
+# partitions it made are in the GPUs' facts) and what discovery derives from them.
 # Everything else (driver, engines and their runtimes, toolkit, device nodes, libraries, the CDI spec's driver
 # version) is part of a stage's inputs.
-VOLATILE_FACTS = frozenset(("gpu_users", "xid_events", "xid_source", "next_boot", "problems", "warnings"))
+VOLATILE_FACTS = frozenset(("gpu_users", "xid_events", "xid_source", "next_boot", "mig_boot", "problems", "warnings"))
 VOLATILE_GPU_FACTS = frozenset(("health",))
 FILE_DIGEST_LIMIT = 64 * 1024 * 1024  # a larger file is stamped by size and mtime only
 

@@ -23,6 +23,7 @@ def test_the_digest_ignores_what_moves_on_its_own_and_sees_the_rest():
     base = stamp.inputs_digest("runtime", "1.0.0", {"runtime_cdi": True}, FACTS)
     busy = dict(FACTS, gpu_users={"processes": [{"pid": 7}]}, xid_events=[{"xid": 79}], problems=[{"code": "x"}])
     busy["next_boot"] = {"kernel": "6.8.0-45-generic", "state": "no_module"}  # a kernel update moved the default
+    busy["mig_boot"] = {"layout": "all-1g", "status": {"ok": True}}  # the MIG boot unit ran at this boot
     busy["gpus"] = [{"uuid": "GPU-1", "health": {"xid_events": [{"xid": 79}]}}]
     assert stamp.inputs_digest("runtime", "1.0.0", {"runtime_cdi": True}, busy) == base
     assert stamp.inputs_digest("runtime", "1.0.0", {"runtime_cdi": False}, FACTS) != base
