@@ -123,13 +123,25 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
     assert "docker (cdi)" in trixie_docker["validation"]["message"]
     assert report["summary"]["passed"] == 2 and report["summary"]["failed"] == 0 and report["summary"]["ok"]
     # Exposure (plugin_utils/exposure.py, checked by hand against the CVE records of tests/tools/security_sources):
-    # bookworm's 535.261.03 is below CVE-2025-23280's fix for R535 (bulletin 5703: 535.274.02) and above
-    # CVE-2024-0126's (535.216.01); trixie's 550.163.01 is above CVE-2024-0126's R550 fix (550.127.05) and R550 is in
-    # no later record. R535's end of life was June 2026; R550 is older than every branch NVIDIA lists as supported.
+    # bookworm's 535.261.03 is below the R535 fix (535.274.02) of each of bulletin 5703's six Linux records
+    # (cves/2025/23xxx/CVE-2025-23280, -23282, -23300, -23330, -23332, -23345) and above CVE-2024-0126's
+    # (535.216.01); trixie's 550.163.01 is above CVE-2024-0126's R550 fix (550.127.05) and R550 is in no later record.
+    # R535's end of life was June 2026; R550 is older than every branch NVIDIA lists as supported.
     # Both run this collection's own toolkit (the host programs), judged on those, not on NVIDIA's CVEs.
     exposure = report["exposure"]
     assert [(b["bulletin"], b["cves"], b["hosts"]) for b in exposure["bulletins"]] == [
-        ("5703", ["CVE-2025-23280"], [{"host": "va-bookworm", "version": "535.261.03", "fixed": "535.274.02"}])
+        (
+            "5703",
+            [
+                "CVE-2025-23280",
+                "CVE-2025-23282",
+                "CVE-2025-23300",
+                "CVE-2025-23330",
+                "CVE-2025-23332",
+                "CVE-2025-23345",
+            ],
+            [{"host": "va-bookworm", "version": "535.261.03", "fixed": "535.274.02"}],
+        )
     ]
     assert [(b["branch"], b["status"], b["hosts"]) for b in exposure["branches"]] == [
         ("535", "end_of_life", ["va-bookworm"]),

@@ -36,18 +36,33 @@ def test_the_shipped_data_is_what_the_script_makes_of_the_kept_records():
 
 
 def test_the_script_keeps_only_what_a_record_states(tmp_path):
-    """A record naming branches without versions (CVE-2024-0149, CVE-2025-23244) is skipped with the reason, never
-    guessed; vGPU
-    guest driver ranges (CVE-2025-23280's 'Guest driver' rows) and the Windows CPE ranges are not the Linux driver's."""
+    """A record naming branches without versions (CVE-2024-0149, CVE-2024-0150, CVE-2024-53869, CVE-2025-23244,
+    CVE-2025-23279) is skipped with the reason, never guessed, and so is one whose bulletin address is malformed
+    (CVE-2025-23277 references "https://https://nvidia.custhelp.com/..."); vGPU guest driver and Virtual GPU Manager
+    ranges (CVE-2025-23280's and CVE-2025-23282's rows), Windows platforms (CVE-2025-23345's "Windows(R580)") and the
+    Windows CPE ranges are not the Linux driver's."""
     data = json.loads(exposure.DATA.read_text(encoding="utf-8"))
-    assert [s["cve"] for s in data["skipped"]] == ["CVE-2024-0149", "CVE-2025-23244"]
-    assert {s["reason"] for s in data["skipped"]} == {"the record names no Linux version range"}
+    skipped = {s["cve"]: s["reason"] for s in data["skipped"]}
+    no_range = "the record names no Linux version range"
+    assert skipped == {
+        "CVE-2024-0149": no_range,
+        "CVE-2024-0150": no_range,
+        "CVE-2024-53869": no_range,
+        "CVE-2025-23244": no_range,
+        "CVE-2025-23277": "no NVIDIA bulletin address",
+        "CVE-2025-23279": no_range,
+    }
     cve = {c["id"]: c for b in data["bulletins"] for c in b["cves"]}
-    assert cve["CVE-2025-23280"]["affected"] == [
+    october = [
         {"branch": "535", "fixed": "535.274.02"},
         {"branch": "570", "fixed": "570.195.03"},
         {"branch": "580", "fixed": "580.95.05"},
     ]
+    for cve_id in ("CVE-2025-23280", "CVE-2025-23282", "CVE-2025-23300", "CVE-2025-23330", "CVE-2025-23332"):
+        assert cve[cve_id]["affected"] == october, cve_id
+    # Windows(R580) "prior to 581.42" is not a Linux range; the Linux(R5xx) rows are
+    assert cve["CVE-2025-23345"]["affected"] == october
+    assert (cve["CVE-2025-23345"]["cvss"], cve["CVE-2025-23332"]["cvss"]) == (4.4, 5)
     assert cve["CVE-2024-0126"]["affected"] == [
         {"branch": "535", "fixed": "535.216.01"},
         {"branch": "550", "fixed": "550.127.05"},
@@ -96,18 +111,31 @@ def test_the_data_is_consistent():
     }
 
 
+# bulletin 5703 (October 2025): the records that give Linux(R535/R570/R580) ranges
+OCTOBER_2025 = [
+    "CVE-2025-23280",
+    "CVE-2025-23282",
+    "CVE-2025-23300",
+    "CVE-2025-23330",
+    "CVE-2025-23332",
+    "CVE-2025-23345",
+]
+
+
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        # the simulated fleet's drivers: 535.261.03 is below CVE-2025-23280's fix for R535 and above CVE-2024-0126's
-        ("535.261.03", [("5703", ["CVE-2025-23280"], "535.274.02")]),
-        # R550 is in CVE-2024-0126 (fixed 550.127.05) and not in CVE-2025-23280's record
+        # the simulated fleet's drivers: 535.261.03 is below bulletin 5703's fix for R535 (535.274.02 in each of its
+        # six records, e.g. cves/2025/23xxx/CVE-2025-23282.json) and above CVE-2024-0126's
+        ("535.261.03", [("5703", OCTOBER_2025, "535.274.02")]),
+        # R550 is in CVE-2024-0126 (fixed 550.127.05) and in none of bulletin 5703's records (R535, R570, R580)
         ("550.163.01", []),
         ("550.127.04", [("5586", ["CVE-2024-0126"], "550.127.05")]),
         ("550.127.05", []),
-        ("535.183.01", [("5586", ["CVE-2024-0126"], "535.216.01"), ("5703", ["CVE-2025-23280"], "535.274.02")]),
+        ("535.183.01", [("5586", ["CVE-2024-0126"], "535.216.01"), ("5703", OCTOBER_2025, "535.274.02")]),
         ("535.274.02", []),
-        ("580.82.07", [("5703", ["CVE-2025-23280"], "580.95.05")]),
+        ("570.172.08", [("5703", OCTOBER_2025, "570.195.03")]),
+        ("580.82.07", [("5703", OCTOBER_2025, "580.95.05")]),
         ("580.95.05", []),
         ("575.57.08", []),
         ("not-a-version", []),
