@@ -5,7 +5,8 @@
 node's pods hold a GPU, the Eviction each gets, and what the API server's answer to an eviction means.
 
 Controller only, pure; the calls themselves go through kubernetes.core with the admin's kubeconfig. Rules, from
-the Kubernetes documentation for the versions the device_plugin role claims (1.29 to 1.37), read 2026-11-27:
+the Kubernetes documentation for the versions the device_plugin role claims (1.29 to 1.37), written 2026-11-27 (only the
+API-initiated eviction page was re-read that day; re-read the others when the drain is wired):
 
 * https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/node-v1/ : ``spec.unschedulable``
   (``kubectl cordon`` sets it to true, ``uncordon`` back to false); the node controller then adds the taint
