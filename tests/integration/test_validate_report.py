@@ -123,13 +123,20 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
     assert "docker (cdi)" in trixie_docker["validation"]["message"]
     assert report["summary"]["passed"] == 2 and report["summary"]["failed"] == 0 and report["summary"]["ok"]
     # Exposure (plugin_utils/exposure.py, checked by hand against the CVE records of tests/tools/security_sources):
-    # bookworm's 535.261.03 is below the R535 fix (535.274.02) of each of bulletin 5703's six Linux records
-    # (cves/2025/23xxx/CVE-2025-23280, -23282, -23300, -23330, -23332, -23345) and above CVE-2024-0126's
-    # (535.216.01); trixie's 550.163.01 is above CVE-2024-0126's R550 fix (550.127.05) and R550 is in no later record.
+    # bookworm's 535.261.03 is below the R535 fix of bulletin 5703 (535.274.02 in cves/2025/23xxx/CVE-2025-23280,
+    # -23282, -23300, -23330, -23332, -23345), 5747 (535.288.01 in cves/2025/33xxx/CVE-2025-33219, -33220) and 5821
+    # (535.309.01 in ten records, e.g. cves/2026/24xxx/CVE-2026-24182; CVE-2026-24198 names no R535 row), and above
+    # CVE-2024-0126's (535.216.01); trixie's 550.163.01 is above CVE-2024-0126's R550 fix (550.127.05) and R550 is in no
+    # later record.
     # R535's end of life was June 2026; R550 is older than every branch NVIDIA lists as supported.
     # Both run this collection's own toolkit (the host programs), judged on those, not on NVIDIA's CVEs.
     exposure = report["exposure"]
-    assert [(b["bulletin"], b["cves"], b["hosts"]) for b in exposure["bulletins"]] == [
+    bookworm = "va-bookworm", "535.261.03"
+    assert [(b["bulletin"], len(b["cves"]), b["hosts"]) for b in exposure["bulletins"][:2]] == [
+        ("5821", 10, [{"host": bookworm[0], "version": bookworm[1], "fixed": "535.309.01"}]),
+        ("5747", 2, [{"host": bookworm[0], "version": bookworm[1], "fixed": "535.288.01"}]),
+    ]
+    assert [(b["bulletin"], b["cves"], b["hosts"]) for b in exposure["bulletins"][2:]] == [
         (
             "5703",
             [
@@ -164,7 +171,8 @@ def test_every_engine_passes_and_the_report_says_so(fleet, ansible_playbook):
     # self-contained: one script, the page's own inline one (filter and sort), nothing fetched
     assert page.count("<script") == 1 and "<script>" in page and " src=" not in page
     # the host table's exposure filter: a bulletin's word on the row of each host it applies to
-    assert '<option value="bulletin-5703">' in page and 'data-exposure="bulletin-5703 branch-end_of_life' in page
+    assert '<option value="bulletin-5703">' in page
+    assert 'data-exposure="bulletin-5703 bulletin-5747 bulletin-5821 branch-end_of_life' in page
     for node in ("va-bookworm", "va-trixie"):
         assert _recap(proc.stdout, node) == (0, 0, 0)
     # Again: nothing changes on the nodes, and no validation container is left behind.

@@ -49,7 +49,8 @@ def test_refuse_stops_the_host_with_the_cves_and_the_fixed_version(tmp_path):
 
 @pytest.mark.parametrize(
     ("version", "policy", "warned"),
-    [("535.261.03", "warn", True), ("535.261.03", "ignore", False), ("535.274.02", "refuse", False)],
+    # 535.309.01: R535's fix in bulletin 5821 (cves/2026/24xxx/CVE-2026-24182.json), the newest bulletin naming R535
+    [("535.261.03", "warn", True), ("535.261.03", "ignore", False), ("535.309.01", "refuse", False)],
 )
 def test_warn_goes_on_and_a_fixed_version_passes(tmp_path, version, policy, warned):
     res, out = run(tmp_path, version, policy)

@@ -120,23 +120,71 @@ OCTOBER_2025 = [
     "CVE-2025-23332",
     "CVE-2025-23345",
 ]
+# bulletin 5747 (January 2026): R535 < 535.288.01, R570 < 570.211.01, R580 < 580.126.09, R590 < 590.48.01
+JANUARY_2026 = ["CVE-2025-33219", "CVE-2025-33220"]
+# bulletin 5821 (May 2026): R535 < 535.309.01, R580 < 580.159.03, R595 < 595.71.05; CVE-2026-24198 names no R535 row
+# (cves/2026/24xxx/CVE-2026-24198.json) and CVE-2026-24193 no R595 row
+MAY_2026 = [
+    "CVE-2025-33221",
+    "CVE-2026-24182",
+    "CVE-2026-24187",
+    "CVE-2026-24190",
+    "CVE-2026-24192",
+    "CVE-2026-24193",
+    "CVE-2026-24194",
+    "CVE-2026-24196",
+    "CVE-2026-24197",
+    "CVE-2026-24198",
+    "CVE-2026-24199",
+]
+MAY_2026_R535 = [c for c in MAY_2026 if c != "CVE-2026-24198"]
+MAY_2026_R595 = [c for c in MAY_2026 if c != "CVE-2026-24193"]
 
 
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        # the simulated fleet's drivers: 535.261.03 is below bulletin 5703's fix for R535 (535.274.02 in each of its
-        # six records, e.g. cves/2025/23xxx/CVE-2025-23282.json) and above CVE-2024-0126's
-        ("535.261.03", [("5703", OCTOBER_2025, "535.274.02")]),
-        # R550 is in CVE-2024-0126 (fixed 550.127.05) and in none of bulletin 5703's records (R535, R570, R580)
+        # the simulated fleet's drivers: 535.261.03 is below the R535 fixes of bulletins 5703 (535.274.02 in each of its
+        # six records, e.g. cves/2025/23xxx/CVE-2025-23282.json), 5747 (535.288.01) and 5821 (535.309.01), and above
+        # CVE-2024-0126's
+        (
+            "535.261.03",
+            [
+                ("5703", OCTOBER_2025, "535.274.02"),
+                ("5747", JANUARY_2026, "535.288.01"),
+                ("5821", MAY_2026_R535, "535.309.01"),
+            ],
+        ),
+        # R550 is in CVE-2024-0126 (fixed 550.127.05) and in none of the later records (R535, R570, R580, R590, R595)
         ("550.163.01", []),
         ("550.127.04", [("5586", ["CVE-2024-0126"], "550.127.05")]),
         ("550.127.05", []),
-        ("535.183.01", [("5586", ["CVE-2024-0126"], "535.216.01"), ("5703", OCTOBER_2025, "535.274.02")]),
-        ("535.274.02", []),
-        ("570.172.08", [("5703", OCTOBER_2025, "570.195.03")]),
-        ("580.82.07", [("5703", OCTOBER_2025, "580.95.05")]),
-        ("580.95.05", []),
+        (
+            "535.183.01",
+            [
+                ("5586", ["CVE-2024-0126"], "535.216.01"),
+                ("5703", OCTOBER_2025, "535.274.02"),
+                ("5747", JANUARY_2026, "535.288.01"),
+                ("5821", MAY_2026_R535, "535.309.01"),
+            ],
+        ),
+        ("535.274.02", [("5747", JANUARY_2026, "535.288.01"), ("5821", MAY_2026_R535, "535.309.01")]),
+        ("535.309.01", []),
+        # R570 is in 5703 and 5747, not in 5821
+        ("570.172.08", [("5703", OCTOBER_2025, "570.195.03"), ("5747", JANUARY_2026, "570.211.01")]),
+        (
+            "580.82.07",
+            [
+                ("5703", OCTOBER_2025, "580.95.05"),
+                ("5747", JANUARY_2026, "580.126.09"),
+                ("5821", MAY_2026, "580.159.03"),
+            ],
+        ),
+        ("580.95.05", [("5747", JANUARY_2026, "580.126.09"), ("5821", MAY_2026, "580.159.03")]),
+        ("580.159.03", []),
+        ("590.44.01", [("5747", JANUARY_2026, "590.48.01")]),
+        ("595.58.03", [("5821", MAY_2026_R595, "595.71.05")]),
+        ("595.71.05", []),
         ("575.57.08", []),
         ("not-a-version", []),
     ],
@@ -146,6 +194,9 @@ def test_driver_findings(version, expected):
     assert got == expected
 
 
+JANUARY_2025_TOOLKIT = ["CVE-2024-0135", "CVE-2024-0136", "CVE-2024-0137"]
+
+
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
@@ -153,11 +204,31 @@ def test_driver_findings(version, expected):
             "1.16.1-1",
             [
                 ("5582", ["CVE-2024-0132", "CVE-2024-0133"]),
+                ("5585", ["CVE-2024-0134"]),
+                ("5599", JANUARY_2025_TOOLKIT),
                 ("5616", ["CVE-2025-23359"]),
                 ("5659", ["CVE-2025-23266", "CVE-2025-23267"]),
             ],
         ),
-        ("1.16.2-1", [("5616", ["CVE-2025-23359"]), ("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
+        # CVE-2024-0134: "All versions up to and including v1.16.2" (cves/2024/0xxx/CVE-2024-0134.json)
+        (
+            "1.16.2-1",
+            [
+                ("5585", ["CVE-2024-0134"]),
+                ("5599", JANUARY_2025_TOOLKIT),
+                ("5616", ["CVE-2025-23359"]),
+                ("5659", ["CVE-2025-23266", "CVE-2025-23267"]),
+            ],
+        ),
+        # CVE-2024-0135..0137: "All versions up to and including v1.17.0"
+        (
+            "1.17.0",
+            [
+                ("5599", JANUARY_2025_TOOLKIT),
+                ("5616", ["CVE-2025-23359"]),
+                ("5659", ["CVE-2025-23266", "CVE-2025-23267"]),
+            ],
+        ),
         ("1.17.3", [("5616", ["CVE-2025-23359"]), ("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
         ("1.17.4-1", [("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
         ("1.17.7", [("5659", ["CVE-2025-23266", "CVE-2025-23267"])]),
@@ -169,7 +240,9 @@ def test_toolkit_findings(version, expected):
     got = exposure.toolkit_findings(version)
     assert [(f["bulletin"], f["cves"]) for f in got] == expected
     for finding in got:
-        last = {"5582": "1.16.1", "5616": "1.17.3", "5659": "1.17.7"}[finding["bulletin"]]
+        last = {"5582": "1.16.1", "5585": "1.16.2", "5599": "1.17.0", "5616": "1.17.3", "5659": "1.17.7"}[
+            finding["bulletin"]
+        ]
         assert finding["fixed"] == f"later than {last}"
 
 
@@ -204,17 +277,26 @@ def test_a_host_is_judged_on_what_it_runs():
     NVIDIA's package left installed."""
     nvidia = exposure.host_exposure(_entry(toolkit={"provider": "nvidia", "version": "1.17.3-1"}), {}, "2026-11-27")
     codes = [p["code"] for p in nvidia["problems"]]
-    assert codes == ["driver_security_bulletin", "driver_branch_end_of_life"] + ["toolkit_security_bulletin"] * 2
+    # one problem per bulletin: 5703, 5747 and 5821 each name R535 below 535.261.03's successor
+    assert codes == ["driver_security_bulletin"] * 3 + ["driver_branch_end_of_life"] + ["toolkit_security_bulletin"] * 2
     assert "driver_version=535.274.02" in nvidia["problems"][0]["fix"]
-    assert "driver_branch=580" in nvidia["problems"][1]["fix"]
-    assert "CVE-2025-23359" in nvidia["problems"][2]["message"] and "later than 1.17.3" in nvidia["problems"][2]["fix"]
-    assert "CVE-2025-23266, CVE-2025-23267" in nvidia["problems"][3]["message"]
-    assert "later than 1.17.7" in nvidia["problems"][3]["fix"]
+    assert (
+        "bulletin 5747" in nvidia["problems"][1]["message"]
+        and "driver_version=535.288.01" in nvidia["problems"][1]["fix"]
+    )
+    assert (
+        "bulletin 5821" in nvidia["problems"][2]["message"]
+        and "driver_version=535.309.01" in nvidia["problems"][2]["fix"]
+    )
+    assert "driver_branch=580" in nvidia["problems"][3]["fix"]
+    assert "CVE-2025-23359" in nvidia["problems"][4]["message"] and "later than 1.17.3" in nvidia["problems"][4]["fix"]
+    assert "CVE-2025-23266, CVE-2025-23267" in nvidia["problems"][5]["message"]
+    assert "later than 1.17.7" in nvidia["problems"][5]["fix"]
 
     native = exposure.host_exposure(
         _entry(toolkit={"provider": "native", "version": None}), {"nvidia-container-toolkit": "1.17.3-1"}, "2026-11-27"
     )
-    assert [p["code"] for p in native["problems"]] == ["driver_security_bulletin", "driver_branch_end_of_life"]
+    assert [p["code"] for p in native["problems"]] == ["driver_security_bulletin"] * 3 + ["driver_branch_end_of_life"]
     assert native["toolkit"]["provider"] == "native" and native["toolkit_findings"] == []
     assert "NVIDIA's toolkit bulletins do not apply" in native["toolkit"]["judged"]
     assert "1.17.3-1 is installed but not in the runtime path" in native["toolkit"]["judged"]
@@ -223,7 +305,7 @@ def test_a_host_is_judged_on_what_it_runs():
     found = exposure.host_exposure(
         _entry(toolkit={"provider": "nvidia", "version": None}), {"nvidia-container-toolkit": "1.16.1-1"}
     )
-    assert [f["bulletin"] for f in found["toolkit_findings"]] == ["5582", "5616", "5659"]
+    assert [f["bulletin"] for f in found["toolkit_findings"]] == ["5582", "5585", "5599", "5616", "5659"]
 
 
 def test_a_volta_host_past_its_last_branch():
@@ -250,17 +332,28 @@ def test_fleet_exposure_and_the_page_filter_words():
     fleet = exposure.fleet_exposure(entries)
     rows = {b["bulletin"]: [(h["host"], h["version"], h["fixed"]) for h in b["hosts"]] for b in fleet["bulletins"]}
     assert rows == {
+        "5821": [("a", "535.261.03", "535.309.01"), ("c", "535.183.01", "535.309.01")],
+        "5747": [("a", "535.261.03", "535.288.01"), ("c", "535.183.01", "535.288.01")],
         "5703": [("a", "535.261.03", "535.274.02"), ("c", "535.183.01", "535.274.02")],
         "5659": [("c", "1.17.3-1", "later than 1.17.7")],
         "5616": [("c", "1.17.3-1", "later than 1.17.3")],
         "5586": [("c", "535.183.01", "535.216.01")],
     }
-    assert [b["bulletin"] for b in fleet["bulletins"]] == ["5703", "5659", "5616", "5586"]  # newest first
+    assert [b["bulletin"] for b in fleet["bulletins"]] == [
+        "5821",
+        "5747",
+        "5703",
+        "5659",
+        "5616",
+        "5586",
+    ]  # newest first
     assert [(b["branch"], b["status"], b["hosts"]) for b in fleet["branches"]] == [
         ("535", "end_of_life", ["a", "c"]),
         ("550", "end_of_life", ["b"]),
     ]
-    assert exposure.exposure_tags(entries[0]) == "bulletin-5703 branch-end_of_life toolkit-native"
+    assert exposure.exposure_tags(entries[0]) == (
+        "bulletin-5703 bulletin-5747 bulletin-5821 branch-end_of_life toolkit-native"
+    )
     assert exposure.exposure_tags({"name": "x"}) == ""
 
 
@@ -270,7 +363,8 @@ def test_fleet_exposure_and_the_page_filter_words():
         ("535.261.03", "warn", False, True),
         ("535.261.03", "refuse", True, False),
         ("535.261.03", "ignore", False, False),
-        ("535.274.02", "refuse", False, False),
+        ("535.274.02", "refuse", True, False),  # bulletin 5747: R535 fixed in 535.288.01
+        ("535.309.01", "refuse", False, False),
         ("", "refuse", False, False),  # the repository's newest of the branch: nothing to check
     ],
 )
@@ -278,7 +372,10 @@ def test_install_check(version, policy, refuse, warn):
     got = exposure.install_check(version, policy)
     assert (got["refuse"], got["warn"]) == (refuse, warn)
     if refuse:
-        assert "CVE-2025-23280" in got["message"] and "535.274.02" in got["message"]
+        cve, fixed = {"535.261.03": ("CVE-2025-23280", "535.274.02"), "535.274.02": ("CVE-2025-33219", "535.288.01")}[
+            version
+        ]
+        assert cve in got["message"] and fixed in got["message"]
         assert "driver_security_policy=warn" in got["message"]
 
 

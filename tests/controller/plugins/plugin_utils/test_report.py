@@ -31,8 +31,9 @@ def test_status_and_summary(model):
     }
     s = model["summary"]
     assert (s["hosts"], s["gpu_nodes"], s["gpus"], s["cpu_only"], s["no_facts"]) == (7, 4, 5, 1, 2)
-    # 1 from discovery, and 5 hosts with driver 535.261.03: CVE-2025-23280 (bulletin 5703, fixed in 535.274.02)
-    assert (s["passed"], s["failed"], s["stage_failed"], s["not_validated"], s["problems"]) == (1, 1, 1, 1, 6)
+    # 1 from discovery, and 5 hosts with driver 535.261.03, each affected by 3 bulletins: 5703 (fixed in 535.274.02),
+    # 5747 (535.288.01) and 5821 (535.309.01)
+    assert (s["passed"], s["failed"], s["stage_failed"], s["not_validated"], s["problems"]) == (1, 1, 1, 1, 16)
     assert s["ok"] is False
     assert model["summary_line"].startswith(
         "7 hosts: 4 GPU nodes (5 GPUs), 1 CPU-only, 2 unreachable/no facts; "
@@ -56,7 +57,7 @@ def test_host_details(model, fleet):
         ("podman", False, True),
     ]
     assert bad["problems"][0] == fleet.PROBLEM
-    assert [p["code"] for p in bad["problems"][1:]] == ["driver_security_bulletin"]
+    assert [p["code"] for p in bad["problems"][1:]] == ["driver_security_bulletin"] * 3  # bulletins 5703, 5747, 5821
     stage = hosts["stage"]
     failed = {"stage": "driver", "task": "Install the driver", "msg": "E: Unable to locate <pkg>", "unreachable": False}
     assert stage["failed"] == failed
