@@ -223,15 +223,25 @@ def problem(code: str, message: str, fix: str) -> dict[str, str]:
     return {"code": code, "message": message, "fix": fix}
 
 
-def _driver_problem(version: str, finding: Mapping[str, Any]) -> dict[str, str]:
+def _driver_problem(version: str, finding: Mapping[str, Any], clears: str | None = None) -> dict[str, str]:
+    """``clears``: the lowest version of the branch that every bulletin affecting ``version`` names as fixed (the
+    upgrade to make once, rather than one per bulletin); the fix names it when it is above this bulletin's own."""
     cves, fixed, branch = ", ".join(finding["cves"]), finding["fixed"], branch_of(version)
+    target = clears if clears and fixed and version_key(clears) > version_key(fixed) else fixed
+    also = f" ({fixed} fixes this bulletin, {target} every bulletin affecting {version})" if target != fixed else ""
     return problem(
         "driver_security_bulletin",
         f"driver {version} is affected by {cves} ({finding['severity']}, NVIDIA bulletin {finding['bulletin']} of "
         f"{finding['date']}: {finding['address']})",
-        f"upgrade the driver to {fixed} or later in branch {branch}: ansible-playbook -i inventory "
-        f"gpufleet.nvidia.driver_upgrade -e driver_version={fixed} --limit <host>",
+        f"upgrade the driver to {target} or later in branch {branch}{also}: ansible-playbook -i inventory "
+        f"gpufleet.nvidia.driver_upgrade -e driver_version={target} --limit <host>",
     )
+
+
+def _clears(findings: Iterable[Mapping[str, Any]]) -> str | None:
+    """The highest of the findings' fixed versions: the one upgrade that fixes them all (one branch's findings)."""
+    fixed = [f["fixed"] for f in findings if version_key(f.get("fixed"))]
+    return max(fixed, key=version_key) if fixed else None
 
 
 def _toolkit_problem(version: str, finding: Mapping[str, Any]) -> dict[str, str]:
@@ -303,8 +313,9 @@ def host_exposure(entry: Mapping[str, Any], nvidia_packages: Any = None, today: 
         "toolkit_findings": [],
         "problems": [],
     }
+    clears = _clears(out["driver"])
     for finding in out["driver"]:
-        out["problems"].append(_driver_problem(str(version), finding))
+        out["problems"].append(_driver_problem(str(version), finding, clears))
     if out["branch"]:
         out["problems"] += _branch_problems(str(version), out["branch"])
     if judged and judged["provider"] != "native" and judged["version"]:
@@ -369,7 +380,7 @@ def install_check(version: Any, policy: Any = "warn") -> dict[str, Any]:
     if policy not in POLICIES:
         raise ExposureError(f"driver_security_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     findings = driver_findings(version) if version_key(version) else []
-    lines = [_driver_problem(str(version), f) for f in findings]
+    lines = [_driver_problem(str(version), f, _clears(findings)) for f in findings]
     message = "; ".join(f"{p['message']}; fix: {p['fix']}" for p in lines)
     if findings and policy == "refuse":
         message += "; to install it anyway set driver_security_policy=warn"

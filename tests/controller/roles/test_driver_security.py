@@ -41,10 +41,12 @@ def run(tmp_path: Path, version: str, policy: str):
 
 
 def test_refuse_stops_the_host_with_the_cves_and_the_fixed_version(tmp_path):
-    """535.261.03: CVE-2025-23280 (bulletin 5703) is fixed in 535.274.02 for R535."""
+    """535.261.03: CVE-2025-23280 (bulletin 5703) is fixed in 535.274.02 for R535; the fix names the one upgrade that
+    clears every bulletin affecting it (535.309.01, bulletin 5821)."""
     res, out = run(tmp_path, "535.261.03", "refuse")
     assert res.returncode != 0, out
-    assert "CVE-2025-23280" in out and "driver_version=535.274.02" in out and "driver_security_policy=warn" in out
+    assert "CVE-2025-23280" in out and "535.274.02 fixes this bulletin" in out, out
+    assert "driver_version=535.309.01" in out and "driver_security_policy=warn" in out, out
 
 
 @pytest.mark.parametrize(

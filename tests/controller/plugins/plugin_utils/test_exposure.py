@@ -279,15 +279,12 @@ def test_a_host_is_judged_on_what_it_runs():
     codes = [p["code"] for p in nvidia["problems"]]
     # one problem per bulletin: 5703, 5747 and 5821 each name R535 below 535.261.03's successor
     assert codes == ["driver_security_bulletin"] * 3 + ["driver_branch_end_of_life"] + ["toolkit_security_bulletin"] * 2
-    assert "driver_version=535.274.02" in nvidia["problems"][0]["fix"]
-    assert (
-        "bulletin 5747" in nvidia["problems"][1]["message"]
-        and "driver_version=535.288.01" in nvidia["problems"][1]["fix"]
-    )
-    assert (
-        "bulletin 5821" in nvidia["problems"][2]["message"]
-        and "driver_version=535.309.01" in nvidia["problems"][2]["fix"]
-    )
+    # each fix names its bulletin's own fixed version, and the one upgrade that clears all three (535.309.01)
+    fixes = [p["fix"] for p in nvidia["problems"][:3]]
+    assert all("driver_version=535.309.01" in f for f in fixes), fixes
+    assert "535.274.02 fixes this bulletin" in fixes[0] and "bulletin 5703" in nvidia["problems"][0]["message"]
+    assert "535.288.01 fixes this bulletin" in fixes[1] and "bulletin 5747" in nvidia["problems"][1]["message"]
+    assert "fixes this bulletin" not in fixes[2] and "bulletin 5821" in nvidia["problems"][2]["message"]
     assert "driver_branch=580" in nvidia["problems"][3]["fix"]
     assert "CVE-2025-23359" in nvidia["problems"][4]["message"] and "later than 1.17.3" in nvidia["problems"][4]["fix"]
     assert "CVE-2025-23266, CVE-2025-23267" in nvidia["problems"][5]["message"]
