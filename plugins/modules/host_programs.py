@@ -57,7 +57,9 @@ options:
     default: present
   programs:
     description:
-      - The programs to install; all of them by default. The package always holds every module.
+      - The programs to install; by default all of them but C(gpufleet-mig-boot), which the C(mig) role installs
+        where its boot unit runs it. With O(state=absent) and no programs named, every program's launcher is
+        removed. The package always holds every module.
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import PROGRAMS
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import DEFAULT_PROGRAMS
 
 try:
     import tomllib
@@ -90,7 +90,7 @@ def plan(
         "repo": repo,
         "key": key,
         "programs": [
-            name for name in PROGRAMS if name != NVIDIA_DOCKER or _setting(settings.get("nvidia_docker"), True)
+            name for name in DEFAULT_PROGRAMS if name != NVIDIA_DOCKER or _setting(settings.get("nvidia_docker"), True)
         ],
     }
 

@@ -96,6 +96,7 @@ def test_the_layout_is_applied_again_at_boot_around_the_gpus_clients(e2e_fleet: 
         assert emptied.returncode == 0 and recap[NODE]["changed"] > 0, emptied.stdout[-3000:]
         assert node.run(["systemctl", "is-enabled", UNIT]).stdout.strip() not in ("enabled", "disabled")
         assert node.run(["test", "-e", LAYOUT_RECORD]).rc == 1
+        assert node.run(["test", "-e", "/usr/local/bin/gpufleet-mig-boot"]).rc == 1
         assert mig_profiles(inventory) == [THREE_2G, []]
         facts = module(inventory, "gpu_facts", {})["ansible_facts"]["nvidia"]
         assert facts["mig_boot"]["layout"] is None, facts["mig_boot"]

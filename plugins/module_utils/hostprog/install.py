@@ -43,6 +43,10 @@ PROGRAMS = {
     "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
     "gpufleet-mig-boot": ("mig.boot", "main"),
 }
+# Programs a role installs where it needs them (the mig role's boot unit runs gpufleet-mig-boot), not part of the
+# default installation; removing with no programs named still removes them.
+ROLE_PROGRAMS = ("gpufleet-mig-boot",)
+DEFAULT_PROGRAMS = tuple(name for name in PROGRAMS if name not in ROLE_PROGRAMS)
 # The runtime shim's configuration (``hostprog.shim.CONFIG_PATH``): written when the shim is installed. The shim
 # trusts it only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory
 # alike.
@@ -319,7 +323,9 @@ class ProgramsRequest:
     def from_params(cls, params: dict[str, Any]) -> ProgramsRequest:
         names = [f.name for f in dataclass_fields(cls)]
         values = {name: params[name] for name in names}
-        values["programs"] = params["programs"] or list(PROGRAMS)
+        values["programs"] = params["programs"] or list(
+            PROGRAMS if params.get("state") == "absent" else DEFAULT_PROGRAMS
+        )
         values["runtime"] = params["runtime"] or default_runtime()
         values["debug_log"] = params["debug_log"] or ""
         return cls(**values)

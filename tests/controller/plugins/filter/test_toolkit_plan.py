@@ -106,14 +106,14 @@ def test_registered_under_its_name() -> None:
 
 
 def test_programs_all_native_ones_and_nvidia_docker_is_an_option():
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import PROGRAMS
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog.install import DEFAULT_PROGRAMS
 
-    assert toolkit_plan(DEFAULTS)["programs"] == list(PROGRAMS)
-    assert "nvidia-container-cli" in PROGRAMS and "nvidia-docker" in PROGRAMS
+    assert toolkit_plan(DEFAULTS)["programs"] == list(DEFAULT_PROGRAMS)
+    assert "nvidia-container-cli" in DEFAULT_PROGRAMS and "nvidia-docker" in DEFAULT_PROGRAMS
     for off in (False, "false", "no"):
         programs = toolkit_plan(dict(DEFAULTS, nvidia_docker=off))["programs"]
-        assert programs == [name for name in PROGRAMS if name != "nvidia-docker"]
-    assert toolkit_plan(dict(DEFAULTS, nvidia_docker="true"))["programs"] == list(PROGRAMS)
+        assert programs == [name for name in DEFAULT_PROGRAMS if name != "nvidia-docker"]
+    assert toolkit_plan(dict(DEFAULTS, nvidia_docker="true"))["programs"] == list(DEFAULT_PROGRAMS)
 
 
 @pytest.mark.parametrize(

@@ -64,8 +64,11 @@ def test_check_mode_writes_nothing_and_reports_every_file(call):
     run, tmp = call
     code, result = run(check=True, diff=True)
     assert code == 0 and result["changed"]
-    # the package's __init__ and modules, one launcher per program, the shim's configuration
-    assert len(result["changed_files"]) == len(result["files"]) == _package_files() + len(_host_programs.PROGRAMS) + 1
+    # the package's __init__ and modules, one launcher per default program (gpufleet-mig-boot is the mig role's),
+    # the shim's configuration
+    default = _host_programs.DEFAULT_PROGRAMS
+    assert "gpufleet-mig-boot" in _host_programs.PROGRAMS and "gpufleet-mig-boot" not in default
+    assert len(result["changed_files"]) == len(result["files"]) == _package_files() + len(default) + 1
     assert not (tmp / "bin").exists() and not (tmp / "lib").exists() and not (tmp / "etc").exists()
     assert result["runtime_config"] == {
         "path": str(tmp / "etc" / "gpufleet" / "runtime.json"),
