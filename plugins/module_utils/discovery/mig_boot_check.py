@@ -27,24 +27,26 @@ def problem(code: str, message: str, fix: str) -> Problem:
     return {"code": code, "message": message, "fix": fix}
 
 
+def _read_json(root: str, path: str, limit: int) -> tuple[str | None, Any]:
+    """``(text, value)`` of a JSON file under ``root``: text None when the file cannot be read, value None when it is
+    not JSON."""
+    text = read_text(host_path(root, path), tolerant=True, limit=limit)
+    try:
+        return text, json.loads(text) if text else None
+    except ValueError:
+        return text, None
+
+
 def read_status(root: str) -> dict[str, Any] | None:
     """The boot unit's status of this boot, None when it has not run (or left nothing readable)."""
-    text = read_text(host_path(root, STATUS), tolerant=True, limit=1 << 16)
-    try:
-        status = json.loads(text) if text else None
-    except ValueError:
-        return None
+    status = _read_json(root, STATUS, 1 << 16)[1]
     return status if isinstance(status, dict) else None
 
 
 def mig_boot(root: str) -> dict[str, Any]:
     """The ``mig_boot`` facts: ``layout``, the name of the layout the boot unit applies again at every boot (None: no
     record, so nothing is applied at boot), and ``status``, what the unit did at this boot (None: it has not run)."""
-    text = read_text(host_path(root, RECORD), tolerant=True, limit=1 << 20)
-    try:
-        record = json.loads(text) if text else None
-    except ValueError:
-        record = None
+    text, record = _read_json(root, RECORD, 1 << 20)
     name = record.get("name") if isinstance(record, dict) else None
     # A record that cannot be read still makes the unit run (and fail) at boot: it is named, not hidden.
     layout = (str(name) if name else "(unreadable record)") if text else None
