@@ -94,6 +94,12 @@ IPC_SOCKETS = {
 MPS_PIPE_DIR = "/tmp/nvidia-mps"  # noqa: S108  # compute; CUDA_MPS_PIPE_DIRECTORY's default
 
 FIRMWARE_DIR = "/lib/firmware/nvidia"
+# Where the kernel looks for firmware, in its order (Documentation/driver-api/firmware/fw_search_path.rst, read
+# 2026-11-27): the ``firmware_class.path`` parameter first, then /lib/firmware/updates/<release>,
+# /lib/firmware/updates, /lib/firmware/<release>, /lib/firmware. NVIDIA's `nvidia-ctk cdi generate` searches the same
+# (pkg/nvcdi/driver-nvml.go, getFirmwareSearchPaths). A driver in its own tree (a read-only /usr/local/nvidia on a
+# cloud image) keeps its GSP firmware there and points the parameter at it.
+FIRMWARE_CLASS_PATH = "/sys/module/firmware_class/parameters/path"
 
 # Links the hook creates in the container (name -> target, in the same directory).
 CONTAINER_LINKS = {
@@ -350,14 +356,17 @@ def find_driver_files(
     root: str | None = None,
     arch: str = "x86_64",
     entries: list[LdCacheEntry] | None = None,
+    release: str | None = None,
 ) -> tuple[str | None, list[DriverFile]]:
     """Every driver file a container gets for ``capabilities``, found on the system under ``driver_root``.
 
     ``version`` defaults to the installed userspace's (``detect_installed_version``); ``root`` (the host
     root, default ``driver_root``) is where IPC sockets live. ``entries`` lets a caller pass an
-    already-parsed ld.so.cache. Returns ``(version, [DriverFile, ...])``.
+    already-parsed ld.so.cache; ``release`` (default: the running kernel's) picks the kernel's firmware folders.
+    Returns ``(version, [DriverFile, ...])``.
     """
     root = driver_root if root is None else root
+    release = os.uname().release if release is None else release
     capabilities = parse_capabilities(capabilities)
 
     def resolve(path: str) -> str:
@@ -387,13 +396,44 @@ def find_driver_files(
                 files.append(DriverFile("ipc", capability, os.path.basename(os.path.dirname(path)), path, inner, None))
 
     if version:
-        firmware_dir = resolve(FIRMWARE_DIR + "/" + version)
-        try:
-            names = sorted(os.listdir(host_path(driver_root, firmware_dir)))
-        except OSError:
-            names = []
-        for name in names:
-            if name.startswith("gsp") and name.endswith(".bin"):
-                path = firmware_dir + "/" + name
-                files.append(DriverFile("firmware", "utility", name, path, resolve(path), None))
+        files.extend(find_firmware(driver_root, root, version, release))
     return version, files
+
+
+def firmware_search_dirs(root: str, release: str) -> list[str]:
+    """The kernel's firmware folders in its search order; the ``firmware_class.path`` parameter is read from the host
+    ``root`` (empty or unreadable: not set)."""
+    try:
+        with open(host_path(root, FIRMWARE_CLASS_PATH), encoding="utf-8", errors="replace") as f:
+            custom = f.read(4096).strip()
+    except OSError:
+        custom = ""
+    standard = [
+        "/lib/firmware/updates/" + release,
+        "/lib/firmware/updates",
+        "/lib/firmware/" + release,
+        "/lib/firmware",
+    ]
+    dirs = ([custom.rstrip("/")] if custom.startswith("/") and len(custom) > 1 else []) + standard
+    return list(dict.fromkeys(dirs))
+
+
+def find_firmware(driver_root: str, root: str, version: str, release: str) -> list[DriverFile]:
+    """The driver's GSP firmware (``nvidia/<version>/gsp*.bin``), each name from the first folder of the kernel's
+    search order that holds it, as the kernel loads it. The parameter is read from the host ``root``; every folder is
+    searched in the driver root, as nvidia-ctk searches them. The container sees each at
+    ``/lib/firmware/nvidia/<version>/<name>``."""
+    found: dict[str, DriverFile] = {}
+    for folder in firmware_search_dirs(root, release):
+        inner = resolve_in_root(driver_root, folder + "/nvidia/" + version)
+        try:
+            names = sorted(os.listdir(host_path(driver_root, inner)))
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("gsp") and name.endswith(".bin") and name not in found:
+                path = inner + "/" + name
+                resolved = resolve_in_root(driver_root, path)
+                if _is_file(driver_root, resolved):
+                    found[name] = DriverFile("firmware", "utility", name, path, resolved, None)
+    return list(found.values())
