@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import driver_plan_el
+
 # The documents each rule below follows, read 2026-11-23 (cite them by key next to the rule):
 SOURCES = {
     "matrix": "NVIDIA Data Center Drivers 615, 'Supported Drivers and CUDA Toolkit Versions', Table 2"
@@ -316,7 +318,8 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
     ``facts``: distribution, distribution_major_version, architecture, kernel (Ansible's names).
     ``settings``: branch, version, module_flavor, source (distro|cuda), mirror_url, repo_key_url,
     package_set (compute|full), ubuntu_precompiled (bool), kernel_module (bool: can be built here),
-    el_extra_repos (bool: set up EPEL and CRB/PowerTools for DKMS on EL).
+    el_extra_repos (bool: set up EPEL and CRB/PowerTools for DKMS on EL), el_module_source (auto|dkms|redhat|
+    precompiled) and secure_boot (bool or None, from gpu_facts): ``driver_plan_el``.
     ``nvidia``: gpu_facts' ``ansible_facts.nvidia``.
     """
     dist, major = distribution_key(facts.get("distribution"), facts.get("distribution_major_version"))
@@ -346,6 +349,7 @@ def plan(facts: dict[str, Any], settings: dict[str, Any], nvidia: dict[str, Any]
         "dkms_signing": None,  # conf.d (dkms >= 3.0.4) | shim-mok (Ubuntu 22.04's dkms 2.8.7) | None (nothing built)
         "nvswitch": has_nvswitch(nvidia),
         "fabricmanager": [],
+        "module_signer": None,  # EL: redhat | nvidia when a signed package is installed (driver_plan_el)
     }
     if dist == "debian":
         branch, version = _debian_plan(out, facts, settings, kernel, build_module)
@@ -537,6 +541,10 @@ def _redhat_plan(
         major=major,
     )
     out["dkms_signing"] = "conf.d" if build_module else None  # EPEL's dkms is 3.x (SOURCES["dkms"])
+    try:  # DKMS, Red Hat's signed kmod-nvidia or NVIDIA's precompiled stream (driver_plan_el.SOURCES)
+        driver_plan_el.apply(out, facts, settings, branch or "latest", version)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
     return branch, version
 
 
