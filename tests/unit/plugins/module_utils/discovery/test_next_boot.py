@@ -294,3 +294,41 @@ def test_secure_boot_trusts_the_kernels_own_key_and_the_running_kernels_keys(tmp
         "1a I------ 1 perm 1f010000 0 0 asymmetri Somebody Else: 0badc0de: X509.ecdsa 0badc0de []\n",
     )
     assert codes(tmp_path, True)[0]["trusted_by"] == "kernel"
+
+
+def test_rhel_signed_kmods_red_hats_key_in_the_kernel_nvidias_once_enrolled(tmp_path: Path) -> None:
+    """The two signed EL packages the driver plan picks under Secure Boot (plugin_utils/driver_plan_el.py), on a
+    RHEL-shaped tree (BLS entry, the kmod in ``extra/``): Red Hat's kmod-nvidia is trusted through the key the kernel
+    holds (``/proc/keys``, its builtin keyring); NVIDIA's precompiled module (signer ``NVIDIA``) is refused until
+    NVIDIA's key is enrolled as a MOK, pending while it waits in ``mokutil --list-new``."""
+    kernel = "6.12.0-124.8.1.el10_1.x86_64"
+    kmod.write(tmp_path, "/boot/grub2/grub.cfg", 'set default="${saved_entry}"\ninsmod blscfg\nblscfg\n')
+    kmod.write(tmp_path, f"/boot/loader/entries/abc-{kernel}.conf", f"version {kernel}\nlinux /vmlinuz-{kernel}\n")
+    redhat = kmod.test_key(tmp_path / "keys" / "rh", "Red Hat Enterprise Linux kernel signing key", 0x5EC0)
+    nvidia = kmod.test_key(tmp_path / "keys" / "nv", "NVIDIA", 2019)
+    rel = "extra/drivers/video/nvidia/nvidia.ko"
+    install_module(tmp_path, kernel, kmod.sign(kmod.elf_module(DRIVER, kernel), *redhat), rel)
+    assert codes(tmp_path, True)[0]["state"] == "untrusted"  # no key yet: refused
+    kmod.write(
+        tmp_path,
+        "/proc/keys",
+        "2b I------ 1 perm 1f030000 0 0 keyring .builtin_trusted_keys: 1\n"
+        "3c I------ 1 perm 1f010000 0 0 asymmetri Red Hat Enterprise Linux kernel signing key: 5ec0: X509.ecdsa"
+        " 5ec0 []\n",
+    )
+    facts, found = codes(tmp_path, True)
+    assert (facts["state"], facts["trusted_by"], facts["module"], found) == (
+        "ok",
+        "kernel",
+        f"/lib/modules/{kernel}/{rel}",
+        [],
+    )
+
+    install_module(tmp_path, kernel, kmod.sign(kmod.elf_module(DRIVER, kernel), *nvidia), rel)
+    facts, found = codes(tmp_path, True)
+    assert (facts["state"], facts["signer"]) == ("untrusted", "NVIDIA")
+    assert found[0]["code"] == "next_boot_module_untrusted" and "mokutil --import" in found[0]["fix"]
+    facts, found = codes(tmp_path, True, fake_mokutil(tmp_path, new=kmod.mokutil_listing(nvidia[1])))
+    assert facts["state"] == "enrolment_pending" and found[0]["code"] == "next_boot_mok_enrolment_pending"
+    facts, found = codes(tmp_path, True, fake_mokutil(tmp_path, enrolled=kmod.mokutil_listing(nvidia[1])))
+    assert (facts["state"], facts["trusted_by"], found) == ("ok", "enrolled MOK", [])
