@@ -16,7 +16,9 @@ package does not resolve; NVIDIA's ``*nvidia*<version>*`` versionlock keeps ever
 nvidia-kmod-common included) through ``dnf upgrade``, where the same install in a second root with no lock is moved
 to the newer version by the same ``dnf upgrade`` (the control: the lock is what holds); RHEL 10's shape (no
 streams) stays on its branch by the ``*nvidia*<branch>*`` lock while a newer branch is offered; the plan's removal
-list leaves no driver package.
+list leaves no driver package; RHEL 10.1 under Secure Boot installs Red Hat's ``kmod-nvidia`` from a stand-in of
+RHEL's extensions repository with no EPEL and no dkms, and not without that repository (a name-only stand-in: the
+real package's dependencies are not known here).
 
 What the stand-ins cannot show: the packages are empty (no DKMS build, no module, no kernel-devel-matched
 resolution against a real kernel), they are unsigned (``gpgcheck`` off: NVIDIA's key D42D0685 is not exercised),
@@ -77,6 +79,16 @@ EL10 = {
     "kernel": "6.12.0-55.el10.x86_64",
     "architecture": "x86_64",
 }
+# RHEL 10.1 under Secure Boot: Red Hat's signed kmod-nvidia from RHEL's extensions repository
+# (plugin_utils/driver_plan_el.py, SOURCES["rhel-extensions"]); its stand-in needs no dkms.
+RHEL101 = {
+    "distribution": "RedHat",
+    "distribution_major_version": "10",
+    "distribution_version": "10.1",
+    "kernel": "6.12.0-124.8.1.el10_1.x86_64",
+    "architecture": "x86_64",
+}
+RHEL_EXTENSIONS = "rhel-10-for-x86_64-extensions-rpms"
 NVSWITCH_HOPPER = {
     "pci_devices": [
         {"is_gpu": True, "device_id": "0x2330", "class": "0x030200"},
@@ -102,7 +114,7 @@ def spec(name: str, version: str, requires: list[str]) -> str:
         "BuildArch: noarch",
     ]
     lines += [f"Requires: {r} = {EPOCH}:{version}-1.el9" for r in requires]
-    if name.startswith("kmod-nvidia"):
+    if name.startswith("kmod-nvidia") and name.endswith("-dkms"):
         lines.append("Requires: dkms")
     return "\n".join([*lines, "%description", "stand-in", "%files", ""])
 
@@ -139,8 +151,8 @@ def build_script() -> str:
     """Shell that builds the three repositories under /repo: cuda (modular, EL 8/9), cuda10 (no modules), epel."""
     packages = [(n, v) for v in (OLD_580, NEW_580) for n in sorted(set(OPEN_SET) | set(PROPRIETARY_SET))]
     packages += [(n, V595) for n in OPEN_SET]
-    out = ["set -e", "mkdir -p /build/SPECS /repo/cuda /repo/cuda10 /repo/epel"]
-    for name, version in [*packages, ("dkms", "3.1.4")]:
+    out = ["set -e", f"mkdir -p /build/SPECS /repo/cuda /repo/cuda10 /repo/epel /repo/{RHEL_EXTENSIONS}"]
+    for name, version in [*packages, ("dkms", "3.1.4"), ("kmod-nvidia", OLD_580)]:
         body = spec(name, version, REQUIRES.get(name, []) if name != "dkms" else [])
         out.append(f"printf '%s' {shlex.quote(body)} > /build/SPECS/{name}-{version}.spec")
         out.append(
@@ -149,9 +161,10 @@ def build_script() -> str:
         )
     out += [
         "cp /build/RPMS/noarch/dkms-*.rpm /repo/epel/",
+        f"mv /build/RPMS/noarch/kmod-nvidia-{OLD_580}-*.rpm /repo/{RHEL_EXTENSIONS}/",
         "cp $(ls /build/RPMS/noarch/*.rpm | grep -v /dkms-) /repo/cuda/",
         "cp /repo/cuda/*.rpm /repo/cuda10/",
-        "for r in epel cuda10 cuda; do createrepo_c -q /repo/$r >/dev/null; done",
+        f"for r in epel cuda10 cuda {RHEL_EXTENSIONS}; do createrepo_c -q /repo/$r >/dev/null; done",
     ]
     streams = {
         "580-open": [(OPEN_SET, OLD_580), (OPEN_SET, NEW_580)],
@@ -199,7 +212,11 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
     assert el9["dnf_module_stream"] == "nvidia-driver:580-open" and el10["dnf_module_stream"] is None
     want9 = el9["packages"] + el9["module_packages"] + el9["fabricmanager"]
     want10 = el10["packages"] + el10["module_packages"]
-    r9, r10, rc9 = "/root9", "/root10", "/root9c"
+    ampere = {"gpus": [{"architecture": "Ampere"}]}
+    rh = plan(RHEL101, {"source": "cuda", "version": OLD_580, "secure_boot": True}, ampere)
+    assert rh["rhsm_repos"] == [RHEL_EXTENSIONS] and rh["el_repos"] is None and rh["headers"] == []
+    want_rh = rh["packages"] + rh["module_packages"]
+    r9, r10, rc9, r101 = "/root9", "/root10", "/root9c", "/root101"
     lock = "/etc/dnf/plugins/versionlock.list"
     script = [
         "set -u",
@@ -234,6 +251,10 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
         step("lock10", f"{dnf(r10, 'cuda10', 'epel')} versionlock add {shlex.quote(el10['hold'][0])}"),
         step("upgrade10", f"{dnf(r10, 'cuda10', 'epel')} upgrade"),
         installed(r10, "upgrade10"),
+        # RHEL 10.1 with Secure Boot: Red Hat's kmod-nvidia resolves from the extensions repository, without EPEL
+        step("rh_without_extensions", f"{dnf(r101, 'cuda10')} install {' '.join(want_rh)}"),
+        step("rh_install", f"{dnf(r101, 'cuda10', RHEL_EXTENSIONS)} install {' '.join(want_rh)}"),
+        installed(r101, "rh_install"),
     ]
     res = subprocess.run(
         ["docker", "run", "--rm", "--entrypoint", "bash", image, "-c", "\n".join(script)],
@@ -270,3 +291,7 @@ def test_el_plan_runs_under_a_real_dnf_against_nvidia_shaped_repositories():
     assert not [n for n in rpms["remove"] if "nvidia" in n], rpms["remove"]
     assert rc["install10"] == "rc=0" and rc["lock10"] == "rc=0" and rc["upgrade10"] == "rc=0", out
     assert {rpms["upgrade10"][n] for n in rpms["upgrade10"] if "nvidia" in n} == {OLD_580}, out
+    assert rc["rh_without_extensions"] != "rc=0", out  # kmod-nvidia is Red Hat's, not in NVIDIA's repository
+    assert rc["rh_install"] == "rc=0", out
+    assert rpms["rh_install"]["kmod-nvidia"] == OLD_580 and rpms["rh_install"]["nvidia-driver-cuda"] == OLD_580
+    assert "dkms" not in rpms["rh_install"] and not [n for n in rpms["rh_install"] if n.endswith("-dkms")], out
