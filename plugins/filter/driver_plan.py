@@ -24,7 +24,9 @@ options:
   settings:
     description: C(branch), C(version), C(module_flavor), C(source), C(mirror_url), C(repo_key_url), C(package_set),
       C(ubuntu_precompiled), C(kernel_module) (false where the module cannot be built, in a container),
-      C(el_extra_repos) (set up EPEL and CRB/PowerTools for DKMS on EL).
+      C(el_extra_repos) (set up EPEL and CRB/PowerTools for DKMS on EL), C(el_module_source) (C(auto), C(dkms),
+      C(redhat), C(precompiled)) and C(secure_boot) (C(gpu_facts)' C(next_boot.secure_boot)), which choose the EL
+      kernel module package under Secure Boot.
     type: dict
     required: true
   nvidia:
@@ -46,7 +48,10 @@ _value:
     C(pinning), C(packages), C(module_packages), C(headers), C(hold), C(remove), C(repository) (C(name), C(kind),
     C(url), C(key_url)), C(dnf_module_stream) (None on RHEL 10), C(el_repos) (C(epel), C(crb), C(crb_tool); None
     when nothing is built), C(apt_components) (package to archive component), C(dkms_signing) (C(conf.d),
-    C(shim-mok) or None), C(nvswitch) and C(fabricmanager) (its packages on NVSwitch hosts).
+    C(shim-mok) or None), C(nvswitch) and C(fabricmanager) (its packages on NVSwitch hosts), C(module_signer)
+    (C(redhat), C(nvidia) or None); on EL also C(module_source) (C(dkms), C(redhat), C(precompiled)),
+    C(module_source_reason), C(rhsm_repos) (repositories to enable through subscription-manager) and C(mok_import)
+    (C(url) and C(name) of the vendor certificate to enrol, or None).
   type: dict
 """
 
