@@ -31,6 +31,7 @@ DNF = """#!/bin/sh
 echo "dnf $*" >> {state}/calls
 [ "$*" = "-q repolist --enabled" ] || {{ echo "unexpected dnf $*" >&2; exit 2; }}
 echo "repo id   repo name"
+echo
 cat {state}/repos 2>/dev/null || true
 """
 RHSM = """#!/bin/sh
