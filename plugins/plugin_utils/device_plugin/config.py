@@ -29,10 +29,18 @@ def plugin_config(s: dict[str, Any]) -> dict[str, Any]:
             "migStrategy": s["mig_strategy"],
             "failOnInitError": bool(s["fail_on_init_error"]),
             "nvidiaDriverRoot": s["nvidia_driver_root"],
+            # GFD's output: NodeFeature objects or the features.d file. GFD's own default is the NodeFeature API since
+            # v0.19.0, and NVIDIA's chart 0.20.0 has no value for it, so the choice travels in the file, which GFD
+            # reads unless the flag or its variable is set (k8s-device-plugin v0.20.0, 2026-08-19: api/config/v1/
+            # flags.go CommandLineFlags.UseNodeFeatureAPI and updateFromCLIFlag).
+            "useNodeFeatureAPI": bool(s["gfd_node_feature_api"]),
             "plugin": {
                 "passDeviceSpecs": bool(s["pass_device_specs"]),
                 "deviceListStrategy": strategies[0] if len(strategies) == 1 else list(strategies),
                 "deviceIDStrategy": s["device_id_strategy"],
+                # Which replicas or MIG devices an allocation takes (k8s-device-plugin v0.20.0, 2026-08-19:
+                # api/config/v1/flags.go PluginCommandLineFlags.SharedDevicesAllocationPolicy).
+                "sharedDevicesAllocationPolicy": s["allocation_policy"],
             },
             "gfd": {
                 "oneshot": False,
@@ -51,6 +59,19 @@ def plugin_config(s: dict[str, Any]) -> dict[str, Any]:
     if sharing:
         config["sharing"] = sharing
     return config
+
+
+def config_map_data(s: dict[str, Any], dump: Any) -> dict[str, str]:
+    """The ConfigMap's files: the role's configuration as ``config.yaml`` alone, or, with ``device_plugin_configs``,
+    one key per configuration (``default`` the role's own), from which NVIDIA's config-manager copies the one the
+    node's ``nvidia.com/device-plugin.config`` label names (k8s-device-plugin v0.20.0, cmd/config-manager/main.go;
+    chart values.yaml config.map)."""
+    if not s["configs"]:
+        return {"config.yaml": dump(plugin_config(s))}
+    data = {"default": dump(plugin_config(s))}
+    for name in sorted(s["configs"]):
+        data[name] = dump(plugin_config(s["configs"][name]))
+    return data
 
 
 def dump_config(config: dict[str, Any]) -> str:

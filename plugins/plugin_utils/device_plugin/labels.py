@@ -20,10 +20,10 @@ def node_name_ok(name: str | None) -> bool:
     return bool(name) and len(name) <= 253 and all(_DNS_LABEL.match(p) for p in name.split("."))
 
 
-# The labels whose value GFD derives from the plugin's config or from MIG devices (k8s-device-plugin v0.17.4,
-# internal/lm/resource.go baseLabeler: <resource>.product with "-SHARED" when shared and not renamed, .count,
-# .replicas, .sharing-strategy; mig-strategy.go: under MIG "single" nvidia.com/gpu.* describe the MIG devices, under
-# "mixed" nvidia.com/mig-<profile>.*; nvml.go: mps.capable).
+# The labels whose value GFD derives from the plugin's config or from MIG devices (k8s-device-plugin v0.20.0, re-read
+# 2026-11-27, internal/lm/resource.go baseLabeler: <resource>.product with "-SHARED" when shared and not renamed,
+# .count, .replicas, .sharing-strategy; mig-strategy.go: under MIG "single" nvidia.com/gpu.* describe the MIG devices,
+# under "mixed" nvidia.com/mig-<profile>.*; nvml.go: mps.capable).
 _RESOURCE_LABELS = ("gpu.product", "gpu.count", "gpu.memory", "gpu.replicas", "gpu.sharing-strategy")
 
 

@@ -11,13 +11,14 @@ from typing import Any, Iterable, Sequence
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import CDI_STRATEGIES, DEFAULTS
 
-# volume-mounts (k8s-device-plugin v0.17.4, internal/plugin/server.go, updateResponseForDeviceMounts): for each
-# allocated device the container gets a mount of /dev/null on /var/run/nvidia-container-devices/<id> (<id> as
-# deviceIDStrategy says), plus NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, which replaces the list
-# envvar would set (Allocate runs envvar first, then volume-mounts). The runtime honours the mounts only with
-# NVIDIA's accept-nvidia-visible-devices-as-volume-mounts (the shim's "accept_volume_mounts"), and then the
-# variable from an unprivileged container can be ignored: the default, which the toolkit role pairs with
-# accept_envvar_unprivileged=false on Kubernetes nodes, so a pod gets only what the plugin allocated.
+# volume-mounts (k8s-device-plugin v0.20.0, re-read 2026-11-27, internal/plugin/server.go,
+# updateResponseForDeviceMounts): for each allocated device the container gets a mount of /dev/null on
+# /var/run/nvidia-container-devices/<id> (<id> as deviceIDStrategy says), plus
+# NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, which replaces the list envvar would set (Allocate runs
+# envvar first, then volume-mounts). The runtime honours the mounts only with NVIDIA's
+# accept-nvidia-visible-devices-as-volume-mounts (the shim's "accept_volume_mounts"), and then the variable from an
+# unprivileged container can be ignored: the default, which the toolkit role pairs with accept_envvar_unprivileged=false
+# on Kubernetes nodes, so a pod gets only what the plugin allocated.
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 
 

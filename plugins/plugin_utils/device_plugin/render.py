@@ -12,7 +12,11 @@ from typing import Any
 import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.config import plugin_config
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import (
+    documents,
+    helm_unsupported,
+    helm_values,
+)
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.settings import image, normalize
 
 HEADER = "# Rendered by the gpufleet.nvidia.device_plugin role; edit the role's variables, not this file.\n"
@@ -78,6 +82,7 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         "config": config,
         "config_text": config_yaml(config),
         "helm_values": helm_values(settings, dump=config_yaml),
+        "helm_unsupported": helm_unsupported(settings),
         "settings": normalized,
         "images": {
             "device_plugin": image(normalized),

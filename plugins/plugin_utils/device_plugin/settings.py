@@ -38,6 +38,7 @@ ROLE_ONLY = frozenset(
         "kubeconfig",
         "mode",
         "node_group",
+        "node_config",
         "node_name",
         "render_dir",
         "state",
@@ -50,12 +51,27 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
+# How the plugin picks among replicas of shared GPUs and among MIG devices (k8s-device-plugin v0.20.0, 2026-08-19:
+# api/config/v1/consts.go AllocationPolicyDistributed/Packed, internal/rm/allocate.go; flag
+# shared-devices-allocation-policy, default distributed, in cmd/nvidia-device-plugin/main.go; CHANGELOG v0.20.0 #1621).
+ALLOCATION_POLICIES = ("distributed", "packed")
+# The settings a named configuration (device_plugin_configs) may change from the role's own: what NVIDIA's chart
+# documents per-node configurations for (values.yaml config.map: one config per MIG strategy; sharing).
+NODE_CONFIG_KEYS = ("mig_strategy", "time_slicing", "allocation_policy")
+# The label NVIDIA's config-manager reads to pick a node's configuration (k8s-device-plugin v0.20.0, deployments/helm/
+# nvidia-device-plugin/templates/daemonset-device-plugin.yml NODE_LABEL).
+NODE_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The default configuration's key in the ConfigMap (the chart's config.default and fallback strategy "named").
+DEFAULT_CONFIG = "default"
 ENGINES = CRI  # the Kubernetes CRI engines of the engine registry
 GPU_RESOURCE = "nvidia.com/gpu"
-# Renaming in k8s-device-plugin v0.17.4 (api/config/v1/config.go DisableResourceNamingInConfig, replicas.go
-# disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is true, and
-# then every shared resource is renamed to <name>.shared (ResourceName.DefaultSharedRename), whatever "rename" says.
+# Renaming in k8s-device-plugin v0.20.0 (re-read 2026-11-27; api/config/v1/config.go DisableResourceNamingInConfig,
+# replicas.go disableResoureRenaming): a sharing resource's "rename" is dropped with a warning unless renameByDefault is
+# true, and then every shared resource is renamed to <name>.shared (ResourceName.DefaultSharedRename), whatever "rename"
+# says.
 SHARED_SUFFIX = ".shared"
+# Label values (Kubernetes: at most 63 characters, alphanumeric at both ends, '-', '_', '.' inside).
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -191,6 +207,10 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
         )
     if s["mps"] and s["device_id_strategy"] != "uuid":
         _fail("mps", "MPS sharing needs device_plugin_device_id_strategy=uuid")
+    if s["allocation_policy"] not in ALLOCATION_POLICIES:
+        _fail("allocation_policy", f"{s['allocation_policy']!r} is not one of {', '.join(ALLOCATION_POLICIES)}")
+    for key in ("health_disabled_xids", "health_enabled_xids"):
+        s[key] = _xids(key, s[key])
     for key in ("image", "dcgm_exporter_image", "validate_image"):
         for part in ("registry", "repository", "tag"):
             value = str(s[f"{key}_{part}"])
@@ -214,6 +234,13 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
         _fail("cdi_hook_path", f"{s['cdi_hook_path']!r} is not an absolute path")
     if not str(s["nvidia_driver_root"]).startswith("/"):
         _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
+    s["configs"] = _configs(s)
+    if s["configs"] and s["mps"]:
+        _fail(
+            "configs",
+            "per-node configurations cannot be combined with device_plugin_mps: the role runs the MPS control daemon "
+            "on every plugin node with one configuration; set device_plugin_mps to {} or device_plugin_configs to {}",
+        )
     s["image_pull_secrets"] = _as_list(s["image_pull_secrets"])
     s["validate_command"] = (
         _as_list(s["validate_command"])
@@ -221,6 +248,75 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
         else (["sh", "-c", s["validate_command"]] if s["validate_command"] else [])
     )
     return s
+
+
+def _xids(key: str, value: Any) -> list[str]:
+    """XIDs for the plugin's health check: numbers, or ``all``; a comma-separated string is what a survey sends.
+    NVIDIA's plugin reads them from DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS and skips a malformed value with
+    a log line only (k8s-device-plugin v0.20.0, internal/rm/health.go newHealthCheckXIDs), so it is refused here."""
+    out = []
+    for item in _as_list(value if not isinstance(value, int) or isinstance(value, bool) else [value]):
+        text = str(item).strip().lower()
+        if text != "all" and not (text.isdigit() and not isinstance(item, bool)):
+            _fail(key, f"{item!r} is not an XID number or 'all' (for example [48, 79] or ['all'])")
+        out.append(text)
+    return out
+
+
+def _configs(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``device_plugin_configs``: name -> the settings with that configuration's changes, each checked as the role's
+    own. A node picks one with the ``nvidia.com/device-plugin.config`` label (``device_plugin_node_config``)."""
+    raw = s["configs"] or {}
+    if not isinstance(raw, dict):
+        _fail("configs", f"must be a dict of name: {{setting: value}}, got {type(raw).__name__}")
+    out = {}
+    for key, changes in raw.items():
+        name = str(key)
+        if name == DEFAULT_CONFIG or not _LABEL_VALUE.match(name):
+            _fail(
+                "configs",
+                f"{name!r} cannot name a configuration: it must be a label value (letters, digits, '-', '_', '.', at "
+                f"most 63) other than {DEFAULT_CONFIG!r}, which is the role's own settings",
+            )
+        if not isinstance(changes, dict) or not changes:
+            _fail(f"configs.{name}", "must be a non-empty dict of settings such as {mig_strategy: mixed}")
+        unknown = sorted(set(changes) - set(NODE_CONFIG_KEYS))
+        if unknown:
+            _fail(
+                f"configs.{name}",
+                f"{', '.join(unknown)} cannot differ per node; a configuration may set {', '.join(NODE_CONFIG_KEYS)}",
+            )
+        merged = {k: v for k, v in s.items() if k in DEFAULTS and k != "configs"}
+        merged.update(changes)
+        merged["time_slicing"] = changes.get("time_slicing", raw_sharing(s["time_slicing"]))
+        merged["mps"] = raw_sharing(s["mps"])
+        merged["configs"] = {}
+        try:
+            out[name] = normalize(merged)
+        except DevicePluginError as exc:
+            raise DevicePluginError(f"device_plugin_configs.{name}: {exc}") from None
+    return out
+
+
+def raw_sharing(sharing: dict[str, Any]) -> dict[str, Any]:
+    """A normalized sharing setting in the form ``_sharing`` reads again (for a configuration that keeps it)."""
+    if not sharing:
+        return {}
+    return {
+        "rename_by_default": sharing["rename_by_default"],
+        "fail_requests_greater_than_one": sharing["fail_requests_greater_than_one"],
+        "resources": [{"name": r["name"], "replicas": r["replicas"]} for r in sharing["resources"]],
+    }
+
+
+def node_settings(s: dict[str, Any], config: str | None) -> dict[str, Any]:
+    """The settings a node runs with: its named configuration's, else the role's own."""
+    if not config or config == DEFAULT_CONFIG:
+        return s
+    if config not in s["configs"]:
+        known = ", ".join(sorted(s["configs"])) or "none"
+        _fail("node_config", f"{config!r} is not a configuration of device_plugin_configs (known: {known})")
+    return s["configs"][config]
 
 
 def uses_cdi(s: dict[str, Any]) -> bool:

@@ -41,15 +41,16 @@ def node_mig_profiles(node: dict[str, Any]) -> list[str]:
 def validation_resource(s: dict[str, Any], node: dict[str, Any]) -> str | None:
     """The resource the node advertises that the validation pod asks for one of; None when the render cannot know it.
 
-    k8s-device-plugin v0.17.4 (internal/rm/rm.go, the MIG strategies' resources): with MIG ``none`` or ``single`` the
-    GPUs (or their MIG devices) are ``nvidia.com/gpu``; with ``mixed`` each MIG profile is its own
-    ``nvidia.com/mig-<profile>`` and a node whose GPUs are all in MIG mode has no ``nvidia.com/gpu``. With renaming a
-    shared resource is advertised only as ``<name>.shared``."""
+    k8s-device-plugin v0.20.0 (internal/rm/rm.go, the MIG strategies' resources, re-read 2026-11-27): with MIG ``none``
+    or ``single`` the GPUs (or their MIG devices) are ``nvidia.com/gpu``; with ``mixed`` each MIG profile is its own
+    ``nvidia.com/mig-<profile>`` (a ``+`` of the profile, as in ``1g.10gb+me``, written ``.``) and a node whose GPUs
+    are all in MIG mode has no ``nvidia.com/gpu``. With renaming a shared resource is advertised only as
+    ``<name>.shared``."""
     if s["mig_strategy"] == "mixed":
         profiles = node_mig_profiles(node)
         if not profiles:
             return None
-        name = MIG_PREFIX + profiles[0]
+        name = MIG_PREFIX + profiles[0].replace("+", ".")
     else:
         name = GPU_RESOURCE
     sharing = s["time_slicing"] or s["mps"]

@@ -185,8 +185,11 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
                 continue
             assert module["definition"] == "{{ item.content | ansible.builtin.from_yaml_all | list }}", task["name"]
             assert "__device_plugin_rendered.files" in task["loop"], task["name"]
-    helm = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())[0]["kubernetes.core.helm"]
-    assert helm["values"] == "{{ __device_plugin_rendered.helm_values }}"
+    tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
+    check, deploy = tasks[0], tasks[1]
+    # Helm mode stops first when the chart cannot carry a setting (render's helm_unsupported).
+    assert "__device_plugin_rendered.helm_unsupported" in check["ansible.builtin.assert"]["that"]
+    assert deploy["kubernetes.core.helm"]["values"] == "{{ __device_plugin_rendered.helm_values }}"
 
 
 def test_the_builder_takes_its_defaults_from_the_role():
@@ -291,7 +294,7 @@ def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(t
     helm = [c["params"] for c in calls if c["module"] == "helm"]
     assert len(helm) == 1
     assert helm[0]["values"] == expected["helm_values"]
-    assert helm[0]["chart_version"] == "0.17.4"
+    assert helm[0]["chart_version"] == "0.20.0"
     # The chart carries the plugin, its config and GFD; the RuntimeClass and the DCGM exporter go as documents.
     kinds = [
         d["kind"]
@@ -304,6 +307,28 @@ def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(t
     assert proc.returncode != 0
     assert "ended Failed" in proc.stdout and "Test PASSED" in proc.stdout
     assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+
+
+def test_helm_mode_refuses_xid_settings_before_any_api_call(tmp_path):
+    proc, calls = run_apply(tmp_path, "helm", "Succeeded", "-e", '{"device_plugin_health_disabled_xids": [48]}')
+    assert proc.returncode != 0
+    assert "NVIDIA's chart has no value for the plugin's XID health settings" in proc.stdout
+    assert calls == []
+
+
+def test_a_nodes_configuration_reaches_its_label_and_its_validation_pod(tmp_path):
+    configs = '{"device_plugin_configs": {"ts": {"time_slicing": {"replicas": 4, "rename_by_default": true}}}}'
+    proc, calls = run_apply(tmp_path, "apply", "Succeeded", "-e", configs, "-e", "device_plugin_node_config=ts")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sent = [
+        d for c in calls if c["module"] == "k8s" and c["params"]["state"] != "absent" for d in c["params"]["definition"]
+    ]
+    nodes = [d for d in sent if d["kind"] == "Node"]
+    assert [n["metadata"]["labels"]["nvidia.com/device-plugin.config"] for n in nodes] == ["ts", "ts"]
+    limits = [d["spec"]["containers"][0]["resources"]["limits"] for d in sent if d["kind"] == "Pod"]
+    assert limits == [{"nvidia.com/gpu.shared": 1}] * 2
+    config_map = next(d for d in sent if d["kind"] == "ConfigMap")
+    assert sorted(config_map["data"]) == ["default", "ts"]
 
 
 def test_absent_deletes_what_apply_sent_in_reverse_and_takes_the_labels_off(tmp_path):

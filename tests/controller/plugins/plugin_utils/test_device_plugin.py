@@ -43,7 +43,13 @@ def test_default_config_is_nvidias_v1_format_with_the_default_values():
             "migStrategy": "none",
             "failOnInitError": True,
             "nvidiaDriverRoot": "/",
-            "plugin": {"passDeviceSpecs": False, "deviceListStrategy": "volume-mounts", "deviceIDStrategy": "uuid"},
+            "useNodeFeatureAPI": False,
+            "plugin": {
+                "passDeviceSpecs": False,
+                "deviceListStrategy": "volume-mounts",
+                "deviceIDStrategy": "uuid",
+                "sharedDevicesAllocationPolicy": "distributed",
+            },
             "gfd": {
                 "oneshot": False,
                 "noTimestamp": False,
@@ -64,6 +70,7 @@ def test_every_flag_reaches_the_config_file():
             "fail_on_init_error": False,
             "pass_device_specs": True,
             "nvidia_driver_root": "/run/nvidia/driver",
+            "allocation_policy": "packed",
         }
     )
     assert config["flags"]["migStrategy"] == "mixed"
@@ -73,6 +80,7 @@ def test_every_flag_reaches_the_config_file():
         "passDeviceSpecs": True,
         "deviceListStrategy": ["envvar", "cdi-annotations"],
         "deviceIDStrategy": "index",
+        "sharedDevicesAllocationPolicy": "packed",
     }
 
 
@@ -139,7 +147,7 @@ def test_daemonsets_select_gpu_nodes_use_the_runtime_class_and_roll_on_config_ch
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
     before = ds["spec"]["template"]["metadata"]["annotations"]["gpufleet.nvidia/config-sha256"]
     after = docs_by_kind({"mig_strategy": "single"})["DaemonSet"][0]["spec"]["template"]["metadata"]["annotations"]
     assert after["gpufleet.nvidia/config-sha256"] != before
@@ -215,11 +223,11 @@ def test_helm_values_carry_the_same_config():
     assert json.loads(values["config"]["map"]["default"]) == config_of(settings)
     assert values["image"] == {
         "repository": "mirror.local/nvidia/k8s-device-plugin",
-        "tag": "v0.17.4",
+        "tag": "v0.20.0",
         "pullPolicy": "IfNotPresent",
     }
     assert values["runtimeClassName"] == "nvidia"
-    assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": False}  # NFD with GFD, as NVIDIA's chart
+    assert values["nfd"] == {"enabled": True}  # NFD with GFD, as NVIDIA's chart
     # The chart's security contexts are the manifests' (not left to the chart's derivation).
     assert values["securityContext"] == {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
     assert values["gfd"] == {"enabled": True, "securityContext": {"privileged": True}}

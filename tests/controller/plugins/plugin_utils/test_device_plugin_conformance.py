@@ -5,7 +5,8 @@
 """The device_plugin role's render read against NVIDIA's own files, one scenario at a time.
 
 No cluster runs here, so each of NVIDIA's requirements is stated below as a fact, with its source (file and tag,
-read 2026-11-23), and the render of each scenario (default, time slicing, MPS, MIG single/mixed, CDI strategies,
+read 2026-11-23 at v0.17.4 and again 2026-11-27 at v0.20.0), and the render of each scenario (default, time slicing,
+MPS, MIG single/mixed, CDI strategies,
 NodeFeature API, DCGM) is checked against it. ``kubernetes-validate`` checks the same documents' schema
 (``tests/controller/plugins/filter/test_device_plugin_manifests.py``). Where the render deliberately differs from
 NVIDIA's chart, the test says so and why (the role's README lists every difference).
@@ -23,7 +24,7 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.sett
     DevicePluginError,
 )
 
-CHART = "k8s-device-plugin v0.17.4, deployments/helm/nvidia-device-plugin"
+CHART = "k8s-device-plugin v0.20.0, deployments/helm/nvidia-device-plugin"
 NODE = {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2"}}
 
 
@@ -97,13 +98,15 @@ def test_mig_monitor_with_mig_only_where_the_hook_accepts_it(mig, strategies):
 
 
 # --- 2. MPS ----------------------------------------------------------------------------------------------------------
-# Facts (k8s-device-plugin v0.17.4): cmd/mps-control-daemon/mps/root.go "ContainerRoot = Root("/mps")", used by the
-# daemon (mps/manager.go) and by the plugin's MPS health check (internal/plugin/mps.go); cmd/mps-control-daemon/mount/
-# mount-shm.go mounts a tmpfs on /mps/shm. CHART templates/daemonset-mps-control-daemon.yml: init container
-# "mps-control-daemon-mounts" (command [mps-control-daemon, mount-shm], privileged, mps-root on /mps with
-# mountPropagation Bidirectional); the daemon mounts mps-shm on /dev/shm and mps-root on /mps, is privileged and has
-# NODE_NAME; daemonset-device-plugin.yml mounts mps-shm on /dev/shm, mps-root on /mps and sets MPS_ROOT to the host
-# folder (values.yaml mps.root "/run/nvidia/mps"); neither template sets hostPID.
+# Facts (k8s-device-plugin v0.20.0, re-read 2026-11-27): cmd/mps-control-daemon/mps/root.go "ContainerRoot =
+# Root("/mps")", used by the daemon (mps/manager.go) and by the plugin's MPS health check (internal/plugin/mps.go);
+# cmd/mps-control-daemon/mount/ mount-shm.go mounts a tmpfs on /mps/shm. CHART
+# templates/daemonset-mps-control-daemon.yml: init container "mps-control-daemon-mounts" (command [mps-control-daemon,
+# mount-shm], privileged, mps-root on /mps with mountPropagation Bidirectional); the daemon mounts mps-shm on /dev/shm
+# and mps-root on /mps, is privileged and has NODE_NAME; daemonset-device-plugin.yml mounts mps-shm on /dev/shm,
+# mps-root on /mps and sets MPS_ROOT to the host folder (values.yaml mps.root "/run/nvidia/mps"). At v0.20.0
+# (2026-08-19) the daemon runs with hostPID: true by default (values.yaml mps.enableHostPID: true, "hostPID is needed
+# for the MPS server to find its own PID via /proc/self"); the plugin's template never sets hostPID.
 MPS_SETTINGS = {"mps": {"replicas": 4}}
 
 
@@ -115,7 +118,8 @@ def test_mps_pipes_are_where_nvidias_binaries_look():
         assert mounts(c)["mps-shm"] == "/dev/shm", name
         assert host_paths(spec)["mps-root"] == "/run/nvidia/mps", name
         assert host_paths(spec)["mps-shm"] == "/run/nvidia/mps/shm", name
-        assert "hostPID" not in spec, name
+    assert daemonset(MPS_SETTINGS, MPS)["hostPID"] is True
+    assert "hostPID" not in daemonset(MPS_SETTINGS, PLUGIN)
     assert env(container(MPS_SETTINGS, PLUGIN))["MPS_ROOT"] == "/run/nvidia/mps"
 
 
@@ -141,10 +145,11 @@ def test_mps_daemon_schedules_where_the_plugin_does():
 
 
 # --- 3. GFD with the NodeFeature API ---------------------------------------------------------------------------------
-# Facts (k8s-device-plugin v0.17.4): internal/lm/output.go NewOutputer returns "required flag node-name not set" /
-# "required flag namespace not set" when GFD_USE_NODE_FEATURE_API is on and they are empty; internal/flags/node.go reads
-# them from NODE_NAME and NAMESPACE. CHART templates/daemonset-gfd.yml sets NODE_NAME=spec.nodeName and
-# NAMESPACE=metadata.namespace always; templates/role.yml lets GFD create/update nodefeatures (nfd.k8s-sigs.io).
+# Facts (k8s-device-plugin v0.20.0, re-read 2026-11-27): internal/lm/output.go NewOutputer returns "required flag
+# node-name not set" / "required flag namespace not set" when GFD_USE_NODE_FEATURE_API is on and they are empty;
+# internal/flags/node.go reads them from NODE_NAME and NAMESPACE. CHART templates/daemonset-gfd.yml sets
+# NODE_NAME=spec.nodeName and NAMESPACE=metadata.namespace always; templates/role.yml lets GFD create/update
+# nodefeatures (nfd.k8s-sigs.io).
 
 
 @pytest.mark.parametrize("api", [False, True])
@@ -165,8 +170,8 @@ def test_gfd_with_the_node_feature_api_may_write_node_features():
 
 
 # --- 4. Renaming and the resource the validation pod asks for --------------------------------------------------------
-# Facts (k8s-device-plugin v0.17.4): api/config/v1/config.go DisableResourceNamingInConfig and replicas.go
-# disableResoureRenaming: "rename" is dropped ("Setting the 'rename' field ... is not yet supported") unless
+# Facts (k8s-device-plugin v0.20.0, re-read 2026-11-27): api/config/v1/config.go DisableResourceNamingInConfig and
+# replicas.go disableResoureRenaming: "rename" is dropped ("Setting the 'rename' field ... is not yet supported") unless
 # renameByDefault is true, and then every shared resource becomes <name>.shared (resources.go DefaultSharedRename).
 # internal/rm/rm.go: MIG "single" advertises nvidia.com/gpu, "mixed" one nvidia.com/mig-<profile> per profile.
 MIG_NODE = {
@@ -189,7 +194,7 @@ def config_sharing(settings):
 
 
 def test_rename_means_what_the_plugin_does():
-    """rename: nvidia.com/gpu.shared is what v0.17 can do: it reaches the config as renameByDefault (else ignored)."""
+    """rename: nvidia.com/gpu.shared is what v0.20 can do: it reaches the config as renameByDefault (else ignored)."""
     sharing = config_sharing({"time_slicing": {"replicas": 4, "rename": "nvidia.com/gpu.shared"}})
     assert sharing["timeSlicing"]["renameByDefault"] is True
     assert sharing["timeSlicing"]["resources"] == [
@@ -226,7 +231,7 @@ def test_validation_pod_asks_for_a_resource_the_node_advertises(settings, nodes,
 
 
 # --- 5. CDI strategies and the hook program ---------------------------------------------------------------------------
-# Facts: k8s-device-plugin v0.17.4 cmd/nvidia-device-plugin/main.go, flag "nvidia-cdi-hook-path" (env
+# Facts: k8s-device-plugin v0.20.0 cmd/nvidia-device-plugin/main.go, flag "nvidia-cdi-hook-path" (env
 # NVIDIA_CDI_HOOK_PATH), default api/config/v1/consts.go DefaultNvidiaCTKPath "/usr/bin/nvidia-ctk"; the vendored
 # nvidia-container-toolkit internal/discover/hooks.go calls "<path> <hook-name> args" (with "hook" inserted for
 # nvidia-ctk). nvidia-container-toolkit v1.17.8 packaging/debian/nvidia-container-toolkit-base.install installs
@@ -258,11 +263,11 @@ def test_cdi_strategy_with_the_native_toolkit_fails_the_node_early():
 
 
 # --- 6. Labels the role writes never contradict GFD's ---------------------------------------------------------------
-# Facts (k8s-device-plugin v0.17.4): internal/lm/resource.go baseLabeler writes <resource>.product (with "-SHARED"
-# when shared and not renamed), .count, .replicas (the sharing replicas, else 1) and .sharing-strategy
+# Facts (k8s-device-plugin v0.20.0, re-read 2026-11-27): internal/lm/resource.go baseLabeler writes <resource>.product
+# (with "-SHARED" when shared and not renamed), .count, .replicas (the sharing replicas, else 1) and .sharing-strategy
 # ("time-slicing", "mps", or "none" when replicas is 1); nvml.go newSharingLabeler writes mps.capable; mig-strategy.go
-# makes nvidia.com/gpu.* describe MIG devices under "single" and writes nvidia.com/mig.strategy. Nothing in GFD
-# writes nvidia.com/gpu.present (git grep over internal/lm and cmd/gpu-feature-discovery at v0.17.4).
+# makes nvidia.com/gpu.* describe MIG devices under "single" and writes nvidia.com/mig.strategy. Nothing in GFD writes
+# nvidia.com/gpu.present (git grep over internal/lm and cmd/gpu-feature-discovery at v0.20.0).
 FACT_LABELS = {
     "nvidia.com/gpu.present": "true",
     "nvidia.com/gpu.count": "2",
@@ -343,16 +348,22 @@ def test_without_gfd_under_mig_the_per_gpu_resource_labels_are_left_out(mig):
 
 
 # --- 7. NodeFeature API and NFD in Helm mode; DCGM --------------------------------------------------------------------
-# Facts: CHART Chart.yaml dependency node-feature-discovery 0.15.3 (alias nfd, condition "nfd.enabled,gfd.enabled");
-# values.yaml nfd.enableNodeFeatureApi (false), read by templates/daemonset-gfd.yml (GFD_USE_NODE_FEATURE_API) and
-# templates/role.yml (nodefeatures rule). dcgm-exporter 4.2.3-4.1.3 deployment/templates/daemonset.yaml: NODE_NAME from
-# spec.nodeName, DCGM_EXPORTER_KUBERNETES "true", /var/lib/kubelet/pod-resources mounted read-only.
+# Facts: CHART Chart.yaml dependency node-feature-discovery 0.19.0 (alias nfd, condition "nfd.enabled,gfd.enabled");
+# values.yaml has no nfd.enableNodeFeatureApi at 0.20.0 and daemonset-gfd.yml sets no GFD_USE_NODE_FEATURE_API, so
+# GFD follows its config file or its own default, the NodeFeature API (cmd/gpu-feature-discovery/main.go
+# use-node-feature-api, Value: true, since v0.19.0); api/config/v1/flags.go reads useNodeFeatureAPI from the file
+# unless the flag or its variable is set. templates/role.yml: nodefeatures and pods get with GFD.
+# dcgm-exporter 4.5.3-4.8.2 (2026-05-06) deployment/templates/daemonset.yaml: NODE_NAME from spec.nodeName,
+# DCGM_EXPORTER_KUBERNETES "true", /var/lib/kubelet/pod-resources mounted read-only; values.yaml securityContext adds
+# SYS_ADMIN, drops ALL, no privilege escalation; arguments -f /etc/dcgm-exporter/default-counters.csv.
 
 
 @pytest.mark.parametrize("api", [False, True])
 def test_helm_mode_deploys_nfd_with_gfd_and_passes_the_node_feature_api(api):
     values = helm_values({"gfd_node_feature_api": api})
-    assert values["nfd"] == {"enabled": True, "enableNodeFeatureApi": api}
+    assert values["nfd"] == {"enabled": True}
+    config = yaml.safe_load(values["config"]["map"]["default"])
+    assert config["flags"]["useNodeFeatureAPI"] is api
     assert values["gfd"]["enabled"] is True
     assert helm_values({"gfd_enabled": False})["nfd"]["enabled"] is False
     assert helm_values({"nfd_enabled": False})["nfd"]["enabled"] is False
@@ -372,21 +383,23 @@ def test_dcgm_exporter_knows_its_node():
 
 
 # --- Pins ------------------------------------------------------------------------------------------------------------
-# The facts above were read at k8s-device-plugin v0.17.4, the newest 0.17 patch (tags, 2026-11-23): the role deploys
-# that release, as image and as chart, so the render is what these tests describe.
+# The facts above were read at k8s-device-plugin v0.20.0 (tagged 2026-08-19), NVIDIA's newest release (the tags of
+# github.com/NVIDIA/k8s-device-plugin, read 2026-11-27): the role deploys that release, as image and as chart, so the
+# render is what these tests describe. DCGM exporter 4.5.3-4.8.2 (tagged 2026-05-06) is NVIDIA's newest tag.
 
 
 def test_the_render_is_the_release_these_facts_were_read_at():
     defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
-    assert defaults["device_plugin_image_tag"] == "v0.17.4"
-    assert defaults["device_plugin_helm_chart_version"] == "0.17.4"
-    assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+    assert defaults["device_plugin_image_tag"] == "v0.20.0"
+    assert defaults["device_plugin_helm_chart_version"] == "0.20.0"
+    assert defaults["device_plugin_dcgm_exporter_image_tag"] == "4.5.3-4.8.2-ubuntu22.04"
+    assert container({}, PLUGIN)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
     assert container({}, GFD)["image"] == container({"mps": {"replicas": 2}}, MPS)["image"]
 
 
 # --- Default and time slicing ----------------------------------------------------------------------------------------
 # Facts (CHART): daemonset-device-plugin.yml mounts hostPath /var/lib/kubelet/device-plugins (type Directory since
-# v0.17.4, CHANGELOG "Ensure that directory volumes have Directory type") on the same path, sets
+# v0.18.0, CHANGELOG "Ensure that directory volumes have Directory type") on the same path, sets
 # NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=compute,utility and CONFIG_FILE=/config/config.yaml;
 # values.yaml priorityClassName system-node-critical, toleration nvidia.com/gpu Exists NoSchedule; daemonset-gfd.yml
 # mounts /etc/kubernetes/node-feature-discovery/features.d (DirectoryOrCreate) and /sys (Directory), GFD privileged

@@ -6,7 +6,7 @@
 deployment of the guides would schedule against the role's render for the settings named above it.
 
 What the device plugin advertises is worked out here from the rendered ``config.yaml`` by NVIDIA's rules, not by the
-builder's own helper (k8s-device-plugin v0.17.4, read 2026-11-23): internal/rm/rm.go, MIG ``none``/``single`` give
+builder's own helper (k8s-device-plugin v0.20.0, read 2026-11-27): internal/rm/rm.go, MIG ``none``/``single`` give
 ``nvidia.com/gpu``, ``mixed`` one ``nvidia.com/mig-<profile>`` per profile of the node; api/config/v1/replicas.go,
 with ``renameByDefault`` a shared resource is advertised only as ``<name>.shared``.
 """
