@@ -213,7 +213,7 @@ def _int(value: Any, where: str) -> int:
     raise FleetError(f"{where}: expected an integer (or 0x hex string), got {value!r}")
 
 
-def _gpu(node: str, index: int, raw: Any) -> dict[str, Any]:
+def _gpu(node: str, index: int, raw: Any, count: int = 1) -> dict[str, Any]:
     where = f"node {node!r} gpus[{index}]"
     if raw is None:
         raw = {}
@@ -244,7 +244,12 @@ def _gpu(node: str, index: int, raw: Any) -> dict[str, Any]:
         gpu[key] = _int(gpu[key], f"{where}.{key}")
     if not 0 < gpu["device_id"] <= 0xFFFF:
         raise FleetError(f"{where}.device_id: {gpu['device_id']:#x} is not a 16-bit PCI device id")
-    gpu["numa_node"] = _int(gpu.get("numa_node", -1), f"{where}.numa_node")
+    # A node's GPUs sit on NUMA node 0, or half on 0 and half on 1 when there are more than 4 (two sockets, as a DGX
+    # or HGX board); NVIDIA's device plugin reads /sys/bus/pci/devices/<bus id>/numa_node for its topology
+    # (k8s-device-plugin v0.20.0, internal/rm/nvml_devices.go GetNumaNode) and a negative value means none.
+    # "numa_node": -1 in the fleet file gives the platform-does-not-say case.
+    default_numa = 0 if count <= 4 else index * 2 // count
+    gpu["numa_node"] = _int(gpu.get("numa_node", default_numa), f"{where}.numa_node")
     cc = str(gpu["compute_capability"])
     if not re.match(r"^\d+\.\d+$", cc):
         raise FleetError(f"{where}.compute_capability: {cc!r} is not MAJOR.MINOR")
@@ -280,7 +285,7 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
         gpus_raw = [{}] * gpus_raw  # each is copied by _gpu
     if not isinstance(gpus_raw, list):
         raise FleetError(f"{where}.gpus: expected a list (or a count), got {type(gpus_raw).__name__}")
-    gpus = [_gpu(name, i, g) for i, g in enumerate(gpus_raw)]
+    gpus = [_gpu(name, i, g, len(gpus_raw)) for i, g in enumerate(gpus_raw)]
     for key, label in (("uuid", "UUID"), ("pci_bus_id", "PCI bus id"), ("minor", "minor number")):
         seen = [g[key] for g in gpus]
         dupes = sorted({str(v) for v in seen if seen.count(v) > 1})
@@ -397,6 +402,7 @@ def node_config(node: dict[str, Any]) -> dict[str, Any]:
                 "brand": BRANDS[g["brand"]],
                 "mig_mode": {None: -1, "disabled": 0, "enabled": 1}[g["mig_mode"]],
                 "max_mig_devices": g["max_mig_devices"],
+                "numa_node": g["numa_node"],
             }
         )
     return {

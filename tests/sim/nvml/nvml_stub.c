@@ -19,6 +19,9 @@
  * "remapped_rows": {correctable, uncorrectable, pending, failure} (nvmlDeviceGetRemappedRows),
  * "retired_pages_pending" (nvmlDeviceGetRetiredPagesPendingStatus), "clocks_event_reasons" (a bit mask, nvml.h
  * nvmlClocksEventReason*; nvmlDeviceGetCurrentClocksEventReasons and ...ThrottleReasons), "persistence_mode".
+ * Topology, per GPU: "numa_node" (nvmlDeviceGetNumaNodeId; -1 or absent: NOT_SUPPORTED), "pcie_switch" (GPUs with
+ * the same switch id share a PCIe switch) and "nvlinks" (one peer PCI bus id per active NVLink; absent: a PCIe board,
+ * every NVLink call NOT_SUPPORTED), read by nvmlDeviceGetTopologyCommonAncestor and the NVLink calls.
  * Struct layouts are NVML's (nvml.h): nvmlPciInfo_t, nvmlMemory_t, nvmlMemory_v2_t.
  */
 #define _GNU_SOURCE
@@ -60,6 +63,9 @@ struct nvmlDevice_st {
     long long ecc_volatile, ecc_aggregate, clocks_reasons;
     int rows_corr, rows_unc, rows_pending, rows_failure, retired_pending, persistence;
     int dynamic; /* MIG instances from the GPU-instance table below (created through NVML), not "mig_devices" */
+    int numa, pcie_switch; /* -1: not said */
+    unsigned int nvlink_count;
+    char nvlink_peer[18][32]; /* NVML_NVLINK_MAX_LINKS: each active link's peer PCI bus id */
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -303,6 +309,12 @@ static nvmlReturn_t load_config(void) {
         d->mig_mode = (int)jnum(g, "mig_mode", -1);
         d->max_mig = (unsigned)jnum(g, "max_mig_devices", 0);
         d->lost = (int)jnum(g, "lost", 0);
+        d->numa = (int)jnum(g, "numa_node", -1);
+        d->pcie_switch = (int)jnum(g, "pcie_switch", -1);
+        jv *links = jget(g, "nvlinks");
+        d->nvlink_count = 0;
+        for (int k = 0; links && links->t == 'a' && k < links->n && k < 18; k++)
+            if (links->items[k]->t == 's') copy_str(d->nvlink_peer[d->nvlink_count++], 32, links->items[k]->str);
         jv *h = jget(g, "health");
         jv *rows = jget(h, "remapped_rows");
         d->ecc_volatile = (long long)jnum(h, "ecc_uncorrected_volatile", -1);
@@ -366,7 +378,7 @@ static nvmlReturn_t load_config(void) {
     return NVML_SUCCESS;
 }
 
-#define CHECK_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
+#define CHECK_INIT() do { if (__atomic_load_n(&init_count, __ATOMIC_ACQUIRE) <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < devices || (d) >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
 #define MAX_GI 16 /* GPU-instance ids 1..16 (an A100's go up to 14) */
 static struct nvmlDevice_st dyn_migs[MAX_GPUS][MAX_GI];
@@ -391,8 +403,8 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     lock_init();
     nvmlReturn_t ret = NVML_SUCCESS;
-    if (init_count > 0) init_count++;
-    else if ((ret = load_config()) == NVML_SUCCESS) init_count = 1;
+    if (init_count > 0) __atomic_add_fetch(&init_count, 1, __ATOMIC_RELEASE);
+    else if ((ret = load_config()) == NVML_SUCCESS) __atomic_store_n(&init_count, 1, __ATOMIC_RELEASE);
     unlock_init();
     return ret;
 }
@@ -401,7 +413,7 @@ API nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 API nvmlReturn_t nvmlShutdown(void) {
     lock_init();
     nvmlReturn_t ret = init_count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
-    if (init_count > 0) init_count--;
+    if (init_count > 0) __atomic_sub_fetch(&init_count, 1, __ATOMIC_RELEASE);
     unlock_init();
     return ret;
 }
@@ -1021,6 +1033,89 @@ API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, 
     return 10; /* NVML_ERROR_TIMEOUT: nothing happened */
 }
 API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) { return nvmlEventSetWait_v2(set, data, timeout_ms); }
+
+/* Topology and NVLink: what NVIDIA's device plugin asks when it picks devices for a pod (GetPreferredAllocation in
+ * k8s-device-plugin v0.20.0 runs go-gpuallocator, vendor/github.com/NVIDIA/go-gpuallocator/internal/links/device.go:
+ * GetP2PLink calls nvmlDeviceGetTopologyCommonAncestor for every pair of GPUs, getAllNvLinkRemotePciInfo
+ * nvmlDeviceGetNvLinkState and nvmlDeviceGetNvLinkRemotePciInfo(_v2) for links 0..17, skipping a link that answers
+ * NOT_SUPPORTED or INVALID_ARGUMENT) and what its device list reports (internal/rm/nvml_devices.go reads the NUMA
+ * node from sysfs; nvmlDeviceGetNumaNodeId is NVML's own answer, which discovery reads). Levels and the enable
+ * state are nvml.h's. A MIG device answers for its GPU. */
+enum {
+    NVML_TOPOLOGY_INTERNAL = 0, NVML_TOPOLOGY_SINGLE = 10, NVML_TOPOLOGY_MULTIPLE = 20, NVML_TOPOLOGY_HOSTBRIDGE = 30,
+    NVML_TOPOLOGY_NODE = 40, NVML_TOPOLOGY_SYSTEM = 50,
+};
+#define NVML_NVLINK_MAX_LINKS 18
+static struct nvmlDevice_st *gpu_of(nvmlDevice_t d) {
+    if (IS_MIG(d)) return d->parent < device_count ? &devices[d->parent] : NULL;
+    return (d && d >= devices && d < devices + device_count) ? d : NULL;
+}
+API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *level) {
+    CHECK_INIT();
+    struct nvmlDevice_st *x = gpu_of(a), *y = gpu_of(b);
+    if (!x || !y || !level) return NVML_ERROR_INVALID_ARGUMENT;
+    if (x->lost || y->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (x == y) *level = NVML_TOPOLOGY_INTERNAL;
+    else if (x->pcie_switch >= 0 && x->pcie_switch == y->pcie_switch) *level = NVML_TOPOLOGY_SINGLE;
+    else if (x->numa == y->numa) *level = NVML_TOPOLOGY_NODE; /* one CPU's root complex, different host bridges */
+    else *level = NVML_TOPOLOGY_SYSTEM; /* across the CPUs' interconnect */
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
+    CHECK_INIT();
+    struct nvmlDevice_st *x = gpu_of(d);
+    if (!x || !node) return NVML_ERROR_INVALID_ARGUMENT;
+    if (x->numa < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned int)x->numa;
+    return NVML_SUCCESS;
+}
+/* A PCIe board (no "nvlinks") answers NOT_SUPPORTED for every link, as real PCIe boards do; with links, the ones past
+ * the last answer INVALID_ARGUMENT. */
+static nvmlReturn_t nvlink(nvmlDevice_t d, unsigned int link, struct nvmlDevice_st **x) {
+    CHECK_INIT();
+    *x = gpu_of(d);
+    if (!*x) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((*x)->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (!(*x)->nvlink_count) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (*x)->nvlink_count || link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active) {
+    struct nvmlDevice_st *x;
+    nvmlReturn_t rc = nvlink(d, link, &x);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!active) return NVML_ERROR_INVALID_ARGUMENT;
+    *active = 1; /* NVML_FEATURE_ENABLED */
+    return NVML_SUCCESS;
+}
+/* nvmlNvLinkCapability_t: 0 P2P supported, 1 sysmem access, 2 P2P atomics, 3 sysmem atomics, 4 SLI bridge, 5 valid. */
+API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int link, int capability, unsigned int *result) {
+    struct nvmlDevice_st *x;
+    nvmlReturn_t rc = nvlink(d, link, &x);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!result || capability < 0 || capability > 5) return NVML_ERROR_INVALID_ARGUMENT;
+    *result = capability == 4 ? 0 : 1;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci) {
+    struct nvmlDevice_st *x;
+    nvmlReturn_t rc = nvlink(d, link, &x);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t peer = NULL;
+    if (nvmlDeviceGetHandleByPciBusId_v2(x->nvlink_peer[link], &peer) == NVML_SUCCESS) return nvmlDeviceGetPciInfo_v3(peer, pci);
+    /* A peer that is no GPU of this node (an NVSwitch): its bus id, no device ids. */
+    unsigned int dom = 0, bus = 0, dev = 0, fn = 0;
+    if (sscanf(x->nvlink_peer[link], "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) return NVML_ERROR_UNKNOWN;
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = dom; pci->bus = bus; pci->device = dev;
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dev, fn);
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci) {
+    return nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, pci);
+}
 
 /* What nvidia-smi's default table, -L, --query-gpu and -q ask for beyond discovery's needs. A GPU's
  * state that the simulation does not have (clocks, temperatures, power, ECC, PCIe link, inforom, ...)

@@ -204,3 +204,118 @@ def test_lost_gpu_mig_devices_and_forced_init_error(stub, tmp_path):
         [sys.executable, "-c", MIG_PROBE, str(stub)], check=True, capture_output=True, text=True, env=env
     )
     assert json.loads(res.stdout)["init"] == 18
+
+
+TOPOLOGY_PROBE = r"""
+import ctypes, json, sys
+class Pci(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+nvml = ctypes.CDLL(sys.argv[1])
+out = {"init": nvml.nvmlInit_v2()}
+h = [ctypes.c_void_p(), ctypes.c_void_p()]
+for i in range(2):
+    nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h[i]))
+def level(a, b):
+    v = ctypes.c_int(-1)
+    return [nvml.nvmlDeviceGetTopologyCommonAncestor(a, b, ctypes.byref(v)), v.value]
+out["same"], out["pair"], out["pair_back"] = level(h[0], h[0]), level(h[0], h[1]), level(h[1], h[0])
+mig = ctypes.c_void_p()
+out["mig_rc"] = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h[0], 0, ctypes.byref(mig))
+if out["mig_rc"] == 0:
+    out["mig_to_own_gpu"] = level(mig, h[0])
+numa = ctypes.c_uint(99)
+out["numa"] = [[nvml.nvmlDeviceGetNumaNodeId(x, ctypes.byref(numa)), numa.value] for x in h]
+state, pci, cap = ctypes.c_int(-1), Pci(), ctypes.c_uint(9)
+out["links"] = []
+for x in h:
+    row = []
+    for link in range(3):
+        rc = nvml.nvmlDeviceGetNvLinkState(x, link, ctypes.byref(state))
+        prc = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(x, link, ctypes.byref(pci))
+        crc = nvml.nvmlDeviceGetNvLinkCapability(x, link, 0, ctypes.byref(cap))
+        row.append([rc, state.value if rc == 0 else None, prc, pci.busId.decode() if prc == 0 else None, crc])
+    out["links"].append(row)
+print(json.dumps(out))
+"""
+
+
+def topology(stub, tmp_path, **gpu_changes):
+    config = node_config(NODE)
+    config["all_devices"] = 1
+    for index, changes in gpu_changes.items():
+        config["gpus"][int(index[1:])].update(changes)
+    (tmp_path / "t.json").write_text(json.dumps(config))
+    env = {"GPUFLEET_SIM_GPUS_JSON": str(tmp_path / "t.json")}
+    res = subprocess.run(
+        [sys.executable, "-c", TOPOLOGY_PROBE, str(stub)], check=True, capture_output=True, text=True, env=env
+    )
+    return json.loads(res.stdout)
+
+
+def test_topology_numa_and_nvlink_answer_what_nvidias_allocator_asks(stub, tmp_path):
+    """k8s-device-plugin v0.20.0's GetPreferredAllocation (go-gpuallocator internal/links/device.go) asks every pair's
+    common ancestor and every GPU's NVLinks 0..17; a missing symbol killed the plugin (exit 127)."""
+    # NODE's A100 and T4 on NUMA nodes 0 and 1 (two sockets); a PCIe board has no NVLink.
+    out = topology(stub, tmp_path, g0={"numa_node": 0}, g1={"numa_node": 1})
+    assert out["init"] == 0
+    assert out["same"] == [0, 0]  # NVML_TOPOLOGY_INTERNAL
+    assert out["pair"] == [0, 50] and out["pair_back"] == [0, 50]  # NVML_TOPOLOGY_SYSTEM: across the sockets
+    assert out["numa"] == [[0, 0], [0, 1]]
+    assert all(link[0] == 3 and link[2] == 3 and link[4] == 3 for row in out["links"] for link in row)  # NOT_SUPPORTED
+    # One socket: NODE; one PCIe switch: SINGLE; NUMA unknown: NOT_SUPPORTED for the id.
+    out = topology(stub, tmp_path, g0={"numa_node": 0}, g1={"numa_node": 0})
+    assert out["pair"] == [0, 40]
+    out = topology(stub, tmp_path, g0={"pcie_switch": 2, "numa_node": -1}, g1={"pcie_switch": 2, "numa_node": -1})
+    assert out["pair"] == [0, 10] and out["numa"] == [[3, 99], [3, 99]]
+
+
+def test_nvlinks_name_their_peer_and_links_past_the_last_are_invalid(stub, tmp_path):
+    a100, t4 = (g["pci_bus_id"] for g in NODE["gpus"])
+    out = topology(stub, tmp_path, g0={"nvlinks": [t4, "0000:c1:00.0"]}, g1={"nvlinks": [a100]})
+    a100_links, t4_links = out["links"]
+    assert a100_links[0] == [0, 1, 0, "00000000:37:00.0", 0]  # enabled, the T4 at the other end
+    assert a100_links[1] == [0, 1, 0, "00000000:C1:00.0", 0]  # a peer that is no GPU (an NVSwitch)
+    assert a100_links[2][0] == 2 and a100_links[2][2] == 2  # INVALID_ARGUMENT: the allocator skips it
+    assert t4_links[0][3] == "00000000:17:00.0" and t4_links[1][0] == 2
+
+
+def test_a_mig_device_has_its_gpus_topology(stub, tmp_path):
+    out = topology(stub, tmp_path, g0={"mig_devices": [{"slot": 0, "name": "A100 MIG 1g.5gb", "gi_id": 7, "ci_id": 0}]})
+    assert out["mig_rc"] == 0 and out["mig_to_own_gpu"] == [0, 0]
+
+
+THREADS_PROBE = r"""
+import ctypes, json, sys, threading
+nvml = ctypes.CDLL(sys.argv[1])
+bad = []
+def worker():
+    n, h = ctypes.c_uint(), ctypes.c_void_p()
+    for _ in range(300):
+        rc = nvml.nvmlInit_v2()
+        if rc:
+            bad.append(("init", rc)); continue
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)) or n.value != 2:
+            bad.append(("count", n.value))
+        if nvml.nvmlDeviceGetHandleByIndex_v2(1, ctypes.byref(h)):
+            bad.append(("handle",))
+        rc = nvml.nvmlShutdown()
+        if rc:
+            bad.append(("shutdown", rc))
+threads = [threading.Thread(target=worker) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(json.dumps({"bad": bad[:5], "bad_count": len(bad), "after": nvml.nvmlShutdown()}))
+"""
+
+
+def test_init_and_shutdown_from_many_threads_at_once(stub, tmp_path):
+    """NVIDIA's plugin calls nvmlInit from its health check and its allocator at the same time: each call succeeds,
+    each Shutdown balances one Init, and a device seen between them is whole (8 threads x 300 rounds)."""
+    env = {"GPUFLEET_SIM_GPUS_JSON": str(write_config(tmp_path / "g.json"))}
+    res = subprocess.run(
+        [sys.executable, "-c", THREADS_PROBE, str(stub)], check=True, capture_output=True, text=True, env=env
+    )
+    out = json.loads(res.stdout)
+    assert out["bad_count"] == 0, out["bad"]
+    assert out["after"] == 1  # NVML_ERROR_UNINITIALIZED: every Init was shut down

@@ -143,6 +143,7 @@ def test_pci_tree_has_gpus_audio_and_host_functions():
     assert tree["0000:17:00.0/device"] == "0x27b8\n"
     assert tree["0000:17:00.0/class"] == "0x030200\n"
     assert tree["0000:17:00.0/numa_node"] == "1\n"
+    assert tree["0000:37:00.0/numa_node"] == "0\n"  # no numa_node given: NUMA node 0 on a node of at most 4 GPUs
     assert tree["0000:17:00.0/driver"] == "../../../bus/pci/drivers/nvidia"
     assert tree["0000:17:00.1/class"] == "0x040300\n"
     assert "0000:17:00.1/driver" not in tree
@@ -171,3 +172,13 @@ def test_image_tags_follow_their_inputs():
     assert a != images.node_tag("bookworm", ["docker", "containerd"], True)
     assert images.base_tag("trixie") != images.base_tag("sid")
     assert "dpkg-divert --local --add --rename" in images._node_script("bookworm", ["libnvidia-ml1"], True)
+
+
+def test_gpus_have_a_numa_node_two_sockets_from_five_gpus_on():
+    (small,) = fleet({"name": "s", "gpus": [{"model": "L4"}] * 4})
+    assert [g["numa_node"] for g in small["gpus"]] == [0, 0, 0, 0]
+    (dgx,) = fleet({"name": "d", "gpus": [{"model": "A100-SXM4-40GB"}] * 8})
+    assert [g["numa_node"] for g in dgx["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    (unsaid,) = fleet({"name": "u", "gpus": [{"model": "L4", "numa_node": -1}]})
+    tree = pcitree.pci_tree(unsaid["gpus"], "loaded", {})
+    assert tree["0000:17:00.0/numa_node"] == "-1\n"
