@@ -56,6 +56,36 @@ FLEET = {
     + [{"name": "cri-cpu", "suite": "bookworm", "engines": ["docker", "containerd"], "gpus": []}]
 }
 KUBE = "cri-kube"
+# Slurm from Debian's packages on cri-bookworm, controller and GPU node in one (the other GPU nodes run trixie's or
+# sid's Slurm, which bookworm's slurmctld 22.05 cannot serve): installed before site.yml with the admin's slurm.conf,
+# which includes the node lines the slurm stage writes; the daemons start when the stage restarts them.
+SLURM = "cri-bookworm"
+SLURM_CONF = """ClusterName=gpufleet-sim
+SlurmctldHost={node}
+AuthType=auth/munge
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+SelectType=select/cons_tres
+GresTypes=gpu
+ReturnToService=2
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+Include /etc/slurm/gpufleet-nodes.conf
+PartitionName=gpu Nodes=ALL Default=YES State=UP MaxTime=INFINITE
+"""
+SLURM_PREP = rf"""
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends munge slurmd slurmctld slurm-client >/dev/null
+rm -f /usr/sbin/policy-rc.d
+cat > /etc/slurm/slurm.conf <<'CONF'
+{SLURM_CONF.format(node=SLURM)}CONF
+systemctl restart munge
+"""
 CPU = "cri-cpu"
 IMAGE = "gpufleet-sim/cri:latest"
 MINI = "gpufleet-sim/mini:latest"
@@ -131,11 +161,23 @@ def converge(fleet: Any, tmp: Path) -> None:
     of site.yml), ``cpu_before_site`` and ``cpu_after_site`` (the CPU-only node's snapshots)."""
     start = time.monotonic()
     with ThreadPoolExecutor(len(fleet.nodes)) as pool:
-        preps = dict(zip(fleet.nodes, pool.map(lambda n: fleet.node(n).run(NODE_PREP, timeout=600), fleet.nodes)))
+        prep = {n: NODE_PREP + (SLURM_PREP if n == SLURM else "") for n in fleet.nodes}
+        preps = dict(zip(fleet.nodes, pool.map(lambda n: fleet.node(n).run(prep[n], timeout=600), fleet.nodes)))
     for name, res in preps.items():
         assert res.rc == 0, f"{name}: node preparation failed\n{res.stdout}\n{res.stderr}"
     kube = tmp / "kube.yml"
-    kube.write_text(yaml.safe_dump({"all": {"children": {"kube_nodes": {"hosts": {KUBE: None}}}}}))
+    kube.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "kube_nodes": {"hosts": {KUBE: None}},
+                        "slurm_controllers": {"hosts": {SLURM: {"slurm_constrain_devices": True}}},
+                    }
+                }
+            }
+        )
+    )
     settings = {
         "device_plugin_mode": "render_only",
         "device_plugin_render_dir": str(tmp / "gitops"),

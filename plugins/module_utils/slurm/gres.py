@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 _TYPE_BAD = re.compile(r"[^a-z0-9._-]+")
+HEADER = "# Written by gpufleet.nvidia from the GPUs' discovery; changes here are replaced.\n"
 
 
 class GresError(ValueError):
@@ -107,7 +108,7 @@ def render(
     (``ConstrainDevices=yes``: https://slurm.schedmd.com/cgroup.conf.html, read 2026-11-27; a job sees only the
     device files of the GRES it was given)."""
     lines = gres_lines(gpus, mig_minors)
-    header = "# Written by gpufleet.nvidia from the GPUs' discovery; changes here are replaced.\n"
+    header = HEADER
     gres = gres_value(lines)
     out: dict[str, Any] = {
         "gres": gres,

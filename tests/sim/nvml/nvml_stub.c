@@ -271,6 +271,14 @@ static int denied(const char *path) {
     return errno == EACCES;
 }
 
+/* Whether a device cgroup keeps this process from a device node (EPERM on open, as under Slurm's
+ * ConstrainDevices or a container's device rules): NVIDIA's NVML then does not list that GPU. */
+static int cgroup_hidden(const char *path) {
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0) { close(fd); return 0; }
+    return errno == EPERM;
+}
+
 static nvmlReturn_t load_config(void) {
     char *text = load_config_text();
     if (!text) return NVML_ERROR_DRIVER_NOT_LOADED;
@@ -294,7 +302,7 @@ static nvmlReturn_t load_config(void) {
         memset(d, 0, sizeof(*d));
         d->minor = (unsigned)jnum(g, "minor", i);
         snprintf(node, sizeof(node), "/dev/nvidia%u", d->minor);
-        if (!all && access(node, F_OK) != 0) continue;
+        if (!all && (access(node, F_OK) != 0 || cgroup_hidden(node))) continue;
         d->index = device_count;
         copy_str(d->name, sizeof(d->name), jstr(g, "name", "NVIDIA Simulated GPU"));
         copy_str(d->uuid, sizeof(d->uuid), jstr(g, "uuid", ""));

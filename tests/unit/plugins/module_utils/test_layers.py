@@ -23,7 +23,7 @@ ALLOWED = {
     "discovery": {"base", "cdi", "runtime"},
     "hostprog": {"base", "cdi", "discovery"},
     "mig": {"base", "cdi", "discovery"},
-    "slurm": {"base"},
+    "slurm": {"base", "cdi"},
 }
 
 
