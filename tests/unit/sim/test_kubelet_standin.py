@@ -1,0 +1,221 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The kubelet stand-in (tests/tools/kubelet_standin): its device plugin API messages against exchanges recorded from
+NVIDIA's k8s-device-plugin v0.20.0 (built from source, run on the NVML stub with the role's rendered config,
+2026-11-27), and its device manager against a plugin served here over a real gRPC unix socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.tools.kubelet_standin import api  # noqa: E402
+from tests.tools.kubelet_standin.devicemanager import AdmissionError, DeviceManager  # noqa: E402
+
+grpc = pytest.importorskip("grpc")
+FIXTURES = Path(__file__).parent / "fixtures" / "kubelet_standin"
+
+
+def recorded(name):
+    return json.loads((FIXTURES / f"nvidia-device-plugin-v0.20.0-{name}.json").read_text())
+
+
+# --- Messages, against what NVIDIA's plugin sent ---------------------------------------------------------------------
+
+
+def test_nvidias_options_list_and_allocate_decode():
+    rec = recorded("default")
+    assert api.options_decode(bytes.fromhex(rec["options"])) == {
+        "pre_start_required": False,
+        "get_preferred_allocation_available": True,
+    }
+    devices = api.devices_decode(bytes.fromhex(rec["list_and_watch"]))
+    assert len(devices) == 2 and {d["health"] for d in devices} == {"Healthy"}
+    assert sorted(d["numa"] for d in devices) == [[0], [1]]  # the simulated sysfs' NUMA nodes
+    (chosen,) = api.preferred_response_decode(bytes.fromhex(rec["preferred_response"]))
+    assert len(chosen) == 1 and chosen[0] in {d["ID"] for d in devices}
+    (request,) = api.allocate_request_decode(bytes.fromhex(rec["allocate_request"]))
+    (response,) = api.allocate_response_decode(bytes.fromhex(rec["allocate_response"]))
+    # volume-mounts, the role's default: /dev/null on /var/run/nvidia-container-devices/<uuid>, and the variable
+    # pointing there (k8s-device-plugin internal/plugin/server.go updateResponseForDeviceMounts).
+    assert response["envs"] == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    assert response["mounts"] == [
+        {
+            "container_path": f"/var/run/nvidia-container-devices/{request[0]}",
+            "host_path": "/dev/null",
+            "read_only": False,
+        }
+    ]
+    assert response["devices"] == [] and response["cdi_devices"] == []
+
+
+def test_our_encoding_of_the_requests_is_byte_for_byte_what_was_sent():
+    rec = recorded("time-slicing-packed")
+    devices = api.devices_decode(bytes.fromhex(rec["list_and_watch"]))
+    ids = sorted(d["ID"] for d in devices)
+    assert len(ids) == 8 and all("::" in i for i in ids)  # 2 GPUs x 4 replicas
+    assert api.preferred_request_encode(ids, [], 1).hex() == rec["preferred_request"]
+    assert api.allocate_request_encode([ids[:1]]).hex() == rec["allocate_request"]
+    request = api.preferred_request_decode(bytes.fromhex(rec["preferred_request"]))
+    assert request == [{"available": ids, "must_include": [], "size": 1}]
+
+
+def test_encoders_and_decoders_round_trip():
+    devices = [{"ID": "a", "health": "Healthy", "numa": [0]}, {"ID": "b", "health": "Unhealthy", "numa": []}]
+    assert api.devices_decode(api.devices_encode(devices)) == devices
+    response = {
+        "envs": {"A": "1"},
+        "mounts": [{"container_path": "/c", "host_path": "/h", "read_only": True}],
+        "devices": [{"container_path": "/dev/x", "host_path": "/dev/x", "permissions": "rw"}],
+        "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"},
+        "cdi_devices": ["nvidia.com/gpu=0"],
+    }
+    assert api.allocate_response_decode(api.allocate_response_encode([response])) == [response]
+    req = api.register_request_decode(api.register_request_encode("v1beta1", "p.sock", "nvidia.com/gpu", True))
+    assert req == {
+        "version": "v1beta1",
+        "endpoint": "p.sock",
+        "resource_name": "nvidia.com/gpu",
+        "options": {"pre_start_required": False, "get_preferred_allocation_available": True},
+    }
+
+
+# --- The device manager, with a plugin served here ----------------------------------------------------------------
+
+
+class FakePlugin:
+    """A device plugin on a unix socket: fixed devices, health changes pushed through ListAndWatch, every
+    GetPreferredAllocation and Allocate request recorded; it prefers the last available device."""
+
+    def __init__(self, root, name, ids, resource="nvidia.com/gpu"):
+        self.root, self.name, self.resource = root, name, resource
+        self.devices = [{"ID": i, "health": "Healthy", "numa": [0]} for i in ids]
+        self.updates: queue.Queue = queue.Queue()
+        self.preferred, self.allocated = [], []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        methods = {
+            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(lambda r, c: api.options_encode(False, True)),
+            "ListAndWatch": grpc.unary_stream_rpc_method_handler(self._list_and_watch),
+            "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(self._preferred),
+            "Allocate": grpc.unary_unary_rpc_method_handler(self._allocate),
+        }
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", methods),))
+        self.server.add_insecure_port(f"unix://{os.path.join(root, name)}")
+
+    def _list_and_watch(self, request, context):
+        yield api.devices_encode(self.devices)
+        while context.is_active():
+            try:
+                self.updates.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            yield api.devices_encode(self.devices)
+
+    def _preferred(self, request, context):
+        (req,) = api.preferred_request_decode(request)
+        self.preferred.append(req)
+        return api.preferred_response_encode([req["available"][-req["size"] :]])
+
+    def _allocate(self, request, context):
+        (ids,) = api.allocate_request_decode(request)
+        self.allocated.append(ids)
+        return api.allocate_response_encode([{"envs": {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}}])
+
+    def start_and_register(self, version="v1beta1"):
+        self.server.start()
+        with grpc.insecure_channel(f"unix://{os.path.join(self.root, api.KUBELET_SOCKET)}") as channel:
+            channel.unary_unary(api.REGISTER)(api.register_request_encode(version, self.name, self.resource, True))
+
+    def set_health(self, device_id, health):
+        next(d for d in self.devices if d["ID"] == device_id)["health"] = health
+        self.updates.put(1)
+
+    def stop(self):
+        self.server.stop(0)
+
+
+@pytest.fixture
+def kubelet():
+    # A short folder: unix socket paths are limited to 107 bytes.
+    root = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
+    dm = DeviceManager(root)
+    dm.start()
+    yield dm
+    dm.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_registration_list_allocate_pending_and_freed(kubelet):
+    plugin = FakePlugin(kubelet.root, "gpu.sock", ["GPU-a", "GPU-b"])
+    plugin.start_and_register()
+    try:
+        kubelet.wait_for("nvidia.com/gpu")
+        assert kubelet.capacity() == {"nvidia.com/gpu": 2} and kubelet.allocatable() == {"nvidia.com/gpu": 2}
+        first = kubelet.allocate("pod-1", "c", {"nvidia.com/gpu": 1, "cpu": 1})
+        # Two available for one: the plugin was asked and its choice (the last) taken.
+        assert plugin.preferred == [{"available": ["GPU-a", "GPU-b"], "must_include": [], "size": 1}]
+        assert first["nvidia.com/gpu"]["ids"] == ["GPU-b"]
+        assert first["nvidia.com/gpu"]["response"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": "GPU-b"}
+        second = kubelet.allocate("pod-2", "c", {"nvidia.com/gpu": 1})
+        assert second["nvidia.com/gpu"]["ids"] == ["GPU-a"]
+        assert len(plugin.preferred) == 1  # one available for one: no preference asked (manager.go)
+        with pytest.raises(AdmissionError, match="Requested: 1, Available: 0"):
+            kubelet.allocate("pod-3", "c", {"nvidia.com/gpu": 1})
+        assert plugin.allocated == [["GPU-b"], ["GPU-a"]]
+        kubelet.pod_ended("pod-1")
+        assert kubelet.allocate("pod-3", "c", {"nvidia.com/gpu": 1})["nvidia.com/gpu"]["ids"] == ["GPU-b"]
+    finally:
+        plugin.stop()
+
+
+def test_an_unhealthy_device_leaves_allocatable_and_is_not_given(kubelet):
+    plugin = FakePlugin(kubelet.root, "gpu.sock", ["GPU-a", "GPU-b"])
+    plugin.start_and_register()
+    try:
+        kubelet.wait_for("nvidia.com/gpu")
+        plugin.set_health("GPU-b", "Unhealthy")
+        kubelet.wait_for("nvidia.com/gpu", updates=2)
+        assert kubelet.capacity() == {"nvidia.com/gpu": 2} and kubelet.allocatable() == {"nvidia.com/gpu": 1}
+        assert kubelet.allocate("pod-1", "c", {"nvidia.com/gpu": 1})["nvidia.com/gpu"]["ids"] == ["GPU-a"]
+        with pytest.raises(AdmissionError, match="Available: 0"):
+            kubelet.allocate("pod-2", "c", {"nvidia.com/gpu": 1})
+    finally:
+        plugin.stop()
+
+
+def test_a_restarted_plugin_registers_again_and_an_old_version_is_refused(kubelet):
+    first = FakePlugin(kubelet.root, "gpu.sock", ["GPU-a"])
+    first.start_and_register()
+    kubelet.wait_for("nvidia.com/gpu")
+    first.stop()
+    second = FakePlugin(kubelet.root, "gpu.sock", ["GPU-a", "GPU-b", "GPU-c"])
+    second.start_and_register()
+    try:
+        done = threading.Event()
+        for _ in range(100):
+            if kubelet.capacity().get("nvidia.com/gpu") == 3:
+                done.set()
+                break
+            done.wait(0.1)
+        assert done.is_set(), kubelet.events
+        assert "re-registered nvidia.com/gpu" in kubelet.events
+        with pytest.raises(grpc.RpcError) as refused:
+            FakePlugin(kubelet.root, "other.sock", ["x"], "example.com/x").start_and_register(version="v1alpha")
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        second.stop()
