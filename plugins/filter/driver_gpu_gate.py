@@ -41,6 +41,14 @@ options:
     description: The host's name, for the message.
     type: str
     default: ""
+  stop_timeout:
+    description: Seconds the engine gives a container between SIGTERM and SIGKILL (C(-t) of C(docker stop) and
+      C(podman stop)); omitted, the engine's own default.
+    type: int
+  setting:
+    description: The variable that asked for the drain, as the refusal names it.
+    type: str
+    default: driver_drain
 """
 
 EXAMPLES = r"""
@@ -60,7 +68,8 @@ RETURN = r"""
 _value:
   description:
     - C(busy) (a process blocks), C(refuse) and C(message) (the role stops the host with it), C(stop) (the commands to
-      run when draining, C({engine, id, argv}) per container), C(users) (the processes that block, each C({pid, command,
+      run when draining, C({engine, id, argv}) per container), C(stoppable) (those commands even while something else
+      refuses: what a drain in check mode reports), C(users) (the processes that block, each C({pid, command,
       devices, engine, container_id, pod_uid, namespace})), C(ignored) (those left alone by O(ignore)) and C(warnings)
       (the scan stopped at its bounds, unreadable processes).
   type: dict
@@ -74,10 +83,19 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import D
 
 
 def driver_gpu_gate(
-    gpu_users: Any, drain: Any = False, ignore: Any = DEFAULT_IGNORE, reason: str = "the driver change", host: str = ""
+    gpu_users: Any,
+    drain: Any = False,
+    ignore: Any = DEFAULT_IGNORE,
+    reason: str = "the driver change",
+    host: str = "",
+    *,
+    stop_timeout: Any = None,
+    setting: Any = "driver_drain",
 ) -> dict[str, Any]:
     try:
-        return checked_gate(gpu_users, drain=drain, ignore=ignore, reason=reason, host=host)
+        return checked_gate(
+            gpu_users, drain=drain, ignore=ignore, reason=reason, host=host, stop_timeout=stop_timeout, setting=setting
+        )
     except GateError as exc:
         raise AnsibleFilterError(f"driver_gpu_gate: {exc}") from exc
 

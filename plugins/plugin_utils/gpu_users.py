@@ -88,12 +88,19 @@ def gate(
     ignore: Iterable[str] | None = DEFAULT_IGNORE,
     reason: str = "the driver change",
     host: str = "",
+    *,
+    stop_timeout: int | None = None,
+    setting: str = "driver_drain",
 ) -> dict[str, Any]:
     """What the driver role does before ``reason`` (``the driver change``, ``the reboot``).
 
     Returns ``{busy, refuse, message, stop, users, ignored, warnings}``: ``users`` the processes that block
     (``processes()``), ``ignored`` those whose command is in ``ignore``; ``stop`` the commands to run (``{engine,
-    id, argv}``, one per container) when draining; ``refuse`` and ``message`` when the role must stop the host.
+    id, argv}``, one per container) when draining, with the engine's own stop timeout (``-t <stop_timeout>``: the
+    seconds between SIGTERM and SIGKILL, ``docker stop`` and ``podman stop`` alike) when given; ``stoppable`` the same
+    commands for the containers a drain could stop even when something else refuses (what check mode reports);
+    ``refuse`` and ``message`` when the role must stop the host. ``setting`` is the variable that asked for the drain,
+    as the message names it.
     """
     ignore_set = {str(i) for i in (ignore or ())}
     every = processes(gpu_users)
@@ -105,6 +112,7 @@ def gate(
     if _get(gpu_users, "unreadable", 0):
         warnings.append(f"{_get(gpu_users, 'unreadable')} processes' open files could not be read (not root?)")
     result = {"busy": bool(users), "refuse": False, "message": "", "stop": [], "users": users, "ignored": ignored}
+    result["stoppable"] = []
     result["warnings"] = warnings
     if not users:
         return result
@@ -119,28 +127,39 @@ def gate(
             f"driver daemons that may stay are listed in driver_drain_ignore ({', '.join(sorted(ignore_set))})."
         )
         return result
+    stoppable: list[dict[str, Any]] = []
+    seen = set()
+    for proc in users:
+        key = (proc["engine"], proc["container_id"])
+        if _blocker(proc) is None and key not in seen:
+            seen.add(key)
+            timeout = ["-t", str(int(stop_timeout))] if stop_timeout is not None else []
+            argv = [STOPPABLE[proc["engine"]], "stop", *timeout, str(proc["container_id"])]
+            stoppable.append({"engine": proc["engine"], "id": proc["container_id"], "argv": argv})
+    result["stoppable"] = stoppable
     blocked = [(p, _blocker(p)) for p in users]
     blocked = [(p, why) for p, why in blocked if why]
     if blocked:
         result["refuse"] = True
         result["message"] = (
-            f"{prefix}refusing {reason} although driver_drain=true: "
+            f"{prefix}refusing {reason} although {setting}=true: "
             + "; ".join(f"{describe(p)}, {why}" for p, why in blocked)
             + ". The role stops only docker and podman containers."
         )
         return result
-    seen = set()
-    for proc in users:
-        key = (proc["engine"], proc["container_id"])
-        if key not in seen:
-            seen.add(key)
-            argv = [STOPPABLE[proc["engine"]], "stop", str(proc["container_id"])]
-            result["stop"].append({"engine": proc["engine"], "id": proc["container_id"], "argv": argv})
+    result["stop"] = stoppable
     return result
 
 
 def checked_gate(
-    gpu_users: Any, drain: Any = False, ignore: Any = DEFAULT_IGNORE, reason: Any = "the driver change", host: Any = ""
+    gpu_users: Any,
+    drain: Any = False,
+    ignore: Any = DEFAULT_IGNORE,
+    reason: Any = "the driver change",
+    host: Any = "",
+    *,
+    stop_timeout: Any = None,
+    setting: Any = "driver_drain",
 ) -> dict[str, Any]:
     """``gate`` on the arguments as a playbook passes them: ``GateError`` when ``drain`` is not a bool or ``ignore``
     is not a list of names (a string, a mapping or null is not); ``reason`` and ``host`` as strings."""
@@ -148,4 +167,14 @@ def checked_gate(
         raise GateError(f"drain must be a bool (driver_drain | gpufleet.nvidia.as_bool), got {drain!r}")
     if ignore is None or isinstance(ignore, (str, bytes, Mapping)) or not isinstance(ignore, Iterable):
         raise GateError(f"ignore must be a list of command names, got {ignore!r}")
-    return gate(gpu_users, drain=drain, ignore=ignore, reason=str(reason), host=str(host))
+    if stop_timeout is not None and (isinstance(stop_timeout, bool) or not isinstance(stop_timeout, int)):
+        raise GateError(f"stop_timeout must be a number of seconds (as_int), got {stop_timeout!r}")
+    return gate(
+        gpu_users,
+        drain=drain,
+        ignore=ignore,
+        reason=str(reason),
+        host=str(host),
+        stop_timeout=stop_timeout,
+        setting=str(setting),
+    )

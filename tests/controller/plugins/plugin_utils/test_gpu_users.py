@@ -72,6 +72,13 @@ def test_drain_stops_docker_and_podman_containers_once_each():
         {"engine": "docker", "id": ID, "argv": ["docker", "stop", ID]},
         {"engine": "podman", "id": ID2, "argv": ["podman", "stop", ID2]},
     ]
+    timed = gate(
+        facts(proc(100, engine="docker", cid=ID), proc(5, engine="podman", cid=ID2)), drain=True, stop_timeout=45
+    )
+    assert [s["argv"] for s in timed["stop"]] == [
+        ["docker", "stop", "-t", "45", ID],
+        ["podman", "stop", "-t", "45", ID2],
+    ]
 
 
 @pytest.mark.parametrize(
@@ -96,6 +103,13 @@ def test_drain_refuses_what_it_cannot_stop(user, why):
     assert result["stop"] == []  # nothing is stopped when the change cannot go ahead anyway
 
 
+def test_what_a_drain_could_stop_is_named_while_something_else_refuses():
+    result = gate(facts(proc(1), proc(2, engine="docker", cid=ID)), drain=True, setting="mig_drain", stop_timeout=5)
+    assert result["refuse"] is True and result["stop"] == []
+    assert result["stoppable"] == [{"engine": "docker", "id": ID, "argv": ["docker", "stop", "-t", "5", ID]}]
+    assert "although mig_drain=true" in result["message"]
+
+
 def test_warnings_for_an_incomplete_scan():
     result = gate(facts(truncated=True, unreadable=3))
     assert result["refuse"] is False
@@ -116,6 +130,7 @@ def test_describe_and_bad_input():
         ({"ignore": "nvidia-persistenced"}, "ignore must be a list of command names, got 'nvidia-persistenced'"),
         ({"ignore": None}, "ignore must be a list of command names, got None"),
         ({"ignore": {"a": 1}}, "ignore must be a list of command names, got {'a': 1}"),
+        ({"stop_timeout": "30"}, "stop_timeout must be a number of seconds (as_int), got '30'"),
     ],
 )
 def test_checked_gate_refuses_bad_arguments(kwargs, message):
