@@ -14,7 +14,7 @@ export PY_COLORS := 0
 # Every step says what it runs before running it.
 run = $(ROOT)/tests/tools/step.sh $(1)
 
-.PHONY: bench help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check galaxy-import molecule demo build changelog clean ee docs-lint docs
+.PHONY: bench k8s-live help setup lock test lint unit unit-py38 controller sanity ansible-lint integration faults build-check galaxy-import molecule demo build changelog clean ee docs-lint docs
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -79,6 +79,9 @@ molecule: ## every molecule scenario, when a Docker engine answers
 
 bench: setup .venv-bench/.installed ## start-path, discovery and fleet timings on the simulated fleet (not in make test): bench/results/<date>.{json,md,png}
 	@$(call run,python bench/bench.py)
+
+k8s-live: setup ## NVIDIA's device plugin and GFD (GPUFLEET_K8S_LIVE_BIN, built from source) under the kubelet stand-in on a simulated node, root (not in make test): bench/k8s-live/<date>.{json,md}
+	@$(call run,python tests/tools/kubelet_standin/live.py)
 
 ee: setup .venv-ee/.installed ## the execution environment's build context (tests/output/ee/context): collection tarball, introspected needs, ansible-builder create (EE_BUILD=1 also builds the image)
 	@$(call run,tests/tools/ee.sh)

@@ -219,3 +219,47 @@ def test_a_restarted_plugin_registers_again_and_an_old_version_is_refused(kubele
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         second.stop()
+
+
+# --- make k8s-live's pure parts (the run itself needs NVIDIA's binaries and root: bench/k8s-live/README.md) ---------
+
+
+def test_live_runs_the_plugin_with_the_roles_rendered_environment():
+    from tests.tools.kubelet_standin import live
+
+    rendered = live._render({"health_disabled_xids": [48]})
+    env = live._container_env(rendered, "nvidia-device-plugin", "/tmp/x/config.yaml")
+    assert env["CONFIG_FILE"] == "/tmp/x/config.yaml"
+    assert (env["NVIDIA_DRIVER_ROOT"], env["MPS_ROOT"], env["DP_DISABLE_HEALTHCHECKS"]) == (
+        "/",
+        "/run/nvidia/mps",
+        "48",
+    )
+    gfd = live._container_env(rendered, "gpu-feature-discovery", "/tmp/x/config.yaml")
+    assert gfd["GFD_USE_NODE_FEATURE_API"] == "false"  # the file NFD's local source reads
+
+
+def test_live_mig_node_has_two_mig_devices_per_gpu_with_their_own_uuids():
+    from tests.tools.kubelet_standin import live
+
+    config = live._stub_config(live._node(), mig=True)
+    migs = [m for g in config["gpus"] for m in g["mig_devices"]]
+    assert [g["numa_node"] for g in config["gpus"]] == [0, 1] and config["all_devices"] == 1
+    assert len(migs) == 4 and len({m["uuid"] for m in migs}) == 4 and {m["gi_id"] for m in migs} == {7, 9}
+
+
+def test_live_result_files_say_pass_fail_and_not_run(tmp_path, monkeypatch):
+    from tests.tools.kubelet_standin import live
+
+    monkeypatch.setattr(live, "RESULTS", tmp_path)
+    result = {
+        "plugin_version": "NVIDIA Device Plugin version v0.20.0",
+        "gfd_version": "GPU Feature Discovery version v0.20.0",
+        "runtime": "none",
+        "not_run": ["containers"],
+        "scenarios": [{"scenario": "default", "checks": [{"check": "a", "pass": True}, {"check": "b", "pass": False}]}],
+    }
+    path = live._write_result(result)
+    text = path.with_suffix(".md").read_text()
+    assert "| default | a | pass |" in text and "| default | b | FAIL |" in text and "* containers" in text
+    assert json.loads(path.read_text())["scenarios"][0]["checks"][1]["pass"] is False
