@@ -9,13 +9,10 @@ NVIDIA's k8s-device-plugin v0.20.0 (built from source, run on the NVML stub with
 from __future__ import annotations
 
 import json
-import os
-import queue
 import shutil
 import sys
 import tempfile
 import threading
-from concurrent import futures
 from pathlib import Path
 
 import pytest
@@ -26,9 +23,14 @@ if str(ROOT) not in sys.path:
 
 from tests.tools.kubelet_standin import api  # noqa: E402
 from tests.tools.kubelet_standin.devicemanager import AdmissionError, DeviceManager  # noqa: E402
+from tests.tools.kubelet_standin.replay import ReplayPlugin as FakePlugin  # noqa: E402
 
 grpc = pytest.importorskip("grpc")
 FIXTURES = Path(__file__).parent / "fixtures" / "kubelet_standin"
+
+
+def recorded_ids():
+    return api.allocate_request_decode(bytes.fromhex(recorded("default")["allocate_request"]))[0]
 
 
 def recorded(name):
@@ -95,58 +97,7 @@ def test_encoders_and_decoders_round_trip():
     }
 
 
-# --- The device manager, with a plugin served here ----------------------------------------------------------------
-
-
-class FakePlugin:
-    """A device plugin on a unix socket: fixed devices, health changes pushed through ListAndWatch, every
-    GetPreferredAllocation and Allocate request recorded; it prefers the last available device."""
-
-    def __init__(self, root, name, ids, resource="nvidia.com/gpu"):
-        self.root, self.name, self.resource = root, name, resource
-        self.devices = [{"ID": i, "health": "Healthy", "numa": [0]} for i in ids]
-        self.updates: queue.Queue = queue.Queue()
-        self.preferred, self.allocated = [], []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        methods = {
-            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(lambda r, c: api.options_encode(False, True)),
-            "ListAndWatch": grpc.unary_stream_rpc_method_handler(self._list_and_watch),
-            "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(self._preferred),
-            "Allocate": grpc.unary_unary_rpc_method_handler(self._allocate),
-        }
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", methods),))
-        self.server.add_insecure_port(f"unix://{os.path.join(root, name)}")
-
-    def _list_and_watch(self, request, context):
-        yield api.devices_encode(self.devices)
-        while context.is_active():
-            try:
-                self.updates.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            yield api.devices_encode(self.devices)
-
-    def _preferred(self, request, context):
-        (req,) = api.preferred_request_decode(request)
-        self.preferred.append(req)
-        return api.preferred_response_encode([req["available"][-req["size"] :]])
-
-    def _allocate(self, request, context):
-        (ids,) = api.allocate_request_decode(request)
-        self.allocated.append(ids)
-        return api.allocate_response_encode([{"envs": {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}}])
-
-    def start_and_register(self, version="v1beta1"):
-        self.server.start()
-        with grpc.insecure_channel(f"unix://{os.path.join(self.root, api.KUBELET_SOCKET)}") as channel:
-            channel.unary_unary(api.REGISTER)(api.register_request_encode(version, self.name, self.resource, True))
-
-    def set_health(self, device_id, health):
-        next(d for d in self.devices if d["ID"] == device_id)["health"] = health
-        self.updates.put(1)
-
-    def stop(self):
-        self.server.stop(0)
+# --- The device manager, with a plugin served here (replay.py: answers as NVIDIA's recorded ones) -----------------
 
 
 @pytest.fixture
@@ -170,7 +121,10 @@ def test_registration_list_allocate_pending_and_freed(kubelet):
         # Two available for one: the plugin was asked and its choice (the last) taken.
         assert plugin.preferred == [{"available": ["GPU-a", "GPU-b"], "must_include": [], "size": 1}]
         assert first["nvidia.com/gpu"]["ids"] == ["GPU-b"]
-        assert first["nvidia.com/gpu"]["response"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": "GPU-b"}
+        # NVIDIA's recorded answer, for this device.
+        (nvidia,) = api.allocate_response_decode(bytes.fromhex(recorded("default")["allocate_response"]))
+        expected = json.loads(json.dumps(nvidia).replace(recorded_ids()[0], "GPU-b"))
+        assert first["nvidia.com/gpu"]["response"] == expected
         second = kubelet.allocate("pod-2", "c", {"nvidia.com/gpu": 1})
         assert second["nvidia.com/gpu"]["ids"] == ["GPU-a"]
         assert len(plugin.preferred) == 1  # one available for one: no preference asked (manager.go)
@@ -263,3 +217,54 @@ def test_live_result_files_say_pass_fail_and_not_run(tmp_path, monkeypatch):
     text = path.with_suffix(".md").read_text()
     assert "| default | a | pass |" in text and "| default | b | FAIL |" in text and "* containers" in text
     assert json.loads(path.read_text())["scenarios"][0]["checks"][1]["pass"] is False
+
+
+# --- Pod spec -> CRI (tests/tools/kubelet_standin/pods.py) -----------------------------------------------------------
+
+
+def test_a_pod_asking_for_a_gpu_gets_the_plugins_mount_and_variable_in_its_container_config():
+    from tests.tools.kubelet_standin import pods
+
+    (response,) = api.allocate_response_decode(bytes.fromhex(recorded("default")["allocate_response"]))
+    pod = {
+        "metadata": {"name": "gpu-pod", "uid": "u1"},
+        "spec": {
+            "runtimeClassName": "nvidia",
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "img",
+                    "command": ["nvidia-smi", "-L"],
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "securityContext": {"runAsUser": 1000},
+                }
+            ],
+        },
+    }
+    config, handler = pods.sandbox(pod)
+    assert (config.name, config.uid, handler) == ("gpu-pod", "u1", "nvidia")
+    c = pods.container_config(pod["spec"]["containers"][0], [response])
+    assert pods.limits(pod["spec"]["containers"][0]) == {"nvidia.com/gpu": 1}
+    assert c.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    assert [(m.container_path.rsplit("/", 1)[0], m.host_path) for m in c.mounts] == [
+        ("/var/run/nvidia-container-devices", "/dev/null")
+    ]
+    assert c.command == ["nvidia-smi", "-L"] and c.run_as_user == 1000
+    # The encoded ContainerConfig carries the mount (field 7) and the variable (field 6).
+    assert b"/var/run/nvidia-container-devices" in c.encode()
+
+
+def test_a_pods_own_variable_wins_over_the_plugins_and_answers_merge_first_kept():
+    from tests.tools.kubelet_standin import pods
+
+    first = {"envs": {"NVIDIA_VISIBLE_DEVICES": "GPU-a", "X": "1"}, "mounts": [], "annotations": {"a": "1"}}
+    second = {"envs": {"X": "2"}, "cdi_devices": ["nvidia.com/gpu=0", "nvidia.com/gpu=0"], "annotations": {"a": "2"}}
+    options = pods.run_options([first, second])
+    assert options["envs"] == {"NVIDIA_VISIBLE_DEVICES": "GPU-a", "X": "1"}
+    assert options["annotations"] == {"a": "1"} and options["cdi_devices"] == ["nvidia.com/gpu=0"]
+    container = {"name": "c", "image": "i", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    assert pods.container_config(container, [first]).envs["NVIDIA_VISIBLE_DEVICES"] == "all"
+    with pytest.raises(ValueError, match="device specs"):
+        pods.run_options([{"devices": [{"container_path": "/dev/nvidia0", "host_path": "/dev/nvidia0"}]}])
+    with pytest.raises(ValueError, match="RuntimeClass 'kata'"):
+        pods.sandbox({"metadata": {"name": "p"}, "spec": {"runtimeClassName": "kata"}})
