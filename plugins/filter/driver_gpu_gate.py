@@ -69,7 +69,7 @@ _value:
   description:
     - C(busy) (a process blocks), C(refuse) and C(message) (the role stops the host with it), C(stop) (the commands to
       run when draining, C({engine, id, argv}) per container), C(stoppable) (those commands even while something else
-      refuses: what a drain in check mode reports), C(users) (the processes that block, each C({pid, command,
+      refuses - what a drain in check mode reports), C(users) (the processes that block, each C({pid, command,
       devices, engine, container_id, pod_uid, namespace})), C(ignored) (those left alone by O(ignore)) and C(warnings)
       (the scan stopped at its bounds, unreadable processes).
   type: dict
