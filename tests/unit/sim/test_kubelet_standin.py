@@ -161,7 +161,7 @@ def test_a_restarted_plugin_registers_again_and_an_old_version_is_refused(kubele
     second.start_and_register()
     try:
         done = threading.Event()
-        for _ in range(100):
+        for _attempt in range(100):
             if kubelet.capacity().get("nvidia.com/gpu") == 3:
                 done.set()
                 break
