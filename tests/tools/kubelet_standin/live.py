@@ -34,7 +34,8 @@ NOT_RUN = [
     "pods as containerd sandboxes (CRI) on containerd 1.7 and 2.x with nvidia-smi -L inside: the stand-in admits pods "
     "and checks the plugin's Allocate answer, but starts no container",
     "an unprivileged pod setting NVIDIA_VISIBLE_DEVICES=all, and a pod with no request, through the runtime",
-    "the role's validation pod; MPS (the control daemon needs a CUDA MPS server, which the simulated node lacks)",
+    "the role's validation pod in a container (it is admitted and turned into its CRI config, not started)",
+    "MPS (the control daemon needs a CUDA MPS server, which the simulated node lacks)",
     "GFD's labels through NFD (the file GFD writes is checked, as NFD's local source reads it)",
 ]
 
@@ -70,7 +71,9 @@ def _stub_config(node: dict[str, Any], mig: bool) -> dict[str, Any]:
 def _render(settings: dict[str, Any]) -> dict[str, Any]:
     from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.render import render
 
-    return render(settings, [{"name": "k8s-live", "labels": {}}])
+    # The node's MIG devices as gpu_facts gives them (the validation pod of MIG "mixed" asks for their profile).
+    gpus = [{"mig_devices": [{"profile": "1g.5gb"}] * 2}] * 2 if settings.get("mig_strategy", "none") != "none" else []
+    return render(settings, [{"name": "k8s-live", "labels": {}, "gpus": gpus}])
 
 
 def _container_env(rendered: dict[str, Any], daemonset: str, config_file: str) -> dict[str, str]:
@@ -137,6 +140,7 @@ def _inner(work: Path, binaries: Path) -> dict[str, Any]:
             )
         try:
             _plugin_checks(scenario, dm, proc, checks, AdmissionError)
+            checks.extend(_validation_pod_checks(dm, rendered, scenario["resource"]))
         finally:
             proc.terminate()
             proc.wait(15)
@@ -209,6 +213,34 @@ def _plugin_checks(scenario, dm, proc, checks, admission_error) -> None:
         again = dm.allocate("pod-extra", "c", {resource: 1})[resource]["ids"]
         _check(checks, "an ended pod's device goes to the next pod", again == [ids[0]], again)
     _check(checks, "plugin still running after the allocations", proc.poll() is None, proc.poll())
+
+
+def _validation_pod_checks(dm: Any, rendered: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    """The role's rendered validation pod admitted by the stand-in and turned into its CRI container config."""
+    from tests.tools.kubelet_standin import pods
+
+    pod = next((d for d in rendered["documents"] if d["kind"] == "Pod"), None)
+    if pod is None:
+        return [{"check": "the role's validation pod is admitted", "pass": None, "detail": "no validation pod"}]
+    for key in [k for k in dm.pod_devices if k[0] != "validation"]:
+        dm.pod_ended(key[0])
+    spec = pod["spec"]["containers"][0]
+    allocated = dm.allocate("validation", spec["name"], pods.limits(spec))
+    config, handler = pods.sandbox(pod)
+    container = pods.container_config(spec, [a["response"] for a in allocated.values()])
+    ok = (
+        list(allocated) == [resource]
+        and handler == "nvidia"
+        and any(m.container_path.startswith("/var/run/nvidia-container-devices/") for m in container.mounts)
+    )
+    detail = {"handler": handler, "mounts": [m.container_path for m in container.mounts], "pod": config.name}
+    return [
+        {
+            "check": "the role's validation pod is admitted with its GPU mount and the nvidia handler",
+            "pass": ok,
+            "detail": detail,
+        }
+    ]
 
 
 def _gfd_checks(work: Path, binaries: Path, env: dict[str, str], rendered: dict[str, Any]) -> list[dict[str, Any]]:
