@@ -52,6 +52,12 @@ def node(converged_fleet):
     yield found
     found.run("scontrol update NodeName=cri-bookworm State=RESUME; docker rm -f gpuhold")
     found.run("command -v nvidia-smi || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-smi")
+    # slurmd's cgroup v1 folders (slurm_<node>) are made in the host's hierarchy, which the node shares: the last
+    # Slurm user of the fleet stops the daemons and removes what is empty (a folder another run uses stays).
+    found.run(
+        "systemctl stop slurmd slurmctld; for d in /sys/fs/cgroup/*/slurm_cri-bookworm; do "
+        '[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null; done; true'
+    )
 
 
 def playbook(node, path: Path, *args: str) -> subprocess.CompletedProcess:
