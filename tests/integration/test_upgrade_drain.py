@@ -93,6 +93,19 @@ def test_check_mode_drains_nothing_and_says_what_it_would(node):
     node.run(f"for i in $(seq {JOB_SECONDS * 10}); do test -e /tmp/gpufleet-job.done && break; sleep 0.2; done")
 
 
+def test_a_gpu_job_past_the_timeout_fails_the_drain_naming_it(node):
+    node.run("sbatch -o /dev/null -J long-gpu-job --gres=gpu:1 --wrap 'sleep 60'", check=True)
+    try:
+        res = playbook(node, DRAIN, "-e", "drain_reason=timeout", "-e", "drain_timeout=3")
+        assert res.returncode != 0
+        assert "GPU jobs still run after 3s: job " in res.stdout and "(long-gpu-job, user root" in res.stdout, (
+            res.stdout[-3000:]
+        )
+        assert slurm_state(node) == ("draining", "gpufleet: timeout")
+    finally:
+        node.run("scancel -n long-gpu-job; scontrol update NodeName=cri-bookworm State=RESUME")
+
+
 def test_upgrade_drains_slurm_and_docker_then_returns_the_node(node, tmp_path):
     node.run(HOLDERS, check=True)
     res = upgrade(node, tmp_path)
