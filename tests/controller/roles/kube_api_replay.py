@@ -4,8 +4,10 @@
 """A Kubernetes API server stand-in for the drain role's tests: answers the calls kubernetes.core makes for a node
 drain as the API documentation says the server does, and records every call. Tests only.
 
-No API server runs on the build machines; the answers are shaped after the Kubernetes 1.33 API reference (read
-2026-11-27), the version range the device_plugin role claims being 1.29 and later:
+No API server runs on the build machines; the answers are shaped after the Kubernetes API documentation for the
+versions the device_plugin role claims (1.29 and later; ``/version`` says 1.33). Re-read on 2026-11-27: the eviction
+page (POST address, body, budgets honoured) and the dry-run section of api-concepts; the others are cited as written
+that day:
 
 * discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/policy/v1``): ``APIVersions``,
   ``APIResourceList`` (``pods/eviction``: kind ``Eviction``, group ``policy``, version ``v1``, verb ``create``),
