@@ -18,8 +18,9 @@ description:
   - O(state=resumed) returns the node to service (C(State=RESUME)) only when its drain reason starts with O(reason) -
     the drain this collection made; an admin's own drain is left in place and named in RV(msg).
   - A host without C(scontrol) is not a Slurm node - nothing is done, RV(slurm=false).
-  - "Slurm documentation, read 2026-11-27: U(https://slurm.schedmd.com/scontrol.html),
-    U(https://slurm.schedmd.com/squeue.html), U(https://slurm.schedmd.com/sinfo.html)."
+  - "Slurm documentation, cited 2026-11-27 and run against Debian 12's Slurm 22.05:
+    U(https://slurm.schedmd.com/scontrol.html), U(https://slurm.schedmd.com/squeue.html),
+    U(https://slurm.schedmd.com/sinfo.html)."
 author:
   - gpufleet.nvidia contributors (@gpufleet)
 attributes:

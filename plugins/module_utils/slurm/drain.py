@@ -12,9 +12,10 @@ ended, or return it to service; ``node.py`` has the command lines and reads the 
   collection made); a node an admin drained for another reason is left drained and named in the result.
 * A host without ``scontrol`` is not a Slurm node: nothing is done (``slurm: false``).
 
-Rules: https://slurm.schedmd.com/scontrol.html, https://slurm.schedmd.com/squeue.html (``-w``, ``-t``, ``-o %b``:
-"generic resources (gres) required by the job or step"), https://slurm.schedmd.com/sinfo.html (``-R``), read
-2026-11-27. Standard library only (target Pythons 3.8+).
+Rules: https://slurm.schedmd.com/scontrol.html, https://slurm.schedmd.com/squeue.html (``-w``, ``-t``, ``-o``),
+https://slurm.schedmd.com/sinfo.html (``-R``), cited 2026-11-27; what ``%b`` prints for a GPU job (``gres:gpu:1``) and
+every state here were checked against Debian 12's Slurm 22.05 (tests/integration/test_upgrade_drain.py).
+Standard library only (target Pythons 3.8+).
 """
 
 from __future__ import annotations
