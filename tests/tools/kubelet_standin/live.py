@@ -9,8 +9,9 @@ private mount namespace (root and ``unshare`` needed): the NVML stub as ``libnvi
 sysfs PCI tree (tests/sim/pcitree.py, with each GPU's NUMA node) on /sys/bus/pci/devices, a tmpfs for kubelet's
 device-plugins folder and, for MIG, the driver's MIG capability files on /proc/driver. Each scenario runs the plugin
 with the config the device_plugin role renders and the environment of the role's DaemonSet, and asserts what the
-issue lists; the result goes to bench/k8s-live/<UTC time>.{json,md}. No container runtime is involved yet: the pods
-are the stand-in's admissions, not containerd sandboxes (the result's ``not_run`` lists what that leaves out).
+issue lists; the result goes to bench/k8s-live/<UTC time>.{json,md}. Then (unless ``GPUFLEET_K8S_LIVE_CRI=0``) the
+plugin runs once per simulated Kubernetes node of ``live_cri.py`` (containerd 1.7 and 2.1) with that node's GPUs, and
+the stand-in's pods run as real containerd sandboxes there.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "bench" / "k8s-live"
 KLOG_ERROR = re.compile(r"^[EF]\d{4} ", re.M)
 NOT_RUN = [
-    "pods as containerd sandboxes (CRI) on containerd 1.7 and 2.x with nvidia-smi -L inside: the stand-in admits pods "
-    "and checks the plugin's Allocate answer, but starts no container",
-    "an unprivileged pod setting NVIDIA_VISIBLE_DEVICES=all, and a pod with no request, through the runtime",
-    "the role's validation pod in a container (it is admitted and turned into its CRI config, not started)",
+    "the role's validation pod's own image and command (NVIDIA's CUDA vectoradd sample: no registry and no CUDA "
+    "here); on containerd it runs with the node's local image, nvidia-smi -L by exec",
+    "time slicing and MIG through containerd (their Allocate answers are checked; the pods on containerd use the "
+    "default configuration)",
     "MPS (the control daemon needs a CUDA MPS server, which the simulated node lacks)",
     "GFD's labels through NFD (the file GFD writes is checked, as NFD's local source reads it)",
 ]
@@ -104,6 +105,50 @@ SCENARIOS = [
 ]
 
 
+def _cri_nodes(work: Path, binaries: Path, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per simulated Kubernetes node: the plugin with the role's default config on that node's GPUs (its stub
+    configuration and PCI tree), and live_cri.node_checks's pods on the node's containerd."""
+    from tests.sim import pcitree
+    from tests.tools.kubelet_standin import live_cri
+    from tests.tools.kubelet_standin.devicemanager import AdmissionError, DeviceManager
+
+    rendered = _render({})
+    config = work / "config-cri.yaml"
+    config.write_text(rendered["config_text"])
+    results = []
+    for node in nodes:
+        checks: list[dict[str, Any]] = []
+        results.append({"scenario": f"containerd-{node['name']}", "settings": {}, "checks": checks})
+        gpus = work / f"gpus-{node['name']}.json"
+        gpus.write_text(json.dumps({**node["config"], "all_devices": 1}))
+        sysfs = work / f"pci-{node['name']}"
+        pcitree.write_tree(pcitree.pci_tree(node["gpus"], "loaded", {}), sysfs)
+        subprocess.run(["mount", "--bind", str(sysfs), "/sys/bus/pci/devices"], check=True)
+        env = dict(os.environ, LD_LIBRARY_PATH=str(work / "lib"), GPUFLEET_SIM_GPUS_JSON=str(gpus))
+        env.update(_container_env(rendered, "nvidia-device-plugin", str(config)))
+        dm = DeviceManager("/var/lib/kubelet/device-plugins")
+        dm.start()
+        with (work / f"plugin-{node['name']}.log").open("w") as log:
+            proc = subprocess.Popen(
+                [str(binaries / "nvidia-device-plugin")], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            listed = sorted(dm.wait_for("nvidia.com/gpu", timeout=60).devices)
+            want = sorted(g["uuid"] for g in node["gpus"])
+            _check(checks, "plugin lists the node's GPU UUIDs", listed == want, listed)
+            checks.extend(live_cri.node_checks(node, dm, rendered, AdmissionError))
+        except Exception as exc:
+            _check(checks, "pods on containerd", False, f"{type(exc).__name__}: {exc}")
+        finally:
+            proc.terminate()
+            proc.wait(15)
+            dm.stop()
+            subprocess.run(["umount", "/sys/bus/pci/devices"], check=False)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink("/var/lib/kubelet/device-plugins/kubelet.sock")
+    return results
+
+
 def _inner(work: Path, binaries: Path) -> dict[str, Any]:
     """Inside the mount namespace: every scenario, its checks."""
     from tests.sim import pcitree
@@ -154,6 +199,9 @@ def _inner(work: Path, binaries: Path) -> dict[str, Any]:
         )
         if scenario.get("gfd"):
             checks.extend(_gfd_checks(work, binaries, env, rendered))
+    nodes = work / "cri-nodes.json"
+    if nodes.exists():
+        results.extend(_cri_nodes(work, binaries, json.loads(nodes.read_text())))
     return {"scenarios": results}
 
 
@@ -348,21 +396,34 @@ def main() -> int:
         (work / "lib").mkdir()
         build_stub(work / "lib" / "libnvidia-ml.so.1")
         out = work / "result.json"
-        code = subprocess.run(
-            [
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                sys.executable,
-                __file__,
-                "--inner",
-                str(work),
-                str(binaries),
-                str(out),
-            ],
-            check=False,
-        ).returncode
+        fleet = None
+        if os.environ.get("GPUFLEET_K8S_LIVE_CRI") != "0":
+            from tests.tools.kubelet_standin import live_cri
+
+            start = time.monotonic()
+            fleet = live_cri.bring_up(work)
+            nodes = live_cri.describe(fleet)
+            (work / "cri-nodes.json").write_text(json.dumps(nodes))
+            print(f"k8s-live: {len(nodes)} Kubernetes nodes up and converged in {time.monotonic() - start:.0f} s")
+        try:
+            code = subprocess.run(
+                [
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    sys.executable,
+                    __file__,
+                    "--inner",
+                    str(work),
+                    str(binaries),
+                    str(out),
+                ],
+                check=False,
+            ).returncode
+        finally:
+            if fleet is not None:
+                fleet.down()
         if code != 0 or not out.exists():
             print(f"k8s-live: the run in the namespace failed ({code})", file=sys.stderr)
             return 1
@@ -372,7 +433,11 @@ def main() -> int:
             key = "plugin_version" if name == "nvidia-device-plugin" else "gfd_version"
             text = (version.stdout or version.stderr).strip()
             result[key] = text.splitlines()[0] if text else "?"
-        result["runtime"] = "none (kubelet stand-in admissions; no container runtime)"
+        result["runtime"] = (
+            ", ".join(f"containerd {n['containerd']} ({n['name']})" for n in nodes)
+            if fleet is not None
+            else "none (kubelet stand-in admissions only; GPUFLEET_K8S_LIVE_CRI=0)"
+        )
         result["not_run"] = NOT_RUN
         path = _write_result(result)
     failed = [(s["scenario"], c["check"]) for s in result["scenarios"] for c in s["checks"] if c["pass"] is False]
