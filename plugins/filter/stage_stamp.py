@@ -1,7 +1,8 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""stage_stamp_variables, stage_stamp_spec: what a stamped site.yml stage reads and owns (plugin_utils/stage_stamp)."""
+"""stage_stamp_variables, stage_stamp_spec, stage_stamp_plan: what a stamped site.yml stage reads and owns, and the
+converge_check arguments of a host (plugin_utils/stage_stamp)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def stage_stamp_spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str,
         raise AnsibleFilterError(f"stage_stamp_spec: stage {stage}: {exc}") from exc
 
 
+def stage_stamp_plan(values: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
+    try:
+        return stage_stamp.plan(values, fast_path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"stage_stamp_plan: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"stage_stamp_variables": stage_stamp_variables, "stage_stamp_spec": stage_stamp_spec}
+        return {
+            "stage_stamp_variables": stage_stamp_variables,
+            "stage_stamp_spec": stage_stamp_spec,
+            "stage_stamp_plan": stage_stamp_plan,
+        }

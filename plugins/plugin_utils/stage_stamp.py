@@ -21,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import kubernetes_node, role_vars
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
@@ -104,6 +106,10 @@ STAGES: dict[str, dict[str, Any]] = {
 }
 
 
+# The groups site.yml puts hosts in during a run (the hosts that enter the stage plays): not part of a stage's inputs.
+RUN_GROUPS = frozenset(("gpufleet_stale", "gpufleet_converged"))
+
+
 def stamped(stage: str) -> bool:
     return stage in STAGES
 
@@ -151,16 +157,72 @@ def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None
         path = pattern.format(**{k: str(v) for k, v in known.items()}) if "{" in pattern else pattern
         if path and path.startswith("/") and path not in paths:
             paths.append(path)
-    if stage == "runtime":
-        for facts in ((nvidia or {}).get("engines") or {}).values():
-            config = (facts or {}).get("config_path")
-            if config and str(config).startswith("/") and config not in paths:
-                paths.append(str(config))
+    if stage == "runtime" and nvidia is not None:
+        paths = stamp.with_engine_configs(paths, nvidia)
+    inputs = {k: values.get(k) for k in sorted(values)}
+    if isinstance(inputs.get("group_names"), list):  # the groups site.yml itself puts hosts in are not an input
+        inputs["group_names"] = [name for name in inputs["group_names"] if name not in RUN_GROUPS]
     return {
         "stamped": True,
-        "inputs": {k: values.get(k) for k in sorted(values)},
+        "inputs": inputs,
         "paths": paths,
         "units": list(table["units"]),
         "packages": list(table["packages"]),
         "publish": list(table["publish"]),
     }
+
+
+# Variables the run's plan reads besides the stamped stages' own: whether the mig stage acts on the host (its layout),
+# and whether it is a Kubernetes node (the device plugin stage's rule, kubernetes_node.py).
+_PLAN_VARS = ("mig_layout", "device_plugin_node_group", "device_plugin_enabled", "group_names")
+
+
+def plan_variables() -> list[str]:
+    """Every variable ``plan`` reads: the stamped stages' (``role_variables``), then the plan's own."""
+    return list(_plan_variables())
+
+
+@functools.lru_cache(maxsize=None)
+def _plan_variables() -> tuple[str, ...]:
+    names: list[str] = []
+    for stage in STAGES:
+        names += [name for name in role_variables(stage) if name not in names]
+    names += [name for name in _PLAN_VARS if name not in names]
+    return tuple(names)
+
+
+def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
+    """The ``converge_check`` arguments of a host, in one call per host: ``{fast_path, hold, stages}``.
+
+    ``host_vars``: the host's variables (``hostvars[inventory_hostname]``: only ``plan_variables()`` are read, ""
+    where unset, as ``query('ansible.builtin.vars', ..., default='')`` gives them to ``tasks/stage_stamped.yml``).
+    ``stages``: each stamped stage's spec as ``spec`` gives it before discovery (the module adds the runtime stage's
+    engine configuration files from what it discovers: ``engine_configs``), with the names of its inputs that an
+    earlier stage publishes (``published_inputs``: the module takes them from that stage's stamp). ``hold``: a stage
+    that is not stamped acts on the host (a MIG layout, a Kubernetes node's device plugin), so the host is not
+    converged even when every stamp holds. ``fast_path`` false (a bool or a survey's string): no stage is checked."""
+    values = {name: host_vars.get(name, "") for name in plan_variables()}
+    fast_path = bool(role_vars.as_bool(fast_path, "gpufleet_fast_path"))
+    layout = values.get("mig_layout")
+    groups = {str(name): ["host"] for name in (values.get("group_names") or [])}
+    hold = bool(layout) or kubernetes_node.kubernetes_node(
+        "host", groups, values.get("device_plugin_node_group") or None, values.get("device_plugin_enabled")
+    )
+    stages: list[dict[str, Any]] = []
+    published: list[str] = []
+    for stage in STAGES if fast_path else ():
+        names = role_variables(stage)
+        one = spec(stage, {name: values.get(name) for name in names})
+        stages.append(
+            {
+                "stage": stage,
+                "inputs": one["inputs"],
+                "paths": one["paths"],
+                "units": one["units"],
+                "packages": one["packages"],
+                "engine_configs": stage == "runtime",
+                "published_inputs": [name for name in names if name in published],
+            }
+        )
+        published += one["publish"]
+    return {"fast_path": bool(fast_path), "hold": bool(hold), "stages": stages}

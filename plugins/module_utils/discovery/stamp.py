@@ -142,6 +142,18 @@ def expand(patterns: Iterable[str], root: str = "/") -> list[str]:
     return sorted(found)
 
 
+def with_engine_configs(paths: Iterable[str], facts: Mapping[str, Any] | None) -> list[str]:
+    """``paths`` and, after them, each configuration file discovery found for an engine
+    (``engines.<name>.config_path``): the runtime stage owns the file an engine reads, wherever it was told to read
+    it."""
+    out = list(paths)
+    for engine in ((facts or {}).get("engines") or {}).values():
+        config = (engine or {}).get("config_path") if isinstance(engine, dict) else None
+        if config and str(config).startswith("/") and str(config) not in out:
+            out.append(str(config))
+    return out
+
+
 def files_state(patterns: Iterable[str], root: str = "/") -> dict[str, str]:
     """``{path: path_state}`` for every path the patterns name (see ``expand``)."""
     return {path: path_state(os.path.join(root, path.lstrip("/"))) for path in expand(patterns, root)}

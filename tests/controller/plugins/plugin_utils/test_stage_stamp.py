@@ -65,3 +65,56 @@ def test_every_file_a_role_writes_is_in_its_stage_paths(stage):
     written = _written_paths(stage)
     missed = [p for p in written if not any(fnmatch.fnmatchcase(p, pat) or p == pat for pat in patterns)]
     assert not missed, f"{stage}: files the role writes and the stamp does not watch: {missed}"
+
+
+def _host_vars(**values):
+    """A host's variables as hostvars gives them: only what is set (the plan reads the rest as "")."""
+    return {"group_names": ["gpu_nodes"], "inventory_hostname": "gpu1", **values}
+
+
+def test_the_plan_is_each_stamped_stage_spec_as_its_stage_play_gives_it():
+    host_vars = _host_vars(runtime_engines=["docker"], toolkit_bindir="/opt/bin", ansible_facts={"big": "unread"})
+    plan = stage_stamp.plan(host_vars)
+    assert [s["stage"] for s in plan["stages"]] == list(stage_stamp.STAGES) and plan["fast_path"] and not plan["hold"]
+    for one in plan["stages"]:
+        names = stage_stamp.role_variables(one["stage"])
+        # tasks/stage_stamped.yml: query('ansible.builtin.vars', *names, default='') in the stage's play
+        expected = stage_stamp.spec(one["stage"], {name: host_vars.get(name, "") for name in names})
+        assert one["inputs"] == expected["inputs"] and one["paths"] == expected["paths"]
+        assert one["units"] == expected["units"] and one["packages"] == expected["packages"]
+    runtime = plan["stages"][-1]
+    # the engines' configuration files come from the module's discovery; the toolkit's published fact from its stamp
+    assert runtime["engine_configs"] and runtime["published_inputs"] == ["gpufleet_toolkit"]
+    assert not any(s["engine_configs"] or s["published_inputs"] for s in plan["stages"][:-1])
+    assert "/opt/bin/nvidia-ctk" in plan["stages"][1]["paths"]
+
+
+def test_the_run_s_own_group_is_not_an_input():
+    """site.yml puts the hosts that enter the stage plays in gpufleet_stale during the run: a stamp written then must
+    hold at the next run's check, made before the host is in it."""
+    before = stage_stamp.plan(_host_vars())
+    during = stage_stamp.plan(_host_vars(group_names=["gpu_nodes", "gpufleet_stale"]))
+    assert before["stages"] == during["stages"]
+    toolkit = stage_stamp.spec("toolkit", {"group_names": ["gpufleet_stale", "kube_nodes"]})
+    assert toolkit["inputs"]["group_names"] == ["kube_nodes"]
+
+
+@pytest.mark.parametrize(
+    ("values", "hold"),
+    [
+        ({}, False),
+        ({"mig_layout": "all-1g.5gb"}, True),
+        ({"group_names": ["kube_nodes"]}, True),
+        ({"group_names": ["k8s"], "device_plugin_node_group": "k8s"}, True),
+        ({"group_names": ["kube_nodes"], "device_plugin_enabled": "false"}, False),
+        ({"device_plugin_enabled": True}, True),
+    ],
+)
+def test_a_stage_without_a_stamp_holds_the_host(values, hold):
+    assert stage_stamp.plan(_host_vars(**values))["hold"] is hold
+
+
+@pytest.mark.parametrize("off", [False, "false", "no"])
+def test_fast_path_off_checks_no_stage(off):
+    plan = stage_stamp.plan(_host_vars(), off)
+    assert plan == {"fast_path": False, "hold": False, "stages": []}

@@ -1,0 +1,188 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: converge_check
+short_description: Discover a host, take its lock for the run and tell which stamped stages are stale, in one call
+version_added: 1.0.0
+description:
+  - The first call of a C(site.yml) run on a host, and for a host that nothing changed since the last run the only one
+    before validation. It does in one module process what M(gpufleet.nvidia.gpu_facts), M(gpufleet.nvidia.host_lock)
+    and one M(gpufleet.nvidia.stage_stamp) check per stamped stage do.
+  - Discovers the host (the facts C(ansible_facts.nvidia), as M(gpufleet.nvidia.gpu_facts) returns them), then takes
+    the lock at O(lock_path) for O(owner) (waiting at most O(timeout) seconds; a lock another run keeps is returned as
+    RV(lock_busy), not as a failure, so the facts still reach the report), then checks each stage of O(plan.stages)
+    in order against its stamp, as M(gpufleet.nvidia.stage_stamp) with O(gpufleet.nvidia.stage_stamp#module:state=check)
+    does (a stale stamp is removed outside check mode). The stages after the first stale one are not checked here
+    (RV(stale) lists them): a stale stage runs first, and what it changes is in their check, made in their own play.
+  - The host is RV(converged) when it has no GPU (no stage acts on it), or when every stage of O(plan.stages) is
+    current, O(plan.fast_path) is true, O(plan.hold) is false and no MIG boot unit holds a layout. The lock stays held
+    after the call (the stages that act on every host and validation follow); give it back with
+    M(gpufleet.nvidia.host_lock) (O(gpufleet.nvidia.host_lock#module:state=absent)), as C(site.yml) does before the
+    report.
+  - The facts of the stages' stamped runs (RV(published)) are returned for the play to publish.
+  - The stamps and the lock are the collection's bookkeeping, not host configuration - the module never reports a
+    change.
+author:
+  - gpufleet.nvidia contributors (@gpufleet)
+attributes:
+  check_mode:
+    support: full
+    description: Reads as outside check mode; a stale stamp is not removed. The lock is taken as outside check mode
+      (a dry run must not overlap a real one either).
+  diff_mode:
+    support: none
+    description: Changes no configuration.
+  idempotent:
+    support: full
+    description: Never reports a change.
+options:
+  owner:
+    description: The run that takes the lock (C(site.yml)'s run id).
+    type: str
+    required: true
+  lock:
+    description: Take the host lock (C(gpufleet_lock)); false checks without it.
+    type: bool
+    default: true
+  lock_path:
+    description: The lock file (see M(gpufleet.nvidia.host_lock)).
+    type: path
+    default: /run/gpufleet-nvidia/site.lock
+  timeout:
+    description: Seconds to wait for a lock another run holds.
+    type: int
+    default: 600
+  lease:
+    description: Seconds the lock's holder keeps it at most when the run never gives it back.
+    type: int
+    default: 10800
+  toolkit_bindir:
+    description: Where the toolkit role put its programs (discovery reads them there).
+    type: path
+    default: /usr/local/bin
+  plan:
+    description:
+      - What to check, as P(gpufleet.nvidia.stage_stamp_plan#filter) gives it for the host.
+    type: dict
+    required: true
+    suboptions:
+      fast_path:
+        description: Check the stamps (C(gpufleet_fast_path)); false checks none, and only a host without a GPU is
+          converged.
+        type: bool
+        default: true
+      hold:
+        description: A stage without a stamp acts on the host this run (a MIG layout, a Kubernetes node's device
+          plugin).
+        type: bool
+        default: false
+      stages:
+        description: The stamped stages, in the order of the run.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          stage:
+            description: The stage; its stamp is V(<dir>/<stage>.json).
+            type: str
+            required: true
+          inputs:
+            description: What the stage is asked (see M(gpufleet.nvidia.stage_stamp)).
+            type: raw
+            default: {}
+          paths:
+            description: The files the stage owns (see M(gpufleet.nvidia.stage_stamp)).
+            type: list
+            elements: str
+            default: []
+          units:
+            description: The systemd units the stage owns.
+            type: list
+            elements: str
+            default: []
+          packages:
+            description: Regular expressions of the packages the stage owns.
+            type: list
+            elements: str
+            default: []
+          engine_configs:
+            description: Add each configuration file discovery found for a container engine to the stage's paths.
+            type: bool
+            default: false
+          published_inputs:
+            description: Names in the stage's inputs whose values are the facts an earlier stage's stamp published.
+            type: list
+            elements: str
+            default: []
+  dir:
+    description: Where the stamps are.
+    type: path
+    default: /var/lib/gpufleet-nvidia/stamps
+"""
+
+EXAMPLES = r"""
+- name: Take the lock, discover the host and check every stamped stage
+  gpufleet.nvidia.converge_check:
+    owner: "{{ gpufleet_run_id }}"
+    plan: "{{ hostvars[inventory_hostname] | gpufleet.nvidia.stage_stamp_plan }}"
+  register: converge
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(nvidia), the host's discovery facts (see M(gpufleet.nvidia.gpu_facts)).
+  returned: always
+  type: dict
+converged:
+  description: Nothing of the stamped stages, and no other stage, acts on the host in this run.
+  returned: always
+  type: bool
+stale:
+  description: The stages of O(plan.stages) that run (in full, or checked again in their play).
+  returned: always
+  type: list
+  elements: str
+reasons:
+  description: Each checked stage's verdict in words.
+  returned: always
+  type: dict
+published:
+  description: The facts the current stages' stamped runs published.
+  returned: always
+  type: dict
+lock_held:
+  description: The run holds the host's lock after the call.
+  returned: always
+  type: bool
+holder:
+  description: The lock holder's description (owner, pid, started, lease_until).
+  returned: always
+  type: dict
+lock_busy:
+  description: Another run holds the host's lock past O(timeout); what to do, in words (also RV(msg)).
+  returned: when another run holds the lock
+  type: str
+msg:
+  description: RV(lock_busy), for the task that turns it into a failure.
+  returned: when another run holds the lock
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import converge
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=converge.argspec(), supports_check_mode=True)
+    run_module(module, converge.ConvergeRequest.from_params, converge.run_converge)
+
+
+if __name__ == "__main__":
+    main()
