@@ -18,7 +18,7 @@ description:
     RV(lock_busy), not as a failure, so the facts still reach the report), then checks each stage of O(plan.stages)
     in order against its stamp, as M(gpufleet.nvidia.stage_stamp) with O(gpufleet.nvidia.stage_stamp#module:state=check)
     does (a stale stamp is removed outside check mode). The stages after the first stale one are not checked here
-    (RV(stale) lists them): a stale stage runs first, and what it changes is in their check, made in their own play.
+    (RV(stale) lists them) - a stale stage runs first, and what it changes is in their check, made in their own play.
   - The host is RV(converged) when it has no GPU (no stage acts on it), or when every stage of O(plan.stages) is
     current, O(plan.fast_path) is true, O(plan.hold) is false and no MIG boot unit holds a layout. The lock stays held
     after the call (the stages that act on every host and validation follow); give it back with
