@@ -47,6 +47,25 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
     return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
+def nfd_file(s: dict[str, Any]) -> dict[str, Any]:
+    """node-feature-discovery for the ``apply`` and ``render_only`` modes: NFD's own kustomization at the pinned release
+    (``deployment/overlays/default``: its namespace, CRDs, RBAC, nfd-master, the nfd-worker DaemonSet that reads the
+    ``features.d`` folder GFD writes to, nfd-gc), as NFD's deployment guide gives it (kubernetes-sigs.github.io/
+    node-feature-discovery/v0.19/deployment/kustomize.html, read 2026-11-27: ``kubectl apply -k
+    "https://github.com/kubernetes-sigs/node-feature-discovery/deployment/overlays/default?ref=<release>"``). v0.19.0
+    is the release of the NFD chart 0.19.0 that NVIDIA's chart 0.20.0 deploys in Helm mode (its Chart.lock), so every
+    mode runs the same NFD. The file is a Kustomization, not a Kubernetes object: GitOps tools build it (Argo CD and
+    Flux build kustomizations); ``apply`` builds the same reference with the kubernetes.core.kustomize lookup. In Helm
+    mode NVIDIA's chart deploys NFD itself (``helm``)."""
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(s["nfd_kustomization"])],
+    }
+    content = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return {"group": "nfd", "path": "nfd/kustomization.yaml", "content": content, "helm": True}
+
+
 def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     settings, nodes = _plain(settings or {}), _plain(nodes or [])
     normalized = normalize(settings)
@@ -62,6 +81,8 @@ def render(settings: dict[str, Any] | None, nodes: list[dict[str, Any]] | None =
         }
         for group, name, docs in groups
     ]
+    if normalized["gfd_enabled"] and normalized["nfd_enabled"]:
+        files.append(nfd_file(normalized))
     config = plugin_config(normalized)
     every_doc = [doc for _group, _name, docs in groups for doc in docs]
     return {

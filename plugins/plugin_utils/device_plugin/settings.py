@@ -234,6 +234,16 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
         _fail("cdi_hook_path", f"{s['cdi_hook_path']!r} is not an absolute path")
     if not str(s["nvidia_driver_root"]).startswith("/"):
         _fail("nvidia_driver_root", f"{s['nvidia_driver_root']!r} is not an absolute path")
+    kustomization = str(s["nfd_kustomization"])
+    # A remote kustomization (kustomize's remote targets: a Git repository URL, a folder in it and ?ref=): what both
+    # a rendered kustomization.yaml and the apply path's kustomize build can reach.
+    if s["gfd_enabled"] and s["nfd_enabled"] and not re.match(r"^(https|ssh|git|file)://\S+$", kustomization):
+        _fail(
+            "nfd_kustomization",
+            f"{kustomization!r} is not the URL of a kustomization in a Git repository, such as NFD's "
+            "https://github.com/kubernetes-sigs/node-feature-discovery/deployment/overlays/default?ref=v0.19.0 "
+            "(a mirror of it where GitHub cannot be reached)",
+        )
     s["configs"] = _configs(s)
     if s["configs"] and s["mps"]:
         _fail(

@@ -107,6 +107,7 @@ def recap(output):
     return {line.split()[0]: line for line in output.splitlines() if " : ok=" in line}
 
 
+NFD = "https://github.com/kubernetes-sigs/node-feature-discovery/deployment/overlays/default?ref=v0.19.0"
 GOOD = {"engines": {"containerd": {"registered": True, "cdi": False}}}
 
 
@@ -122,9 +123,19 @@ def test_render_only_writes_what_the_apply_path_sends_and_second_run_changes_not
     assert written == sorted(f["path"] for f in expected["files"])  # the stale file is gone
     for f in expected["files"]:
         assert (render_dir / f["path"]).read_text() == f["content"], f["path"]
-    # What apply.yml sends: each file's content parsed (from_yaml_all), in file order.
-    sent = [d for f in expected["files"] for d in yaml.safe_load_all((render_dir / f["path"]).read_text())]
+    # What apply.yml sends: each file's content parsed (from_yaml_all), in file order; nfd/ holds a Kustomization.
+    sent = [
+        d
+        for f in expected["files"]
+        if f["group"] != "nfd"
+        for d in yaml.safe_load_all((render_dir / f["path"]).read_text())
+    ]
     assert sent == expected["documents"]
+    assert yaml.safe_load((render_dir / "nfd" / "kustomization.yaml").read_text()) == {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [NFD],
+    }
     assert facts["node-a"]["mode"] == "render_only"
     assert facts["node-a"]["node_name"] == "gpu-a"
     assert facts["cpu-in-cluster"]["mode"] == "skipped" and "pci_gpu_count is 0" in facts["cpu-in-cluster"]["reason"]
@@ -183,6 +194,12 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
             module = task.get("kubernetes.core.k8s")
             if module is None:
                 continue
+            if "node-feature-discovery" in task["name"]:
+                # The same kustomization the render's nfd/kustomization.yaml names, built on the controller.
+                lookup = "lookup('kubernetes.core.kustomize', dir=__device_plugin_settings.nfd_kustomization)"
+                assert lookup in module["definition"], task["name"]
+                assert "selectattr('group', 'eq', 'nfd')" in " ".join(task["when"]), task["name"]
+                continue
             assert module["definition"] == "{{ item.content | ansible.builtin.from_yaml_all | list }}", task["name"]
             assert "__device_plugin_rendered.files" in task["loop"], task["name"]
     tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
@@ -232,9 +249,33 @@ module.exit_json(changed=True)
 """
 
 
+# The stand-in kubernetes.core.kustomize lookup: logs the kustomization it was asked to build, answers as
+# ``kustomize build`` of NFD's default overlay would (two of its objects).
+STUB_KUSTOMIZE = """
+import json, os
+from ansible.plugins.lookup import LookupBase
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        with open(os.environ["STUB_LOG"], "a") as log:
+            log.write(json.dumps({"module": "kustomize", "params": kwargs}) + "\\n")
+        return [os.environ["STUB_NFD"]]
+"""
+NFD_DOCS = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "node-feature-discovery"}},
+    {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nfd-worker", "namespace": "node-feature-discovery"},
+    },
+]
+
+
 def stub_kubernetes_core(tmp_path):
     root = tmp_path / "stub" / "ansible_collections" / "kubernetes" / "core"
     (root / "plugins" / "modules").mkdir(parents=True)
+    (root / "plugins" / "lookup").mkdir()
+    (root / "plugins" / "lookup" / "kustomize.py").write_text(STUB_KUSTOMIZE)
     (root / "meta").mkdir()
     (root / "meta" / "runtime.yml").write_text("requires_ansible: '>=2.15.0'\n")
     for name in ("k8s", "k8s_info", "k8s_log", "helm"):
@@ -261,6 +302,7 @@ def run_apply(tmp_path, mode, phase, *extra):
         collections=f"{stub_kubernetes_core(tmp_path)}:{COLLECTIONS}",
         STUB_LOG=str(log),
         STUB_PHASE=phase,
+        STUB_NFD=yaml.safe_dump_all(NFD_DOCS),
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc, calls
@@ -276,10 +318,12 @@ def test_apply_path_sends_exactly_the_rendered_documents(tmp_path):
         if c["module"] == "k8s" and c["params"]["state"] in ("present", "patched")
         for d in c["params"]["definition"]
     ]
-    assert sent == expected["documents"]
+    # NFD first (built from its kustomization, the one the render names), then exactly the rendered documents.
+    assert sent == NFD_DOCS + expected["documents"]
+    assert [c["params"] for c in calls if c["module"] == "kustomize"] == [{"dir": NFD}]
     patched = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "patched"]
     assert [c["params"]["definition"][0]["kind"] for c in patched] == ["Node", "Node"]
-    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls)
+    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls if c["module"] != "kustomize")
     # Validation pods: removed before, started, waited for, logs read, removed after.
     pods = {d["metadata"]["name"] for d in expected["documents"] if d["kind"] == "Pod"}
     assert {c["params"]["name"] for c in calls if c["module"] == "k8s_info"} == pods
@@ -304,6 +348,9 @@ def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(t
     ]
     assert "ConfigMap" not in kinds
     assert kinds.count("RuntimeClass") == 1 and kinds.count("Service") == 1
+    # NFD comes with NVIDIA's chart (helm_values nfd.enabled), not from the kustomization.
+    assert helm[0]["values"]["nfd"] == {"enabled": True}
+    assert "kustomize" not in {c["module"] for c in calls} and "Namespace" not in kinds[1:]
     assert proc.returncode != 0
     assert "ended Failed" in proc.stdout and "Test PASSED" in proc.stdout
     assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
@@ -335,17 +382,19 @@ def test_absent_deletes_what_apply_sent_in_reverse_and_takes_the_labels_off(tmp_
     proc, calls = run_apply(tmp_path, "apply", "Succeeded", "-e", "device_plugin_state=absent")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
-    assert not [c for c in calls if c["params"]["state"] == "present"]  # nothing deployed, no validation run
+    assert not [c for c in calls if c["params"].get("state") == "present"]  # nothing deployed, no validation run
+    assert [c["params"] for c in calls if c["module"] == "kustomize"] == [{"dir": NFD}]
     deleted = [
         d for c in calls if c["module"] == "k8s" and c["params"]["state"] == "absent" for d in c["params"]["definition"]
     ]
     cluster_docs = [d for f in expected["files"] if f["group"] == "cluster" for d in yaml.safe_load_all(f["content"])]
     pods = [d for d in expected["documents"] if d["kind"] == "Pod"]
-    assert deleted == pods + list(reversed(cluster_docs))  # the namespace, applied first, goes last
+    # The namespace, applied first, goes last of the role's; NFD, applied before them, after them (reversed too).
+    assert deleted == pods + list(reversed(cluster_docs)) + list(reversed(NFD_DOCS))
     patched = [c["params"] for c in calls if c["module"] == "k8s" and c["params"]["state"] == "patched"]
     assert [p["definition"] for p in patched] == expected["node_unlabels"]
     assert all(p["merge_type"] == ["merge"] or p["merge_type"] == "merge" for p in patched)
-    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls)
+    assert all(c["params"]["kubeconfig"] == "/nonexistent/kubeconfig" for c in calls if c["module"] != "kustomize")
 
 
 def test_absent_with_helm_uninstalls_the_release(tmp_path):
@@ -376,3 +425,32 @@ def test_absent_with_render_only_removes_the_rendered_files_and_runs_no_runtime_
     assert facts["node-a"]["state"] == "absent"
     again, _dir, _facts = run_play(tmp_path, {"engines": {}}, "-e", "device_plugin_state=absent")
     assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout
+
+
+def test_nfd_off_deploys_no_nfd_in_any_mode(tmp_path):
+    """device_plugin_nfd_enabled false (a cluster with NFD already): no nfd/ file, no kustomize build, no chart NFD."""
+    off = ("-e", "device_plugin_nfd_enabled=false")
+    for sub in ("render", "apply", "helm"):
+        (tmp_path / sub).mkdir()
+    proc, render_dir, _facts = run_play(tmp_path / "render", GOOD, *off)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (render_dir / "cluster").is_dir() and not list(render_dir.glob("nfd/*"))
+    proc, calls = run_apply(tmp_path / "apply", "apply", "Succeeded", *off)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sent = [d for c in calls if c["module"] == "k8s" for d in c["params"].get("definition") or []]
+    assert "kustomize" not in {c["module"] for c in calls} and "nfd-worker" not in {d["metadata"]["name"] for d in sent}
+    proc, calls = run_apply(tmp_path / "helm", "helm", "Succeeded", *off)
+    assert [c["params"]["values"]["nfd"] for c in calls if c["module"] == "helm"] == [{"enabled": False}]
+
+
+def test_nfd_kustomization_from_a_mirror_reaches_render_and_apply(tmp_path):
+    mirror = "https://git.example.internal/mirrors/node-feature-discovery/deployment/overlays/default?ref=v0.19.0"
+    extra = ("-e", f"device_plugin_nfd_kustomization={mirror}")
+    for sub in ("render", "apply"):
+        (tmp_path / sub).mkdir()
+    proc, render_dir, _facts = run_play(tmp_path / "render", GOOD, *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert yaml.safe_load((render_dir / "nfd" / "kustomization.yaml").read_text())["resources"] == [mirror]
+    proc, calls = run_apply(tmp_path / "apply", "apply", "Succeeded", *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c["params"] for c in calls if c["module"] == "kustomize"] == [{"dir": mirror}]

@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.daemonsets import runtime_class
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.documents import documents, helm_values
@@ -375,7 +376,46 @@ def test_render_files_labels_and_unlabels():
     assert out["node_labels"] == {NODE["name"]: out["node_labels"][NODE["name"]]}
     (unlabel,) = out["node_unlabels"]
     assert set(unlabel["metadata"]["labels"].values()) == {None}
-    assert not any(f["helm"] for f in out["files"] if f["group"] != "cluster")
+    # NVIDIA's chart carries cluster documents and NFD (its dependency), never node labels or validation pods.
+    assert not any(f["helm"] for f in out["files"] if f["group"] not in ("cluster", "nfd"))
+
+
+NFD_DEFAULT = "https://github.com/kubernetes-sigs/node-feature-discovery/deployment/overlays/default?ref=v0.19.0"
+
+
+@pytest.mark.parametrize(
+    ("settings", "resources"),
+    [
+        ({}, [NFD_DEFAULT]),
+        ({"nfd_kustomization": "ssh://git@git.example/nfd/deployment/overlays/default?ref=v0.19.0"}, None),
+        ({"nfd_enabled": False}, []),
+        ({"gfd_enabled": False}, []),
+    ],
+)
+def test_nfd_kustomization_file_only_with_gfd_and_nfd(settings, resources):
+    """apply and render_only deploy NFD from its own kustomization at the release the chart pins; one file names it."""
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.render import render
+
+    files = [f for f in render(settings)["files"] if f["group"] == "nfd"]
+    if resources == []:
+        assert files == []
+        return
+    (nfd,) = files
+    assert nfd["path"] == "nfd/kustomization.yaml" and nfd["helm"]
+    doc = yaml.safe_load(nfd["content"])
+    assert doc["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and doc["kind"] == "Kustomization"
+    assert doc["resources"] == (resources or [settings["nfd_kustomization"]])
+    # Not a Kubernetes object: never among the documents apply sends one by one.
+    assert "Kustomization" not in {d["kind"] for d in render(settings)["documents"]}
+
+
+@pytest.mark.parametrize("value", ["", "deployment/overlays/default", "/srv/nfd", "github.com/x/y?ref=v1"])
+def test_nfd_kustomization_must_be_a_remote_kustomization(value):
+    with pytest.raises(
+        DevicePluginError, match=r"device_plugin_nfd_kustomization: .* is not the URL of a kustomization"
+    ):
+        normalize({"nfd_kustomization": value})
+    normalize({"nfd_kustomization": value, "nfd_enabled": False})  # not used: not checked
 
 
 def test_render_raises_device_plugin_error():
