@@ -79,6 +79,8 @@ def test_apply_sends_the_rendered_documents_and_the_cluster_keeps_them(tmp_path)
                 "device_plugin_runtime_class_name": "nvidia",
                 "device_plugin_node_labels": bool(nodes),
                 "device_plugin_validate": validate,
+                # NFD is cluster-wide and outside the test's namespace: the cluster's own, or none.
+                "device_plugin_nfd_enabled": False,
             },
             "hosts": hosts,
         }
