@@ -26,9 +26,10 @@ the targets are reported as met or missed.
   ``gpu_facts`` + ``cdi_spec`` module processes, vs 1 GPU without MIG and a bare ``python3 -IS`` start;
 * fleet: ``playbooks/site.yml`` first run and no-change rerun on 1, 2 and 3 GPU nodes
   (``GPUFLEET_BENCH_FLEET_NODES``), with the module executions per host from the JSON callback;
-* scale: a fleet of ``GPUFLEET_BENCH_SCALE_NODES`` + 1 (default 25) light hosts (GPU nodes without engines):
-  ``site.yml`` first run and no-change rerun on 1 and on 24 of them, the per-host marginal wall time and controller
-  CPU (the slope between the two sizes) against a bare ``gather_facts`` play on the same hosts, forks
+* scale: light hosts (GPU nodes without engines), ``site.yml`` first run and no-change rerun at each size of
+  ``GPUFLEET_BENCH_SCALE_SIZES`` (default ``1,24,96``, each size on fresh hosts of one fleet), the per-host marginal
+  wall time and controller CPU (the slope over the sizes) and the curve against a bare ``gather_facts`` play on the
+  same hosts, forks
   ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, module executions per host;
 * storm: ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
   nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
@@ -66,13 +67,15 @@ SHIM = "/usr/local/bin/gpufleet-container-runtime"
 SITE = os.path.join(REPO, "playbooks", "site.yml")
 PREPARE = os.path.join(REPO, "tests", "sim", "playbooks", "prepare.yml")
 # The targets: a GPU start through the shim within 5% of plain runc and at most 0.85x NVIDIA's runtime in CDI
-# mode; a no-change rerun a quarter of the first run; 8 GPUs x 7 MIG in 50 ms; a rerun per host 3x gather_facts.
+# mode; a no-change rerun a quarter of the first run; 8 GPUs x 7 MIG in 50 ms; per host in controller CPU, a rerun
+# 3x a bare gather_facts play and a first run 40x.
 TARGETS = {
     "shim_ratio": 1.05,
     "vs_nvidia_cdi": 0.85,
     "rerun_fraction": 0.25,
     "scan_16_s": 0.050,
     "rerun_vs_gather": 3.0,
+    "first_vs_gather": 40.0,
 }
 NVIDIA_REF = "/opt/nvidia-ref"  # on a bench node: NVIDIA's runtime, nvidia-ctk and nvidia-cdi-hook, when given
 NVIDIA_REF_PROGRAMS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook")
@@ -1242,16 +1245,42 @@ def _timed(argv, env, timeout=3600):
     return wall, cpu, out
 
 
-def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
-    """``site.yml`` first run and no-change rerun on 1 and ``big`` light hosts (``GPUFLEET_BENCH_SCALE_NODES``) of one
-    fleet of ``big + 1``, against a bare ``gather_facts`` play on the same hosts: ``(rows, notes, info)``.
+def scale_sizes(text):
+    """``GPUFLEET_BENCH_SCALE_SIZES`` (``"1,24,96"``): the fleet sizes of the scale section, ascending, at least two."""
+    sizes = sorted({int(n) for n in str(text).split(",") if n.strip()})
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise ValueError("GPUFLEET_BENCH_SCALE_SIZES: at least two sizes of 1 or more hosts, got %r" % text)
+    return sizes
+
+
+def linearity(points):
+    """How far a curve is from a line through its ends: each inner size's value against the straight line between
+    the smallest and the largest size, as a fraction of the largest value (0: on the line). A per-host cost that grows
+    with the fleet bends the curve up: the inner points fall below the line."""
+    points = sorted((float(n), float(v)) for n, v in points)
+    (n0, v0), (n1, v1) = points[0], points[-1]
+    out = []
+    for n, v in points[1:-1]:
+        line = v0 + (v1 - v0) * (n - n0) / (n1 - n0)
+        out.append((v - line) / v1 if v1 else 0.0)
+    return out
+
+
+def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
+    """``site.yml`` first run and no-change rerun at each fleet size of ``sizes`` (``GPUFLEET_BENCH_SCALE_SIZES``),
+    each on fresh light hosts of one fleet of ``sum(sizes)``, against a bare ``gather_facts`` play on the same hosts:
+    ``(rows, notes, info)``.
 
     A light host is a bookworm GPU node (1 GPU, Debian's 535 userspace installed, driver loaded) without any container
     engine: every stage runs its normal path for such a host (driver held, toolkit installed, CDI spec and device-node
-    units written, validation reports that no engine is there), nothing starts a container. Host ``s00`` is the 1-host
-    size, ``s01``.. the ``big`` size, so both first runs meet fresh hosts and the fleet comes up once."""
-    names = ["s%02d" % i for i in range(big + 1)]
-    small, large = names[:1], names[1:]
+    units written, validation reports that no engine is there), nothing starts a container. The hosts of a size are
+    their own slice of the fleet (``s000``.. for the first size, the next ones for the next), so every first run meets
+    fresh hosts and the fleet comes up once. The per-host marginal is the least-squares slope over the sizes."""
+    sizes = list(sizes)
+    names = ["s%03d" % i for i in range(sum(sizes))]
+    sets, start = {}, 0
+    for n in sizes:
+        sets[n], start = names[start : start + n], start + n
     config = os.path.join(tempfile.mkdtemp(), "fleet.yml")
     with open(config, "w", encoding="utf-8") as f:
         f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
@@ -1260,13 +1289,13 @@ def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
     gather = f.name
     env = dict(os.environ, ANSIBLE_FORKS=str(forks), ANSIBLE_STRATEGY="linear")
     json_env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    info = {"forks": forks, "strategy": "linear", "sizes": [len(small), len(large)], "fleet": len(names)}
+    info = {"forks": forks, "strategy": "linear", "sizes": sizes, "fleet": len(names)}
     report_dir = tempfile.mkdtemp()
     fleet = Fleet("%s-scale" % prefix, config)
     log("scale: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
     start_all = time.perf_counter()
-    wall = {k: {len(small): [], len(large): []} for k in ("gather", "first", "rerun")}
-    cpu = {k: {len(small): [], len(large): []} for k in ("gather", "first", "rerun")}
+    wall = {k: {n: [] for n in sizes} for k in ("gather", "first", "rerun")}
+    cpu = {k: {n: [] for n in sizes} for k in ("gather", "first", "rerun")}
     executions, changed = {}, {}
 
     def site(hosts, label):
@@ -1284,30 +1313,28 @@ def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
         executions.setdefault(label, {}).update(module_executions(doc))
         changed.setdefault(label, {}).update({h: s.get("changed", 0) for h, s in (doc.get("stats") or {}).items()})
 
-    def gather_facts(rounds):
-        for _round in range(rounds):
-            for hosts in (small, large):
-                argv = ["ansible-playbook", "-i", fleet.inventory, gather, "--limit", ",".join(hosts)]
-                w, c, out = _timed(argv, env)
-                if out.returncode != 0:
-                    raise RuntimeError(
-                        "scale: gather_facts on %d hosts: exit %d\n%s"
-                        % (len(hosts), out.returncode, out.stdout[-3000:])
-                    )
-                wall["gather"][len(hosts)].append(w)
-                cpu["gather"][len(hosts)].append(c)
+    def gather_facts():
+        for n in sizes:
+            argv = ["ansible-playbook", "-i", fleet.inventory, gather, "--limit", ",".join(sets[n])]
+            w, c, out = _timed(argv, env)
+            if out.returncode != 0:
+                raise RuntimeError(
+                    "scale: gather_facts on %d hosts: exit %d\n%s" % (n, out.returncode, out.stdout[-3000:])
+                )
+            wall["gather"][n].append(w)
+            cpu["gather"][n].append(c)
 
     try:
         fleet.up()
         info["fleet_up_s"] = round(time.perf_counter() - start_all, 1)
-        log("scale: gather_facts play, %d rounds on 1 and %d hosts" % (gather_rounds, len(large)))
-        gather_facts(1)
-        site(small, "first")
-        site(large, "first")
-        gather_facts(max(1, gather_rounds - 2))
-        site(small, "rerun")
-        site(large, "rerun")
-        gather_facts(1)
+        log("scale: gather_facts play on %s hosts, %d rounds" % (sizes, gather_rounds))
+        gather_facts()
+        for n in sizes:
+            site(sets[n], "first")
+        for n in sizes:
+            site(sets[n], "rerun")
+        for _round in range(max(1, gather_rounds - 1)):
+            gather_facts()
     finally:
         os.unlink(gather)
         shutil.rmtree(report_dir, ignore_errors=True)
@@ -1316,54 +1343,73 @@ def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
     info["section_wall_s"] = round(time.perf_counter() - start_all, 1)
     info["wall"], info["controller_cpu"] = wall, cpu
 
-    def margins(series):  # one marginal per round, pairing the sizes' samples in order
-        return [marginal([(len(small), a), (len(large), b)]) for a, b in zip(series[len(small)], series[len(large)])]
+    def slope(series):
+        return [marginal([(n, statistics.median(series[n])) for n in sizes])]
 
-    how = "per-host marginal = (%d hosts - 1 host) / %d, same fleet; forks %d, strategy linear" % (
-        len(large),
-        len(large) - 1,
+    how = "per-host marginal = least-squares slope over %s hosts, fresh hosts per size; forks %d, strategy linear" % (
+        sizes,
         forks,
     )
     rows = []
+    targets = {"first": TARGETS["first_vs_gather"], "rerun": TARGETS["rerun_vs_gather"]}
     for series, measure in ((wall, "wall time (forks %d, linear)" % forks), (cpu, "controller CPU")):
         for label, what in (("first", "first run"), ("rerun", "no-change rerun")):
             row = pair(
                 "scale: site.yml %s, per-host marginal %s" % (what, measure),
                 "s",
-                margins(series[label]),
+                slope(series[label]),
                 "bare gather_facts play",
-                margins(series["gather"]),
+                slope(series["gather"]),
                 note=how,
             )
-            if series is wall and label == "rerun":
-                row["target"] = TARGETS["rerun_vs_gather"]
+            if series is cpu:
+                row["target"] = targets[label]
             row["sizes"] = {"value": series[label], "baseline": series["gather"]}
             rows.append(row)
+    curve = []
+    for label in ("gather", "first", "rerun"):
+        per_host = [
+            "%d: %.3f s CPU, %.2f s wall"
+            % (n, statistics.median(cpu[label][n]) / n, statistics.median(wall[label][n]) / n)
+            for n in sizes
+        ]
+        bend = linearity([(n, statistics.median(cpu[label][n])) for n in sizes])
+        curve.append(
+            "scale: %s, per host by size (run total / hosts, the run's fixed part included): %s; controller CPU "
+            "against the straight line between the smallest and largest size: %s"
+            % (label, "; ".join(per_host), ", ".join("%+.1f%%" % (100 * b) for b in bend) or "-")
+        )
     notes = [
         "scale: a fleet of %d light hosts (bookworm GPU nodes, 1 GPU, Debian's 535 installed, no container engine), "
-        "brought up once in %.0f s; site.yml on host s00 alone and on the %d others (both first runs meet fresh "
-        "hosts; the inventory turns pipelining on), "
-        "a bare gather_facts play on the same host sets; forks %d, strategy linear; per-host marginal = (time on %d "
-        "hosts - time on 1) / %d; controller CPU = this process's children (ansible-playbook, its forks, the docker "
-        "exec clients), not the nodes'; the nodes share this machine's cores with the controller; section wall time "
-        "%.0f s"
-        % (len(names), info["fleet_up_s"], len(large), forks, len(large), len(large) - 1, info["section_wall_s"]),
+        "brought up once in %.0f s; site.yml first run then no-change rerun at %s hosts, each size on its own fresh "
+        "hosts (the inventory turns pipelining on), a bare gather_facts play on the same host sets before and after; "
+        "forks %d, strategy linear; %s; controller CPU = this process's children (ansible-playbook, its forks, the "
+        "docker exec clients), not the nodes'; the nodes share this machine's cores with the controller; section "
+        "wall time %.0f s" % (len(names), info["fleet_up_s"], sizes, forks, how, info["section_wall_s"]),
         "scale: wall times by size (s): "
         + "; ".join(
             "%s %s" % (k, ", ".join("%d hosts %s" % (n, "/".join("%.1f" % x for x in xs)) for n, xs in v.items()))
             for k, v in wall.items()
         ),
+        "scale: controller CPU by size (s): "
+        + "; ".join(
+            "%s %s" % (k, ", ".join("%d hosts %s" % (n, "/".join("%.1f" % x for x in xs)) for n, xs in v.items()))
+            for k, v in cpu.items()
+        ),
+        *curve,
         "scale: validation on these hosts reports 'no container engine found to validate' (no engine, by design of "
         "the light host), so the runs pass gpufleet_fail_on_host_failure=false",
     ]
+    big = sets[sizes[-1]]
     for label in ("first", "rerun"):
-        per_host = {h: c for h, c in executions[label].items() if h in large}
+        per_host = {h: c for h, c in executions[label].items() if h in big}
         on_host = sorted(c["on_host"] for c in per_host.values())
         executed = sorted(c["executed"] for c in per_host.values())
         info.setdefault("module_executions", {})[label] = executions[label]
         notes.append(
-            "scale: %s, module executions per host over the %d hosts: %s executed (%s on the host; the highest is the "
-            "run's first host, which also carries the run-once report tasks), changed tasks per host %s"
+            "scale: %s, module executions per host over the %d hosts of the largest size: %s executed (%s on the "
+            "host; the highest is the run's first host, which also carries the run-once tasks), changed tasks per "
+            "host %s"
             % (
                 label,
                 len(per_host),
@@ -1372,7 +1418,7 @@ def scale_rows(prefix, big=24, forks=5, gather_rounds=3):
                 _span(sorted(changed[label][h] for h in per_host)),
             )
         )
-        notes += executions_note("scale %s" % label, {large[0]: executions[label][large[0]]})
+        notes += executions_note("scale %s" % label, {big[-1]: executions[label][big[-1]]})
     rows[1]["module_executions"] = {"first run": executions["first"], "no-change rerun": executions["rerun"]}
     return rows, notes, info
 
@@ -1527,9 +1573,9 @@ def main():
         rows += fleet
         result["notes"] += fleet_notes
     if "scale" in only:
-        big = int(os.environ.get("GPUFLEET_BENCH_SCALE_NODES", "24"))
+        sizes = scale_sizes(os.environ.get("GPUFLEET_BENCH_SCALE_SIZES", "1,24,96"))
         forks = int(os.environ.get("GPUFLEET_BENCH_SCALE_FORKS", "5"))
-        scale, scale_notes, result["scale"] = scale_rows(prefix, big, forks)
+        scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks)
         rows += scale
         result["notes"] += scale_notes
     self_usage = resource.getrusage(resource.RUSAGE_SELF)

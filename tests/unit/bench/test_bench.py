@@ -140,3 +140,17 @@ def test_a_failed_create_in_the_profile_is_an_error_a_failed_delete_is_not():
     assert bench.trace_calls("delete 1000000000 1002000000 1\n") == {"delete": [0.002]}
     with pytest.raises(RuntimeError, match="create"):
         bench.trace_calls("create 1000000000 1020000000 1\n")
+
+
+def test_the_scale_sizes_are_two_or_more_ascending():
+    assert bench.scale_sizes("96, 1,24") == [1, 24, 96]
+    for bad in ("24", "0,24", ""):
+        with pytest.raises(ValueError, match="GPUFLEET_BENCH_SCALE_SIZES"):
+            bench.scale_sizes(bad)
+
+
+def test_linearity_is_the_inner_sizes_distance_from_the_line_between_the_ends():
+    assert bench.linearity([(1, 10.0), (24, 240.0), (96, 960.0)]) == [pytest.approx(0.0)]
+    # a per-host cost that grows with the fleet: the middle size lies below the line through the ends
+    assert bench.linearity([(1, 1.0), (24, 24.0 * 2), (96, 96.0 * 8)])[0] < 0
+    assert bench.linearity([(1, 1.0), (24, 24.0)]) == []
