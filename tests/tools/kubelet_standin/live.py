@@ -146,6 +146,9 @@ def _cri_nodes(work: Path, binaries: Path, nodes: list[dict[str, Any]]) -> list[
             subprocess.run(["umount", "/sys/bus/pci/devices"], check=False)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink("/var/lib/kubelet/device-plugins/kubelet.sock")
+        text = (work / f"plugin-{node['name']}.log").read_text()
+        errors = KLOG_ERROR.findall(text) + re.findall(r".*not yet supported.*", text)
+        _check(checks, "plugin log has no error and no ignored setting", not errors, errors[:3])
     return results
 
 
