@@ -13,8 +13,9 @@ description:
   - O(state=drained) drains the node (C(scontrol update NodeName=<node> State=DRAIN Reason=<reason>)); no new job
     starts there, running jobs go on. Then it waits, polling C(squeue) every O(poll) seconds, until no job holding a
     GPU runs on the node. At O(timeout) it fails naming the jobs; the node stays drained.
-  - A node already drained keeps its drain and gets the O(reason) given (a failed validation's reason replaces the
-    upgrade's, and C(sinfo -R) shows it).
+  - A node already drained keeps its drain. When that drain is the collection's (its reason starts with O(prefix)) it
+    gets the O(reason) given (a failed validation's reason replaces the upgrade's, and C(sinfo -R) shows it); an
+    admin's drain keeps its own reason, so that O(state=resumed) leaves it in place (RV(msg) says so).
   - O(state=resumed) returns the node to service (C(State=RESUME)) only when its drain reason starts with O(reason) -
     the drain this collection made; an admin's own drain is left in place and named in RV(msg).
   - A host without C(scontrol) is not a Slurm node - nothing is done, RV(slurm=false).
@@ -47,6 +48,12 @@ options:
     description: The drain reason (C(sinfo -R) shows it); for O(state=resumed), the prefix of the drain reason to undo.
     type: str
     required: true
+  prefix:
+    description:
+      - For O(state=drained), how the reason of the collection's own drains starts; a node already drained with a
+        reason that does not start with it is an admin's drain, which keeps its reason.
+    type: str
+    default: "gpufleet:"
   timeout:
     description: Seconds to wait for the GPU jobs to end.
     type: int
@@ -100,7 +107,7 @@ waited:
   type: float
   returned: when the node was drained outside check mode
 msg:
-  description: Why a node stays drained on O(state=resumed).
+  description: That an admin's drain is kept (its reason is not replaced, O(state=resumed) leaves it in place).
   type: str
   returned: when an admin's drain is left in place
 """
@@ -118,6 +125,7 @@ def argspec() -> dict:
         "reason": {"type": "str", "required": True},
         "timeout": {"type": "int", "default": 600},
         "poll": {"type": "float", "default": 5},
+        "prefix": {"type": "str", "default": "gpufleet:"},
     }
 
 

@@ -5,7 +5,9 @@
 ended, or return it to service; ``node.py`` has the command lines and reads the node's state.
 
 * ``state=drained``: ``scontrol update ... State=DRAIN Reason=<reason>`` (a node already drained keeps its drain; the
-  reason is updated to the one given), then ``squeue`` every ``poll`` seconds until no job that holds a GPU
+  reason is updated to the one given only when the drain is the collection's, its reason starting with ``prefix``:
+  an admin's drain keeps its reason, so that ``state=resumed`` leaves it in place), then ``squeue`` every ``poll``
+  seconds until no job that holds a GPU
   (``%b``, the job's GRES/TRES per node, names ``gpu``) runs on the node; at the timeout the module fails naming the
   jobs and the node stays drained (nothing new starts there).
 * ``state=resumed``: ``State=RESUME``, only when the node's drain reason starts with ``reason`` (the drain this
@@ -37,10 +39,13 @@ class DrainRequest:
     reason: str
     timeout: int
     poll: float
+    prefix: str = "gpufleet:"
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> DrainRequest:
-        return cls(params["node"] or "", params["state"], params["reason"], params["timeout"], params["poll"])
+        return cls(
+            params["node"] or "", params["state"], params["reason"], params["timeout"], params["poll"], params["prefix"]
+        )
 
 
 @dataclass
@@ -123,6 +128,12 @@ def slurm_drain(
         raise Failure(msg, **result.fields()) from exc
     result.before, result.reason = str(now["state"]), str(now["reason"])
     if request.state == "resumed":
+        if not request.reason.strip():
+            raise Failure(
+                "slurm_drain: state=resumed with an empty reason would resume any drain, an admin's too; set reason "
+                "to the prefix of the drain to undo (gpufleet:)",
+                **result.fields(),
+            )
         ours = str(now["reason"]).startswith(request.reason)
         if now["state"] == "in_service" or not ours:
             result.after = result.before
@@ -138,7 +149,11 @@ def slurm_drain(
         argv = slurm_node.drain_argv(slurm.node, request.reason)
     except ValueError as exc:
         raise Failure(f"slurm_drain: {exc}; set the reason", **result.fields()) from exc
-    result.changed = now["state"] == "in_service" or not str(now["reason"]).startswith(request.reason.strip())
+    admins = now["state"] != "in_service" and not str(now["reason"]).startswith(request.prefix)
+    same = str(now["reason"]).startswith(request.reason.strip())
+    result.changed = now["state"] == "in_service" or not (admins or same)
+    if admins:
+        result.msg = f"{slurm.node} was drained by an admin ({now['reason']}): that drain and its reason stay"
     result.jobs = slurm.jobs()
     if host.check_mode:
         result.after = "draining" if result.jobs else "drained"

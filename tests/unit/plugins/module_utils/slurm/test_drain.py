@@ -114,6 +114,17 @@ def test_resume_only_the_collections_drain():
     assert not out.changed and out.after == "in_service"
 
 
+def test_an_admins_drain_keeps_its_reason_and_is_not_resumed():
+    host = FakeSlurm(state="IDLE+DRAIN", reason="bad fan, ticket 4711")
+    out, _clock = run(host)
+    assert not out.changed and host.updates == [] and "bad fan" in out.msg and out.after == "drained"
+    out, _clock = run(host, state="resumed", reason="gpufleet:")
+    assert not out.changed and host.updates == [] and host.state == "IDLE+DRAIN"
+    with pytest.raises(Failure, match="would resume any drain"):
+        run(host, state="resumed", reason=" ")
+    assert host.updates == []
+
+
 def test_not_a_slurm_node_and_an_empty_reason():
     out, _clock = run(FakeSlurm(scontrol=None))
     assert out.slurm is False and not out.changed
