@@ -26,7 +26,17 @@ def _as_survey_string(value):
 
 
 def test_every_role_and_the_playbooks_are_read():
-    assert set(role_specs.specs()) == {"device_plugin", "driver", "mig", "runtime", "toolkit", "validate", "playbook"}
+    assert set(role_specs.specs()) == {
+        "device_plugin",
+        "drain",
+        "driver",
+        "mig",
+        "runtime",
+        "slurm",
+        "toolkit",
+        "validate",
+        "playbook",
+    }
     assert "runtime_engines" in role_specs.names() and "gpufleet_lock_timeout" in role_specs.names()
 
 
