@@ -95,6 +95,20 @@ def test_cordon_evict_gpu_pods_through_a_budget_then_uncordon(drain):
         assert "gpufleet.nvidia/drain-reason" not in api.node["metadata"].get("annotations", {})
 
 
+def test_an_admins_cordon_stays_after_the_return_to_service(drain):
+    meta = {**NODE["metadata"], "annotations": {"ops/why": "bad fan"}}
+    admin = {**NODE, "metadata": meta, "spec": {"unschedulable": True}}
+    with KubeApi(admin, [pod("train-5d9c-x", True)], {}) as api:
+        res = drain(api, "main")
+        assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
+        assert api.node["metadata"]["annotations"] == {"ops/why": "bad fan"}
+        assert api.pods == []  # the GPU pod is still evicted before the change
+        res = drain(api, "resume")
+        assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
+        assert api.node["spec"]["unschedulable"] is True
+        assert api.node["metadata"]["annotations"] == {"ops/why": "bad fan"}
+
+
 def test_failed_validation_keeps_the_node_cordoned_with_the_reason(drain):
     with KubeApi({**NODE, "spec": {"unschedulable": True}}, [], {}) as api:
         res = drain(api, "hold", why="validation failed after the driver upgrade")
