@@ -109,6 +109,9 @@ def _node_name(host: Host, given: str) -> str:
         if rc == 0 and first and first[0].startswith("NodeName="):
             return first[0].split("=", 1)[1]
     rc, out, _err = host.run_command(["hostname", "-s"])
+    if rc != 0 or not out.strip():
+        # scontrol show node with an empty name lists every node: never guess
+        raise Failure("slurm_drain: cannot tell this node's Slurm name (slurmd -C and hostname -s gave none); set node")
     return out.strip()
 
 

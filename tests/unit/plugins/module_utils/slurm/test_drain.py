@@ -132,6 +132,14 @@ def test_not_a_slurm_node_and_an_empty_reason():
         run(FakeSlurm(), reason=" ")
 
 
+def test_no_node_name_fails_before_any_scontrol_call():
+    host = FakeSlurm()
+    host.get_bin_path = lambda name: "/usr/bin/scontrol" if name == "scontrol" else None
+    host.run_command = lambda argv: (1, "", "hostname: not found") if argv[0] == "hostname" else AssertionError(argv)
+    with pytest.raises(Failure, match="set node"):
+        run(host)
+
+
 def test_gpu_jobs_parse():
     assert drain.gpu_jobs("1|u|n|RUNNING|gres:gpu:a100:2\n2|u|n|RUNNING|N/A\nbroken\n") == [
         {"id": "1", "user": "u", "name": "n", "state": "RUNNING", "gres": "gres:gpu:a100:2"}
