@@ -103,6 +103,9 @@ def test_an_admins_cordon_stays_after_the_return_to_service(drain):
         assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
         assert api.node["metadata"]["annotations"] == {"ops/why": "bad fan"}
         assert api.pods == []  # the GPU pod is still evicted before the change
+        res = drain(api, "hold", why="validation failed after the driver upgrade")
+        assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
+        assert api.node["metadata"]["annotations"] == {"ops/why": "bad fan"}
         res = drain(api, "resume")
         assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
         assert api.node["spec"]["unschedulable"] is True
@@ -110,7 +113,8 @@ def test_an_admins_cordon_stays_after_the_return_to_service(drain):
 
 
 def test_failed_validation_keeps_the_node_cordoned_with_the_reason(drain):
-    with KubeApi({**NODE, "spec": {"unschedulable": True}}, [], {}) as api:
+    ours = {**NODE["metadata"], "annotations": {"gpufleet.nvidia/drain-reason": "gpufleet: driver upgrade"}}
+    with KubeApi({**NODE, "metadata": ours, "spec": {"unschedulable": True}}, [], {}) as api:
         res = drain(api, "hold", why="validation failed after the driver upgrade")
         assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
         assert api.node["spec"]["unschedulable"] is True
