@@ -135,14 +135,14 @@ def test_el_9_precompiled_stages_nvidias_key_until_enrolled(tmp_path: Path) -> N
 
 
 def test_el_9_precompiled_without_a_password_stops_naming_the_fix(tmp_path: Path) -> None:
-    mirror, _ = nvidia_mirror(tmp_path)
+    mirror = nvidia_mirror(tmp_path)[0]
     rc, out = run(tmp_path, el_plan("9.6", V100, mirror, branch="580"))
     assert rc != 0 and "set driver_mok_password" in out and "driver_el_module_source=dkms" in out, out
-    assert not [c for c in calls(tmp_path, "--import")]
+    assert not list(calls(tmp_path, "--import"))
 
 
 def test_precompiled_asked_for_without_secure_boot_enrols_no_key(tmp_path: Path) -> None:
-    mirror, _ = nvidia_mirror(tmp_path)
+    mirror = nvidia_mirror(tmp_path)[0]
     p = el_plan("9.6", V100, mirror, branch="580", secure_boot=False, el_module_source="precompiled")
     rc, out = run(tmp_path, p, sb="SecureBoot disabled")
     assert rc == 0, out

@@ -33,7 +33,8 @@ def host(release, dist="RedHat", arch="x86_64"):
     }
 
 
-def el(release, nvidia=A100, secure_boot=True, dist="RedHat", arch="x86_64", **settings):
+def el(release, nvidia=None, secure_boot=True, dist="RedHat", arch="x86_64", **settings):
+    nvidia = A100 if nvidia is None else nvidia
     return plan(host(release, dist, arch), {"source": "cuda", "secure_boot": secure_boot, **settings}, nvidia)
 
 
