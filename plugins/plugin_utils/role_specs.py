@@ -105,6 +105,26 @@ def _render_dir(values: Mapping[str, Any]) -> list[str]:
     return [f"device_plugin_render_dir={_show(folder)}: device_plugin_mode=render_only needs an absolute folder"]
 
 
+def _at_least(name: str, least: int) -> Callable[[Mapping[str, Any]], list[str]]:
+    def rule(values: Mapping[str, Any]) -> list[str]:
+        value = values[name]
+        if isinstance(value, int) and value < least:
+            return [f"{name}={_show(value)}: must be {least} or more"]
+        return []
+
+    return rule
+
+
+def _sha256(name: str) -> Callable[[Mapping[str, Any]], list[str]]:
+    def rule(values: Mapping[str, Any]) -> list[str]:
+        value = str(values[name] or "").strip()
+        if not value or re.fullmatch(r"[0-9A-Fa-f]{64}", value):
+            return []
+        return [f"{name}={_show(value)}: a SHA-256 is 64 hexadecimal digits"]
+
+    return rule
+
+
 # What a spec cannot say: (the variables a rule reads, the rule). A rule runs when the host sets one of them and all
 # of them passed their spec; it reads them as the spec types them, the ones the host does not set at their defaults.
 RULES: tuple[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[str]]], ...] = (
@@ -113,6 +133,9 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[str]]], .
     (("driver_module_params",), _module_params),
     (("mig_layout", "mig_layouts"), _mig_layout),
     (("device_plugin_mode", "device_plugin_render_dir"), _render_dir),
+    (("drain_poll",), _at_least("drain_poll", 1)),  # the drain waits drain_timeout // drain_poll rounds
+    (("drain_timeout",), _at_least("drain_timeout", 0)),
+    (("driver_el_nvidia_key_sha256",), _sha256("driver_el_nvidia_key_sha256")),
 )
 
 

@@ -14,6 +14,7 @@ MokManager; the package installation itself (ansible.builtin.dnf) is in redhat.y
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -116,7 +117,8 @@ def test_el_9_precompiled_stages_nvidias_key_until_enrolled(tmp_path: Path) -> N
     mirror, der = nvidia_mirror(tmp_path)
     p = el_plan("9.6", V100, mirror, branch="580")
     assert p["module_source"] == "precompiled"
-    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD)
+    pin = {"driver_el_nvidia_key_sha256": hashlib.sha256(der).hexdigest().upper()}
+    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD, **pin)
     assert rc == 0, out
     key = tmp_path / "mok" / "NVIDIA2019-public_key.der"
     assert key.read_bytes() == der  # fetched from the mirror's rhel9/x86_64 directory
@@ -125,18 +127,31 @@ def test_el_9_precompiled_stages_nvidias_key_until_enrolled(tmp_path: Path) -> N
     assert [c for c in staged if c.startswith("--import")] == [f"--import {key} --hash-file {tmp_path}/mok/import.hash"]
     assert not (tmp_path / "mok" / "import.hash").exists() and calls(tmp_path, "subscription-manager") == []
 
-    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD)  # pending: not imported again, still said
+    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD, **pin)  # pending: not imported again, still said
     assert rc == 0 and "changed=0" in out and "enrolment pending at next boot" in out, out
     assert len([c for c in (tmp_path / "state" / "calls").read_text().splitlines() if c.startswith("--import")]) == 1
 
     enrol(tmp_path)
-    rc, out = run(tmp_path, p)  # enrolled: no password needed, nothing pending
+    rc, out = run(tmp_path, p, **pin)  # enrolled: no password needed, nothing pending
     assert rc == 0 and "changed=0" in out and "enrolment pending" not in out, out
 
 
+def test_nvidias_key_from_a_mirror_needs_a_pinned_checksum_that_matches(tmp_path: Path) -> None:
+    mirror, der = nvidia_mirror(tmp_path)
+    p = el_plan("9.6", V100, mirror, branch="580")
+    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD)
+    assert rc != 0 and "driver_el_nvidia_key_sha256 is empty" in out and mirror in out, out
+    assert not (tmp_path / "mok" / "NVIDIA2019-public_key.der").exists() and not list(calls(tmp_path, "--import"))
+    other = hashlib.sha256(der + b"x").hexdigest()
+    rc, out = run(tmp_path, p, driver_mok_password=PASSWORD, driver_el_nvidia_key_sha256=other)
+    assert rc != 0 and "checksum" in out.lower(), out
+    assert not (tmp_path / "mok" / "NVIDIA2019-public_key.der").exists() and not list(calls(tmp_path, "--import"))
+
+
 def test_el_9_precompiled_without_a_password_stops_naming_the_fix(tmp_path: Path) -> None:
-    mirror = nvidia_mirror(tmp_path)[0]
-    rc, out = run(tmp_path, el_plan("9.6", V100, mirror, branch="580"))
+    mirror, der = nvidia_mirror(tmp_path)
+    pin = {"driver_el_nvidia_key_sha256": hashlib.sha256(der).hexdigest()}
+    rc, out = run(tmp_path, el_plan("9.6", V100, mirror, branch="580"), **pin)
     assert rc != 0 and "set driver_mok_password" in out and "driver_el_module_source=dkms" in out, out
     assert not list(calls(tmp_path, "--import"))
 

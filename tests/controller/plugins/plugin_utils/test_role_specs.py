@@ -98,6 +98,19 @@ def test_render_only_needs_an_absolute_folder():
     assert problem.startswith("device_plugin: device_plugin_render_dir='gitops': ")
 
 
+def test_the_drain_poll_is_at_least_a_second():
+    assert role_specs.problems({"drain_poll": 0}) == ["drain: drain_poll=0: must be 1 or more"]
+    assert role_specs.problems({"drain_poll": "5", "drain_timeout": "0"}) == []
+    assert role_specs.problems({"drain_timeout": -1}) == ["drain: drain_timeout=-1: must be 0 or more"]
+
+
+def test_nvidias_key_checksum_is_a_sha256():
+    assert role_specs.problems({"driver_el_nvidia_key_sha256": "ab" * 32}) == []
+    assert role_specs.problems({"driver_el_nvidia_key_sha256": "sha256:" + "ab" * 32}) == [
+        "driver: driver_el_nvidia_key_sha256='sha256:" + "ab" * 32 + "': a SHA-256 is 64 hexadecimal digits"
+    ]
+
+
 def test_a_rule_waits_for_the_spec():
     """A value its spec refuses is named once, by the spec; the rule does not read it."""
     (problem,) = role_specs.problems({"driver_module_params": "not a dict"})
