@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import driver_plan_el
+from . import driver_plan_el
 
 # The documents each rule below follows, read 2026-11-23 (cite them by key next to the rule):
 SOURCES = {
