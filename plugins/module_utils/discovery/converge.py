@@ -19,7 +19,6 @@ so that the facts just discovered still reach the report. Standard library only 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..base import hostlock
@@ -63,9 +62,6 @@ def argspec() -> dict[str, Any]:
     }
 
 
-_STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
 @dataclass(frozen=True)
 class ConvergeRequest:
     """What ``converge_check`` is asked: the lock's owner and terms, discovery's one option, the stamped stages."""
@@ -85,8 +81,7 @@ class ConvergeRequest:
     def from_params(cls, params: dict[str, Any]) -> ConvergeRequest:
         plan = params["plan"]
         for spec in plan["stages"]:
-            if not _STAGE.match(spec["stage"]):
-                raise Failure(f"plan.stages: {spec['stage']!r} is not a stage name (lower-case letters, digits and _)")
+            stamp.check_stage_name(spec["stage"], "plan.stages")
         fields = {name: params[name] for name in argspec() if name != "plan"}
         return cls(**fields, fast_path=plan["fast_path"], stages=plan["stages"], hold=plan["hold"])
 

@@ -266,6 +266,12 @@ def compare(
 _STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+def check_stage_name(name: str, where: str) -> None:
+    """Refuse a stage name that is not one (the stamp's file name is made of it); ``where`` names the option."""
+    if not _STAGE.match(name):
+        raise Failure(f"{where}: {name!r} is not a stage name (lower-case letters, digits and _)")
+
+
 @dataclass(frozen=True)
 class StampRequest:
     """What ``stage_stamp`` is asked to do for one stage."""
@@ -282,8 +288,7 @@ class StampRequest:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> StampRequest:
-        if not _STAGE.match(params["stage"]):
-            raise Failure(f"stage: {params['stage']!r} is not a stage name (lower-case letters, digits and _)")
+        check_stage_name(params["stage"], "stage")
         return cls(
             **{k: params[k] for k in ("stage", "state", "inputs", "facts", "paths", "units", "packages", "published")},
             dir=params["dir"],
