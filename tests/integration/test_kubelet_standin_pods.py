@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 
 import pytest
 
@@ -66,18 +65,6 @@ def kubelet(kube):
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _pod(name, limits=None, env=None, runtime_class="nvidia"):
-    container = {"name": "probe", "image": IMAGE, "command": ["python3", "-c", WAIT]}
-    if limits:
-        container["resources"] = {"limits": limits}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return {
-        "metadata": {"name": f"{name}-{uuid.uuid4().hex[:6]}", "uid": uuid.uuid4().hex},
-        "spec": {"runtimeClassName": runtime_class, "containers": [container]},
-    }
-
-
 def _start(cri, kubelet, pod):
     """Admit the pod (device manager), run its sandbox and container (CRI); -> (sandbox id, container id)."""
     spec = pod["spec"]["containers"][0]
@@ -104,7 +91,9 @@ def test_pods_get_exactly_their_gpu_a_third_stays_pending_and_others_see_none(ku
     try:
         seen = {}
         for name in ("gpu-a", "gpu-b"):
-            sandbox, container, allocated = _start(cri, kubelet, _pod(name, {"nvidia.com/gpu": 1}))
+            sandbox, container, allocated = _start(
+                cri, kubelet, pods.probe_pod(name, IMAGE, WAIT, limits={"nvidia.com/gpu": 1})
+            )
             started.append(sandbox)
             (gpu,) = allocated["nvidia.com/gpu"]["ids"]
             seen[name] = (gpu, _sees(cri, container))
@@ -112,9 +101,12 @@ def test_pods_get_exactly_their_gpu_a_third_stays_pending_and_others_see_none(ku
         for gpu, devices in seen.values():
             assert devices == [f"nvidia{minor[gpu]}"], (gpu, devices)
         with pytest.raises(AdmissionError, match="Requested: 1, Available: 0"):
-            _start(cri, kubelet, _pod("gpu-c", {"nvidia.com/gpu": 1}))
+            _start(cri, kubelet, pods.probe_pod("gpu-c", IMAGE, WAIT, limits={"nvidia.com/gpu": 1}))
         # No request, and no request with the variable set by the pod itself (unprivileged): no GPU on this node.
-        for pod in (_pod("none"), _pod("envvar-all", env={"NVIDIA_VISIBLE_DEVICES": "all"})):
+        for pod in (
+            pods.probe_pod("none", IMAGE, WAIT),
+            pods.probe_pod("envvar-all", IMAGE, WAIT, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
+        ):
             sandbox, container, _allocated = _start(cri, kubelet, pod)
             started.append(sandbox)
             assert _sees(cri, container) == [], pod["metadata"]["name"]

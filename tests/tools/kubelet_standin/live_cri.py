@@ -104,18 +104,6 @@ def describe(fleet: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _pod(name: str, image: str, wait: str, *, limits=None, env=None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "probe", "image": image, "command": ["python3", "-c", wait]}
-    if limits:
-        container["resources"] = {"limits": limits}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return {
-        "metadata": {"name": f"{name}-{uuid.uuid4().hex[:6]}", "uid": uuid.uuid4().hex},
-        "spec": {"runtimeClassName": "nvidia", "containers": [container]},
-    }
-
-
 class _Kubelet:
     """The stand-in's two halves on one node: the device manager's admission, then the CRI calls."""
 
@@ -159,6 +147,7 @@ def node_checks(node: dict[str, Any], dm: Any, rendered: dict[str, Any], admissi
     """The pods on one node's containerd; the device manager has NVIDIA's plugin registered for this node."""
     from tests.integration._fleet_converged import IMAGE, WAIT
     from tests.sim.cri import Cri, CriError, NodeSocket
+    from tests.tools.kubelet_standin import pods
 
     checks: list[dict[str, Any]] = []
 
@@ -180,7 +169,7 @@ def node_checks(node: dict[str, Any], dm: Any, rendered: dict[str, Any], admissi
         try:
             seen = {}
             for name in ("gpu-a", "gpu-b"):
-                container, allocated = kubelet.start(_pod(name, IMAGE, WAIT, limits={"nvidia.com/gpu": 1}))
+                container, allocated = kubelet.start(pods.probe_pod(name, IMAGE, WAIT, limits={"nvidia.com/gpu": 1}))
                 seen[name] = {"allocated": allocated["nvidia.com/gpu"]["ids"], **kubelet.sees(container)}
             check(
                 "two pods with nvidia.com/gpu: 1 each list exactly their allocated GPU in nvidia-smi -L (different)",
@@ -192,15 +181,15 @@ def node_checks(node: dict[str, Any], dm: Any, rendered: dict[str, Any], admissi
                 {**seen, "runtime": version.get("runtime_version")},
             )
             try:
-                kubelet.start(_pod("gpu-c", IMAGE, WAIT, limits={"nvidia.com/gpu": 1}))
+                kubelet.start(pods.probe_pod("gpu-c", IMAGE, WAIT, limits={"nvidia.com/gpu": 1}))
                 check("a third pod stays pending", False, "admitted")
             except admission_error as exc:
                 check("a third pod stays pending", True, str(exc))
             for name, pod in (
-                ("a pod with no request sees no GPU", _pod("none", IMAGE, WAIT)),
+                ("a pod with no request sees no GPU", pods.probe_pod("none", IMAGE, WAIT)),
                 (
                     "an unprivileged pod setting NVIDIA_VISIBLE_DEVICES=all sees no GPU",
-                    _pod("envvar-all", IMAGE, WAIT, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
+                    pods.probe_pod("envvar-all", IMAGE, WAIT, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
                 ),
             ):
                 container, _allocated = kubelet.start(pod)

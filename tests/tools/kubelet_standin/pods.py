@@ -90,3 +90,25 @@ def container_config(container: dict[str, Any], responses: list[dict[str, Any]])
         run_as_user=security.get("runAsUser"),
         run_as_group=security.get("runAsGroup"),
     )
+
+
+def probe_pod(
+    name: str,
+    image: str,
+    wait: str,
+    *,
+    limits: dict | None = None,
+    env: dict | None = None,
+    runtime_class: str = "nvidia",
+) -> dict[str, Any]:
+    """A pod spec with one container that runs ``python3 -c wait`` in ``image``, asking for ``limits`` and setting
+    ``env``; its name gets a random suffix and its uid is random, as the API server gives them."""
+    container: dict[str, Any] = {"name": "probe", "image": image, "command": ["python3", "-c", wait]}
+    if limits:
+        container["resources"] = {"limits": limits}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "metadata": {"name": f"{name}-{uuid.uuid4().hex[:6]}", "uid": uuid.uuid4().hex},
+        "spec": {"runtimeClassName": runtime_class, "containers": [container]},
+    }

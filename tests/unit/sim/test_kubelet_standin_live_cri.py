@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.sim.cri import CriError  # noqa: E402
-from tests.tools.kubelet_standin import live_cri  # noqa: E402
+from tests.tools.kubelet_standin import live_cri, pods  # noqa: E402
 
 GPU = "GPU-1cdde31b-086b-5d09-9b6c-19ca6174c7e0"
 # NVIDIA k8s-device-plugin v0.20.0's Allocate answer with the role's default config (make k8s-live records it).
@@ -70,7 +70,7 @@ class FakeCri:
 def test_a_pod_is_admitted_then_run_with_its_handler_and_the_plugins_answer():
     dm, cri = FakeDeviceManager(), FakeCri()
     kubelet = live_cri._Kubelet(dm, cri)
-    pod = live_cri._pod("gpu-a", "img", "wait", limits={"nvidia.com/gpu": 1})
+    pod = pods.probe_pod("gpu-a", "img", "wait", limits={"nvidia.com/gpu": 1})
     container, allocated = kubelet.start(pod)
     assert dm.calls == [(pod["metadata"]["uid"], "probe", {"nvidia.com/gpu": 1})]
     assert allocated["nvidia.com/gpu"]["ids"] == [GPU]
@@ -88,7 +88,7 @@ def test_a_pod_is_admitted_then_run_with_its_handler_and_the_plugins_answer():
 def test_a_pods_own_variable_reaches_the_container_and_no_request_asks_for_nothing():
     dm, cri = FakeDeviceManager(), FakeCri()
     kubelet = live_cri._Kubelet(dm, cri)
-    kubelet.start(live_cri._pod("envvar-all", "img", "wait", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    kubelet.start(pods.probe_pod("envvar-all", "img", "wait", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
     assert dm.calls[0][2] == {}
     assert cri.calls[1][2].envs == {"NVIDIA_VISIBLE_DEVICES": "all"} and cri.calls[1][2].mounts == []
 
