@@ -163,6 +163,11 @@ holder:
   description: The lock holder's description (owner, pid, started, lease_until).
   returned: always
   type: dict
+slurmd:
+  description: C(slurmd) is installed (found where M(gpufleet.nvidia.slurm_gres) looks for it); the Slurm stage acts
+    on a GPU node only where it is.
+  returned: always
+  type: bool
 lock_busy:
   description: Another run holds the host's lock past O(timeout); what to do, in words (also RV(msg)).
   returned: when another run holds the lock

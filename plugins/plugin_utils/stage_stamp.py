@@ -107,7 +107,7 @@ STAGES: dict[str, dict[str, Any]] = {
 
 
 # The groups site.yml puts hosts in during a run (the hosts that enter the stage plays): not part of a stage's inputs.
-RUN_GROUPS = frozenset(("gpufleet_stale", "gpufleet_converged"))
+RUN_GROUPS = frozenset(("gpufleet_stale", "gpufleet_converged", "gpufleet_quiet"))
 
 
 def stamped(stage: str) -> bool:

@@ -9,7 +9,9 @@ lock (``base.hostlock``), then check every stamped stage's stamp against the fac
 comparison ``stage_stamp`` makes, a stale stamp removed outside check mode). The answer says which stages are stale;
 the host is *converged* when it is not a GPU node (no stage acts on it), or when every stamped stage is current and
 nothing else of the run may change it (``hold``: a MIG layout to apply, a Kubernetes node's device plugin; a MIG
-boot unit that holds a layout). The lock stays held for the rest of the run (the stages that still act on every host,
+boot unit that holds a layout). Whether ``slurmd`` is installed is part of the answer: the Slurm stage acts only on GPU
+nodes with ``slurmd`` (and the Slurm controllers), so a converged host without it enters no play but validation.
+The lock stays held for the rest of the run (the stages that still act on every host,
 validation): ``site.yml`` gives it back before the report.
 
 Discovery comes first and the lock after it, as in the separate tasks: discovery reads only; the stamps are checked,
@@ -100,6 +102,7 @@ class ConvergeResult(Result):
     holder: dict[str, Any] = field(default_factory=dict)
     lock_busy: str | None = None
     msg: str | None = None
+    slurmd: bool = False
 
 
 def stage_request(
@@ -142,7 +145,8 @@ def run_converge(request: ConvergeRequest, host: Host) -> ConvergeResult:
         facts = discover(run_command=run_command, toolkit_bindir=request.toolkit_bindir)
     except ValueError as exc:
         raise Failure(f"converge_check: discovery: {exc}") from None
-    result = ConvergeResult(ansible_facts={"nvidia": facts})
+    # The Slurm stage's own test (slurm_gres: module_utils/slurm/files.py): slurmd found where the module looks for it.
+    result = ConvergeResult(ansible_facts={"nvidia": facts}, slurmd=bool(host.get_bin_path("slurmd")))
     if request.lock:
         try:
             acquired, result.holder = hostlock.acquire(request.lock_path, request.owner, request.timeout, request.lease)

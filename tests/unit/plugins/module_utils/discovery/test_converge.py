@@ -209,3 +209,16 @@ def test_engine_configs_are_the_discovered_engines_files(env):
 def test_a_bad_stage_name_fails_naming_it(env):
     with pytest.raises(Failure, match="'Driver' is not a stage name"):
         _request(env, [dict(_stages(env)[0], stage="Driver")])
+
+
+class _SlurmHost(_Host):
+    """A host with slurmd where slurm_gres looks for it (AnsibleModule.get_bin_path)."""
+
+    def get_bin_path(self, name, **_kwargs):
+        return "/usr/sbin/slurmd" if name == "slurmd" else None
+
+
+def test_the_answer_says_whether_slurmd_is_installed(env):
+    # site.yml leaves a converged host out of the Slurm play only where slurmd is not (the stage acts on none there)
+    assert converge.run_converge(_request(env, []), _Host()).slurmd is False
+    assert converge.run_converge(_request(env, [], owner="run-1"), _SlurmHost()).slurmd is True
