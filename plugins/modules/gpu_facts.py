@@ -600,6 +600,8 @@ ansible_facts:
               C({pci_bus_id, xid, count, bucket, last_message}); C(bucket) is the immediate action of NVIDIA's Xid
               catalog (C(RESTART_APP), C(RESET_GPU), C(RESTART_BM), C(IGNORE), ...; C(UNKNOWN) for an XID the
               collection has no entry for).
+            - Where the C(gpu_watch) role's watch runs, the XIDs of this boot it saw and the ring buffer no longer
+              holds count too (those entries carry C(source=gpu_watch)); per GPU and XID the larger count wins.
           type: list
           elements: dict
           sample:
@@ -651,6 +653,17 @@ ansible_facts:
           sample:
             layout: all-1g.10gb
             status: {ok: true, changed: true, message: applied, gpus: [], stopped: [nvidia-persistenced.service]}
+        gpu_watch:
+          description:
+            - "The GPU watch (the C(gpu_watch) role's timer), from its state file
+              C(/var/lib/gpufleet/gpu-watch.json): C(installed) (a state file is there), C(state_file), C(last_run)
+              (Unix time), C(age_s), C(interval_s), C(stale) (the last run is older than 3 intervals, at least
+              180 s, or the state cannot be read), C(error) (what its last run could not do), C(nvml_up) and
+              C(kmsg_lost) (kernel log records the ring buffer dropped before the watch read them)."
+            - A stale watch is the problem C(gpu_watch_stale), a failed last run C(gpu_watch_failed).
+          type: dict
+          sample: {installed: true, state_file: /var/lib/gpufleet/gpu-watch.json, last_run: 1764300000.0, age_s: 12.5,
+                   interval_s: 60, stale: false, error: null, nvml_up: true, kmsg_lost: 0}
         xid_source:
           description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
             could be read.

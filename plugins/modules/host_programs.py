@@ -23,7 +23,9 @@ description:
     spec when the installed driver or the device nodes are not the ones it was made for), C(gpufleet-dev-char-links)
     (creates the C(/dev/char/<major>:<minor>) links of the NVIDIA device nodes) and C(gpufleet-nvidia-devices)
     (creates the device nodes the loaded driver provides, run at boot by the C(runtime) role's unit) and
-    C(gpufleet-mig-boot) (applies the host's MIG layout again at boot, run by the C(mig) role's unit)."
+    C(gpufleet-mig-boot) (applies the host's MIG layout again at boot, run by the C(mig) role's unit) and
+    C(gpufleet-gpu-watch) (reads GPU health and new XIDs, writes node exporter metrics and its state file, run every
+    interval by the C(gpu_watch) role's timer)."
   - When the runtime shim is among O(programs), also writes the shim's configuration O(config_path) (JSON, sorted
     keys) - whether the shim honours C(NVIDIA_VISIBLE_DEVICES) from an unprivileged container
     (O(accept_envvar_unprivileged)), whether it reads the device plugin's volume mounts as a device request
@@ -57,13 +59,14 @@ options:
     default: present
   programs:
     description:
-      - The programs to install; by default all of them but C(gpufleet-mig-boot), which the C(mig) role installs
-        where its boot unit runs it. With O(state=absent) and no programs named, every program's launcher is
-        removed. The package always holds every module.
+      - The programs to install; by default all of them but C(gpufleet-mig-boot) and C(gpufleet-gpu-watch), which the
+        C(mig) and C(gpu_watch) roles install where their units run them. With O(state=absent) and no programs
+        named, every program's launcher is removed. The package always holds every module.
     type: list
     elements: str
     choices: [gpufleet-container-runtime, gpufleet-cdi-hook, nvidia-container-runtime-hook, gpufleet-cdi-refresh,
-      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker, gpufleet-nvidia-devices, gpufleet-mig-boot]
+      gpufleet-dev-char-links, nvidia-container-cli, nvidia-docker, gpufleet-nvidia-devices, gpufleet-mig-boot,
+      gpufleet-gpu-watch]
   bindir:
     description: Where the launchers go.
     type: path
@@ -235,6 +238,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import container_cli as _container_cli  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_char as _dev_char  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import dev_nodes as _dev_nodes  # noqa: F401
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import gpu_watch as _gpu_watch  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import install as _host_programs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import nvidia_docker as _nvidia_docker  # noqa: F401
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.hostprog import shim as _shim  # noqa: F401

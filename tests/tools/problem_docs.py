@@ -29,9 +29,12 @@ XID = REPO / "plugins" / "module_utils" / "discovery" / "xid.py"
 MORE = (
     REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",
     REPO / "plugins" / "module_utils" / "discovery" / "mig_boot_check.py",
+    REPO / "plugins" / "module_utils" / "discovery" / "gpu_watch_state.py",
     # NVIDIA's security bulletins and the driver branch lifecycle, joined on the controller by the fleet report
     REPO / "plugins" / "plugin_utils" / "exposure.py",
 )
+# The GPU watch's metrics (its METRICS table), listed after the problems.
+WATCH = REPO / "plugins" / "module_utils" / "hostprog" / "gpu_watch.py"
 GUIDE = REPO / "docs" / "docsite" / "rst" / "troubleshooting.rst"
 LABEL = "ansible_collections.gpufleet.nvidia.docsite.troubleshooting"
 _RST_SPECIAL = "\\*`|_"
@@ -135,7 +138,7 @@ def rst_text(text: str) -> str:
     return text
 
 
-def render(problems_source: str, xid_source: str, *more_sources: str) -> str:
+def render(problems_source: str, xid_source: str, *more_sources: str, watch_source: str | None = None) -> str:
     actions, host_buckets = xid_actions(xid_source)
     out = [HEAD]
     for entry in problems(problems_source) + [e for source in more_sources for e in problems(source)]:
@@ -154,7 +157,31 @@ def render(problems_source: str, xid_source: str, *more_sources: str) -> str:
                     )
             continue
         out.append(_section(code, entry["messages"], entry["fixes"]))
+    if watch_source is not None:
+        out.append(metrics_section(watch_source))
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def metrics_section(watch_source: str) -> str:
+    """The GPU watch's metrics, from ``METRICS`` of hostprog/gpu_watch.py (read as a literal)."""
+    metrics = next(
+        ast.literal_eval(node.value)
+        for node in ast.parse(watch_source).body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "METRICS"
+    )
+    title = "GPU watch metrics"
+    lines = [f".. _{LABEL}.gpu_watch_metrics:", "", title, "-" * len(title), ""]
+    lines += [
+        "The ``gpu_watch`` role's timer writes these into ``gpufleet_gpu.prom`` in the node exporter's textfile",
+        "directory every interval. Every per-GPU series carries ``gpu`` (the index), ``uuid`` and ``pci_bus_id``;",
+        "``gpufleet_gpu_problem`` has one series per problem above, labelled ``code`` and ``action`` (the remediation",
+        "class: ``RESET_GPU``, ``RESTART_BM``, ``CONTACT_SUPPORT`` or ``NONE``), and ``gpufleet_gpu_last_xid``",
+        "carries the XID's ``action`` too.",
+        "",
+    ]
+    for name, (kind, text) in metrics.items():
+        lines += [f"``{name}`` ({kind})", f"  {rst_text(text)}", ""]
+    return "\n".join(lines)
 
 
 def _section(code: str, messages: list[str], fixes: list[str], level: str = "-") -> str:
@@ -170,7 +197,12 @@ def _section(code: str, messages: list[str], fixes: list[str], level: str = "-")
 
 def generate() -> str:
     more = [path.read_text(encoding="utf-8") for path in MORE]
-    return render(PROBLEMS.read_text(encoding="utf-8"), XID.read_text(encoding="utf-8"), *more)
+    return render(
+        PROBLEMS.read_text(encoding="utf-8"),
+        XID.read_text(encoding="utf-8"),
+        *more,
+        watch_source=WATCH.read_text(encoding="utf-8"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

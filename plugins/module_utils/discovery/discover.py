@@ -23,6 +23,7 @@ no sanity ignore file; a caller outside Ansible passes its own runner.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, List, Tuple
 
 from ..base.fileio import read_text
@@ -43,6 +44,7 @@ from ..cdi.driver_files import (
 from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
 from . import gpu_users as _gpu_users
+from . import gpu_watch_state as _gpu_watch
 from . import labels as _labels
 from . import mig_boot_check as _mig_boot
 from . import next_boot as _next_boot
@@ -52,9 +54,11 @@ from . import nvidia_toolkit as _nvidia_toolkit
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
+from . import remediation_record as _remediation
 from . import toolkit as _toolkit
 from . import xid as _xid
 from .container import detect_container
+from .nvml import nvml_candidates
 
 SOURCES = ("nvml", "nvidia-smi", "procfs", "sysfs")  # best first
 GPU_FIELDS = (
@@ -139,23 +143,6 @@ def _finish_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
     return gpu
 
 
-# Debian keeps the driver's libraries in /usr/lib/<triplet>/nvidia/<flavour>/ (``current``, or ``tesla-535``
-# ...), the flavour chosen by the ``nvidia`` alternative; only some sonames get a link on the loader's
-# path through the alternative's slaves (libcuda.so.1, libnvidia-ptxjitcompiler.so.1), and
-# ``libnvidia-ml.so.1`` is not one of them: it is in no ld.so.cache. These are the sonames found there.
-def nvml_candidates(driver_root: str, entries: list[LdCacheEntry]) -> list[str]:
-    """What to dlopen, in order: on ``/`` the soname first (the loader's own search, LD_LIBRARY_PATH
-    included); then the file behind ``libnvidia-ml.so.1`` in the driver root's ld.so.cache (Debian's
-    ``nvidia/<flavour>`` entries included), resolved inside that root."""
-    candidates = ["libnvidia-ml.so.1"] if os.path.abspath(driver_root) == "/" else []
-    for entry in entries:
-        if entry.soname == "libnvidia-ml.so.1" and entry.arch == "x86_64":
-            path = host_path(driver_root, resolve_in_root(driver_root, entry.path))
-            if path not in candidates:
-                candidates.append(path)
-    return candidates
-
-
 def _find_binary(driver_root: str, name: str) -> str | None:
     for directory in BINARY_DIRS:
         inner = resolve_in_root(driver_root, directory + "/" + name)
@@ -222,6 +209,9 @@ def discover(
     fabric_manager = _fabric_manager(root, pci, run_command)
     # XID events since boot (what the kernel ring buffer or the journal still holds), per GPU by PCI address.
     xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, scan.warnings)
+    # The GPU watch's state: its XIDs of this boot the ring buffer no longer holds count too; its last run is a fact.
+    watch_state, watch_error = _gpu_watch.read_state(root)
+    xid_events = _gpu_watch.merge_xids(xid_events, watch_state, _gpu_watch.boot_id(root))
     for gpu in gpus:
         gpu["health"]["xid_events"] = [e for e in xid_events if e["pci_bus_id"] == gpu.get("pci_bus_id")]
     facts = {
@@ -242,6 +232,7 @@ def discover(
         "gpu_users": _gpu_users.gpu_users(root, exclude_pids=(os.getpid(),) if os.path.abspath(root) == "/" else ()),
         "xid_events": xid_events,
         "xid_source": xid_source,
+        "gpu_watch": _gpu_watch.watch_facts(watch_state, watch_error, time.time()),
         "fabric_manager": fabric_manager,
         # The kernel the bootloader starts next and whether driver installed_version's module pairs with it.
         "next_boot": _next_boot.pairing(
@@ -513,10 +504,13 @@ def _kernel_xids(
     run_command: Callable[[list[str]], tuple[int, str, str]] | None,
     warnings: list[str],
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """``(where they were read, per-GPU XID summaries)``; ``(None, [])`` when no kernel log could be read."""
+    """``(where they were read, per-GPU XID summaries)``; ``(None, [])`` when no kernel log could be read. XIDs that
+    ``playbooks/remediate.yml`` remediated (the remediation record's mark) are left out."""
+    record, _error = _remediation.read_record(root)
+    boot = _remediation.boot_id(root)
     text = _xid.read_kmsg(host_path(root, kernel_log))
     if text is not None:
-        return kernel_log, _xid.summarize(_xid.parse(text))
+        return kernel_log, _xid.summarize(_remediation.drop_handled(_xid.parse(text), record, boot))
     if run_command is None or os.path.abspath(root) != "/":
         return None, []
     journalctl = _find_binary(root, "journalctl")
@@ -526,7 +520,7 @@ def _kernel_xids(
     if rc != 0:
         warnings.append(f"xid: {kernel_log} unreadable and journalctl -k failed: rc={rc}: {(err or out).strip()[:200]}")
         return None, []
-    return "journalctl", _xid.summarize(_xid.parse(out))
+    return "journalctl", _xid.summarize(_remediation.drop_handled(_xid.parse(out), record, boot))
 
 
 def sources_explicit(sources: str | list[str] | tuple[str, ...] | None) -> bool:

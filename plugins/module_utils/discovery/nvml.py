@@ -17,9 +17,11 @@ Standard library only (target Pythons 3.8+).
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from typing import Any, Callable, Sequence
 
+from ..base.pathsafe import host_path, resolve_in_root
 from .pci import normalize_bus_id
 
 SUCCESS = 0
@@ -170,6 +172,24 @@ class _Nvml:
 def _decode_cuda(version: int) -> str:
     """NVML's CUDA driver version integer (12020) as ``12.2``."""
     return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+# Debian keeps the driver's libraries in /usr/lib/<triplet>/nvidia/<flavour>/ (``current``, or ``tesla-535``
+# ...), the flavour chosen by the ``nvidia`` alternative; only some sonames get a link on the loader's
+# path through the alternative's slaves (libcuda.so.1, libnvidia-ptxjitcompiler.so.1), and
+# ``libnvidia-ml.so.1`` is not one of them: it is in no ld.so.cache. These are the sonames found there.
+def nvml_candidates(driver_root: str, entries: list[Any]) -> list[str]:
+    """What to dlopen, in order: on ``/`` the soname first (the loader's own search, LD_LIBRARY_PATH
+    included); then the file behind ``libnvidia-ml.so.1`` in the driver root's ld.so.cache (Debian's
+    ``nvidia/<flavour>`` entries included), resolved inside that root. ``entries``: ``cdi.ldcache.LdCacheEntry``
+    records."""
+    candidates = ["libnvidia-ml.so.1"] if os.path.abspath(driver_root) == "/" else []
+    for entry in entries:
+        if entry.soname == "libnvidia-ml.so.1" and entry.arch == "x86_64":
+            path = host_path(driver_root, resolve_in_root(driver_root, entry.path))
+            if path not in candidates:
+                candidates.append(path)
+    return candidates
 
 
 def load(library: str | Sequence[str]) -> ctypes.CDLL:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Sequence
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
+from .gpu_watch_state import gpu_watch_problems
 from .mig_boot_check import mig_boot_failed
 from .next_boot import next_boot_problems
 from .nvidia_toolkit import spec_conflicts
@@ -606,6 +607,7 @@ CHECKS: tuple[Check, ...] = (
     mig_boot_failed,
     docker_unit_runtime_flag,
     *HEALTH_CHECKS,
+    gpu_watch_problems,
     *TOOLKIT_CHECKS,
     cdi_spec_stale,
 )

@@ -37,6 +37,7 @@ NATIVE_PROGRAMS = (
     "nvidia-docker",
     "gpufleet-nvidia-devices",
     "gpufleet-mig-boot",
+    "gpufleet-gpu-watch",
 )
 HELPER_PROGRAMS = ("gpufleet-cdi-hook", "gpufleet-cdi-refresh", "gpufleet-dev-char-links", "gpufleet-nvidia-devices")
 RUNTIME_CONFIG = "/etc/gpufleet/runtime.json"

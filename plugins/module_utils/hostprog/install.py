@@ -42,10 +42,11 @@ PROGRAMS = {
     "nvidia-docker": ("hostprog.nvidia_docker", "main"),
     "gpufleet-nvidia-devices": ("hostprog.dev_nodes", "main"),
     "gpufleet-mig-boot": ("mig.boot", "main"),
+    "gpufleet-gpu-watch": ("hostprog.gpu_watch", "main"),
 }
-# Programs a role installs where it needs them (the mig role's boot unit runs gpufleet-mig-boot), not part of the
-# default installation; removing with no programs named still removes them.
-ROLE_PROGRAMS = ("gpufleet-mig-boot",)
+# Programs a role installs where it needs them (the mig role's boot unit runs gpufleet-mig-boot, the gpu_watch role's
+# timer gpufleet-gpu-watch), not part of the default installation; removing with no programs named still removes them.
+ROLE_PROGRAMS = ("gpufleet-mig-boot", "gpufleet-gpu-watch")
 DEFAULT_PROGRAMS = tuple(name for name in PROGRAMS if name not in ROLE_PROGRAMS)
 # The runtime shim's configuration (``hostprog.shim.CONFIG_PATH``): written when the shim is installed. The shim
 # trusts it only when it is owned by root (or the shim's euid) and not writable by group or others, in a directory

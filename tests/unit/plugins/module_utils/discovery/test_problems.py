@@ -14,7 +14,12 @@ from typing import Any, Callable
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import mig_boot_check, next_boot, problems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import (
+    gpu_watch_state,
+    mig_boot_check,
+    next_boot,
+    problems,
+)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import Host
 
 DRIVER = "550.54.14"
@@ -261,6 +266,19 @@ def _mig_boot(root: Path, ok: bool) -> Host:
 
 CASES.append((mig_boot_check.mig_boot_failed, lambda r: _mig_boot(r, False), ["mig_boot_failed"],
               lambda r: _mig_boot(r, True)))  # fmt: skip
+
+WATCH = {"version": 1, "last_run": 1000.0, "interval_s": 60, "error": None, "nvml_up": True, "kmsg": {"lost": 0}}
+
+
+def _watch(state: dict[str, Any], now: float) -> Host:
+    """A host whose GPU watch state is ``state``, read at ``now``."""
+    return Host(_facts(_loaded(), gpu_watch=gpu_watch_state.watch_facts(state, None, now)))
+
+
+CASES.append((gpu_watch_state.gpu_watch_problems, lambda r: _watch(WATCH, 2000.0), ["gpu_watch_stale"],
+              lambda r: _watch(WATCH, 1030.0)))  # fmt: skip
+CASES.append((gpu_watch_state.gpu_watch_problems, lambda r: _watch({**WATCH, "error": "EROFS"}, 1030.0),
+              ["gpu_watch_failed"], lambda r: _watch(WATCH, 1030.0)))  # fmt: skip
 
 GPU_CASES: list[tuple[Callable, dict[str, Any], list[str], dict[str, Any]]] = [
     (

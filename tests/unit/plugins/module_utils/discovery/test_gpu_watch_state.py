@@ -1,0 +1,119 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""discovery/gpu_watch_state.py and discovery/actions.py: the GPU watch's state as discovery reads it (its XIDs of
+this boot merged with the ring buffer's, its last run a fact, a stale or failing watch a problem) and the remediation
+class of each GPU problem."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import actions
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import gpu_watch_state as watch
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import Host
+
+
+def event(bus, xid, count, message="m"):
+    return {"pci_bus_id": bus, "xid": xid, "count": count, "bucket": "RESTART_BM", "last_message": message}
+
+
+STATE = {
+    "version": 1,
+    "boot_id": "boot-a",
+    "last_run": 1000.0,
+    "interval_s": 60,
+    "error": None,
+    "nvml_up": True,
+    "kmsg": {"source": "/dev/kmsg", "seq": 40, "lost": 3},
+    "xid_events": [event("0000:06:00.0", 79, 2, "watch"), event("0000:05:00.0", 48, 1, "watch")],
+}
+
+
+def test_merge_keeps_what_the_ring_buffer_lost_and_the_larger_count():
+    ring = [event("0000:05:00.0", 48, 3, "ring"), event("0000:07:00.0", 13, 1)]
+    merged = watch.merge_xids(ring, STATE, "boot-a")
+    assert [(e["pci_bus_id"], e["xid"], e["count"], e["last_message"]) for e in merged] == [
+        ("0000:05:00.0", 48, 3, "ring"),  # the ring holds records the watch has not read yet
+        ("0000:07:00.0", 13, 1, "m"),
+        ("0000:06:00.0", 79, 2, "watch"),  # gone from the ring, still counted
+    ]
+    assert merged[2]["source"] == "gpu_watch" and "source" not in merged[0]
+    assert watch.merge_xids(ring, STATE, "boot-b") == ring  # another boot's XIDs do not count
+    assert watch.merge_xids(ring, None, "boot-a") == ring
+
+
+def test_watch_facts_fresh_stale_missing_and_unreadable():
+    fresh = watch.watch_facts(STATE, None, 1100.0)
+    assert fresh == {
+        "installed": True,
+        "state_file": watch.STATE_PATH,
+        "last_run": 1000.0,
+        "age_s": 100.0,
+        "interval_s": 60,
+        "stale": False,
+        "error": None,
+        "nvml_up": True,
+        "kmsg_lost": 3,
+    }
+    assert watch.watch_facts(STATE, None, 1000.0 + 181)["stale"] is True  # 3 intervals, at least 180 s
+    assert watch.watch_facts({**STATE, "interval_s": 300}, None, 1000.0 + 600)["stale"] is False
+    assert watch.watch_facts(None, None, 0.0)["installed"] is False
+    broken = watch.watch_facts(None, "gpu-watch.json: Expecting value", 0.0)
+    assert broken["installed"] is True and broken["stale"] is True
+
+
+def test_problems_of_a_stale_a_failing_and_an_absent_watch():
+    def codes(facts):
+        return [(p["code"], p["message"], p["fix"]) for p in watch.gpu_watch_problems(Host({"gpu_watch": facts}))]
+
+    assert codes(watch.watch_facts(STATE, None, 1100.0)) == []
+    assert codes(watch.watch_facts(None, None, 0.0)) == []
+    [(code, message, fix)] = codes(watch.watch_facts(STATE, None, 2000.0))
+    assert code == "gpu_watch_stale" and "1000 s ago" in message and "systemctl enable --now" in fix
+    [(code, message, _fix)] = codes(watch.watch_facts({**STATE, "error": "cannot write /x: EROFS"}, None, 1010.0))
+    assert code == "gpu_watch_failed" and "EROFS" in message
+    [(code, message, _fix)] = codes(watch.watch_facts(None, "bad json", 0.0))
+    assert code == "gpu_watch_stale" and "bad json" in message
+
+
+def test_read_state(tmp_path):
+    assert watch.read_state(str(tmp_path)) == (None, None)
+    path = tmp_path / watch.STATE_PATH.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(STATE))
+    assert watch.read_state(str(tmp_path)) == (STATE, None)
+    path.write_text("{")
+    assert watch.read_state(str(tmp_path))[1].startswith(watch.STATE_PATH)
+    path.write_text(json.dumps({**STATE, "version": 9}))
+    assert "no GPU watch state of version 1" in watch.read_state(str(tmp_path))[1]
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("abc\n")
+    assert watch.boot_id(str(tmp_path)) == "abc"
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        ("gpu_xid_79", "RESTART_BM"),
+        ("gpu_xid_48", "RESET_GPU"),  # WORKFLOW_XID_48: the catalog's procedure ends in a reset
+        ("gpu_xid_74", "RESET_GPU"),  # WORKFLOW_NVLINK_ERR
+        ("gpu_xid_95", "RESET_GPU"),
+        ("gpu_xid_13", "NONE"),  # RESTART_APP: the application's
+        ("gpu_xid_63", "NONE"),  # IGNORE: the remap itself is gpu_row_remap_pending
+        ("gpu_xid_999", "NONE"),
+        ("gpu_ecc_uncorrectable", "RESET_GPU"),
+        ("gpu_row_remap_pending", "RESET_GPU"),
+        ("gpu_retired_pages_pending", "RESET_GPU"),
+        ("gpu_row_remap_failed", "CONTACT_SUPPORT"),
+        ("gpu_lost", "RESTART_BM"),
+        ("gpu_clocks_throttled", "NONE"),
+        ("nouveau_loaded", "NONE"),
+        ("gpu_xid_", "NONE"),
+    ],
+)
+def test_action_class(code, cls):
+    assert actions.action_class(code) == cls
+    assert cls in actions.CLASSES
