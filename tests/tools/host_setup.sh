@@ -10,7 +10,9 @@ packages=(docker.io containerd debootstrap shellcheck gcc libc6-dev make git ca-
           systemd        # systemctl: the fabric manager's state as discovery asks it (test_discover.py)
           gpg gpg-agent  # make keys: the apt keyring and OpenPGP tests, the integration tests' signed stand-in repository
           rpm            # rpm and rpmbuild: a real RPM database for the RHEL-family package discovery (test_nvidia_toolkit.py)
-          chromium)  # chromium: the fleet report page's script in a real browser (tests/controller/.../test_report_browser.py)
+          chromium   # chromium: the fleet report page's script in a real browser (tests/controller/.../test_report_browser.py)
+          prometheus               # promtool: the shipped alert rules checked and unit-tested (tests/controller/eda)
+          openjdk-17-jre-headless)  # the Java runtime ansible-rulebook's Drools engine runs on (tests/controller/eda)
 # Every program a test needs is here: with CI=true a test that skips for want of one fails (tests/ci_skips.py).
 missing=()
 for p in "${packages[@]}"; do
