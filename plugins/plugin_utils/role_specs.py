@@ -135,6 +135,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[str]]], .
     (("device_plugin_mode", "device_plugin_render_dir"), _render_dir),
     (("drain_poll",), _at_least("drain_poll", 1)),  # the drain waits drain_timeout // drain_poll rounds
     (("drain_timeout",), _at_least("drain_timeout", 0)),
+    (("gpu_watch_interval",), _at_least("gpu_watch_interval", 10)),  # a run costs tens of ms of CPU; not in a loop
     (("driver_el_nvidia_key_sha256",), _sha256("driver_el_nvidia_key_sha256")),
 )
 

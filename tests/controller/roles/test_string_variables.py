@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_pl
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain")
+ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch")
 # Keys whose whole value is a Jinja expression.
 EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
 JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)

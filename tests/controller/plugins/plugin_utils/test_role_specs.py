@@ -30,6 +30,7 @@ def test_every_role_and_the_playbooks_are_read():
         "device_plugin",
         "drain",
         "driver",
+        "gpu_watch",
         "mig",
         "runtime",
         "slurm",
@@ -102,6 +103,12 @@ def test_the_drain_poll_is_at_least_a_second():
     assert role_specs.problems({"drain_poll": 0}) == ["drain: drain_poll=0: must be 1 or more"]
     assert role_specs.problems({"drain_poll": "5", "drain_timeout": "0"}) == []
     assert role_specs.problems({"drain_timeout": -1}) == ["drain: drain_timeout=-1: must be 0 or more"]
+
+
+def test_the_gpu_watch_interval_is_at_least_ten_seconds():
+    assert role_specs.problems({"gpu_watch_interval": 5}) == ["gpu_watch: gpu_watch_interval=5: must be 10 or more"]
+    assert role_specs.problems({"gpu_watch_interval": "30", "gpu_watch_state": "absent"}) == []
+    assert role_specs.problems({"gpu_watch_state": "gone"})[0].startswith("gpu_watch: gpu_watch_state='gone': ")
 
 
 def test_nvidias_key_checksum_is_a_sha256():
