@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
@@ -60,10 +60,15 @@ def read_state(root: str = "/", path: str = STATE_PATH) -> tuple[dict[str, Any] 
 
 
 def merge_xids(
-    ring: list[dict[str, Any]], state: dict[str, Any] | None, current_boot: str | None
+    ring: list[dict[str, Any]],
+    state: dict[str, Any] | None,
+    current_boot: str | None,
+    handled: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """The ring buffer's XID summaries with the watch's of the same boot: per (GPU, XID) the larger count (and that
-    side's last message); the watch's that the ring no longer holds are added with ``source: gpu_watch``."""
+    side's last message); the watch's that the ring no longer holds are added with ``source: gpu_watch``.
+    ``handled(event)`` (the remediation record's ``xid_handled``): a watch summary whose latest event
+    (``last_uptime_s``) was remediated is left out (one remediated after the watch's last run)."""
     if not state or not current_boot or state.get("boot_id") != current_boot:
         return ring
     merged = [dict(e) for e in ring]
@@ -71,6 +76,8 @@ def merge_xids(
     for event in state.get("xid_events") or ():
         key = (event.get("pci_bus_id"), event.get("xid"))
         if not isinstance(key[1], int):
+            continue
+        if handled is not None and handled({"pci_bus_id": key[0], "uptime_s": event.get("last_uptime_s")}):
             continue
         mine = by_key.get(key)
         if mine is None:

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..base.fileio import atomic_write
 from ..base.oneline import error_line
@@ -81,30 +81,44 @@ def new_records(text: str, last_seq: int | None) -> tuple[list[str], int | None,
 
 
 def merge_events(known: list[dict[str, Any]], new: list[dict[str, Any]], seq: int | None) -> list[dict[str, Any]]:
-    """``known`` (the state's per GPU and XID summaries) with the summaries of the new records added: counts summed,
-    the last message and ``last_seq`` (the position of the run that saw it last, which orders the GPU's XIDs)."""
+    """``known`` (the state's per GPU and XID summaries) with the parsed XID events ``new`` added (``xid.parse``'s):
+    counts summed, the last message, ``last_seq`` (the position of the run that saw it last, which orders the GPU's
+    XIDs) and ``last_uptime_s`` (the latest event's seconds since boot, what a remediation's mark is compared with)."""
     merged = [dict(e) for e in known]
     by_key = {(e["pci_bus_id"], e["xid"]): e for e in merged}
-    for event in new:
-        key = (event["pci_bus_id"], event["xid"])
+    for summary in summarize(new):
+        key = (summary["pci_bus_id"], summary["xid"])
         mine = by_key.get(key)
         if mine is None:
-            mine = by_key[key] = {"pci_bus_id": key[0], "xid": key[1], "count": 0, "bucket": event["bucket"]}
+            mine = by_key[key] = {"pci_bus_id": key[0], "xid": key[1], "count": 0, "bucket": summary["bucket"]}
             merged.append(mine)
-        mine["count"] += event["count"]
-        mine["last_message"] = event["last_message"]
+        mine["count"] += summary["count"]
+        mine["last_message"] = summary["last_message"]
         mine["last_seq"] = seq
+        uptimes = [e["uptime_s"] for e in new if (e["pci_bus_id"], e["xid"]) == key and e["uptime_s"] is not None]
+        if uptimes:
+            mine["last_uptime_s"] = max([*uptimes, mine.get("last_uptime_s") or 0.0])
     return merged
 
 
-def update_state(state: dict[str, Any] | None, boot: str | None, text: str | None, source: str) -> dict[str, Any]:
+def update_state(
+    state: dict[str, Any] | None,
+    boot: str | None,
+    text: str | None,
+    source: str,
+    handled: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
     """The state's boot, kernel log position and XID events after reading ``text`` (None: no kernel log readable,
-    nothing changes); a state of another boot starts over."""
+    nothing changes); a state of another boot starts over. ``handled(event)``: whether an XID event
+    (``pci_bus_id``, ``uptime_s``) was remediated (the remediation record's ``xid_handled``); such events are not
+    counted, and a summary whose latest event was handled is dropped (the GPU was reset or the node rebooted since)."""
     state = dict(state or {})
     if state.get("boot_id") != boot:
         state = {"boot_id": boot, "kmsg": {"source": source, "seq": None, "lost": 0}, "xid_events": []}
     kmsg = dict(state.get("kmsg") or {"seq": None, "lost": 0})
     events = list(state.get("xid_events") or [])
+    if handled is not None:
+        events = [e for e in events if not handled({"pci_bus_id": e["pci_bus_id"], "uptime_s": e.get("last_uptime_s")})]
     if text is not None:
         lines, seq, lost, restarted = new_records(text, kmsg.get("seq"))
         if restarted:
@@ -112,7 +126,10 @@ def update_state(state: dict[str, Any] | None, boot: str | None, text: str | Non
         kmsg["seq"] = seq
         kmsg["lost"] = int(kmsg.get("lost") or 0) + lost
         if lines:
-            events = merge_events(events, summarize(parse("\n".join(lines))), seq)
+            parsed = parse("\n".join(lines))
+            if handled is not None:
+                parsed = [e for e in parsed if not handled(e)]
+            events = merge_events(events, parsed, seq)
     kmsg["source"] = source
     state.update(boot_id=boot, kmsg=kmsg, xid_events=events)
     return state

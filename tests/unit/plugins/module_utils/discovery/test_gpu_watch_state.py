@@ -42,6 +42,10 @@ def test_merge_keeps_what_the_ring_buffer_lost_and_the_larger_count():
     ]
     assert merged[2]["source"] == "gpu_watch" and "source" not in merged[0]
     assert watch.merge_xids(ring, STATE, "boot-b") == ring  # another boot's XIDs do not count
+    # A remediation after the watch's last run: the GPU's summary whose latest event it covers is left out.
+    stamped = {**STATE, "xid_events": [{**event("0000:06:00.0", 79, 2), "last_uptime_s": 93112.0}]}
+    assert watch.merge_xids([], stamped, "boot-a", lambda e: e["uptime_s"] <= 93200.0) == []
+    assert len(watch.merge_xids([], stamped, "boot-a", lambda e: e["uptime_s"] <= 90000.0)) == 1
     assert watch.merge_xids(ring, None, "boot-a") == ring
 
 

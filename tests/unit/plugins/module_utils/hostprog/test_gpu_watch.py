@@ -85,6 +85,27 @@ def test_update_state_counts_each_record_once_and_a_new_boot_starts_over():
     assert unreadable["xid_events"] == later["xid_events"] and unreadable["kmsg"]["seq"] == 40
 
 
+def test_update_state_leaves_out_what_remediation_handled():
+    """A remediation's mark on GPU 0000:06:00.0 (its XIDs up to ``uptime`` handled), as the remediation record's
+    ``xid_handled`` answers it."""
+
+    def marked(uptime):
+        return lambda e: e["pci_bus_id"] == "0000:06:00.0" and e["uptime_s"] is not None and e["uptime_s"] <= uptime
+
+    text = log((XID79, 11), (XID48, 12))  # 79 at 93112.000123 s on 0000:06:00.0, 48 at 95000 s on 0000:05:00.0
+    state = gpu_watch.update_state(None, "a", text, "k")
+    assert [(e["xid"], e["last_uptime_s"]) for e in state["xid_events"]] == [(79, 93112.000123), (48, 95000.0)]
+    # The GPU was reset after the Xid 79: the next run drops it, the other GPU's 48 stays.
+    after = gpu_watch.update_state(state, "a", text, "k", marked(93500.0))
+    assert [(e["xid"], e["count"]) for e in after["xid_events"]] == [(48, 1)]
+    # Records not read before and already handled are not counted either; a mark older than the event is not enough.
+    assert [e["xid"] for e in gpu_watch.update_state(None, "a", text, "k", marked(93500.0))["xid_events"]] == [48]
+    assert [e["xid"] for e in gpu_watch.update_state(None, "a", text, "k", marked(90000.0))["xid_events"]] == [79, 48]
+    again = gpu_watch.update_state(after, "a", text + log((XID79, 13)).replace("93112000123", "94000000000"), "k",
+                                   marked(93500.0))  # fmt: skip
+    assert sorted((e["xid"], e["count"]) for e in again["xid_events"]) == [(48, 1), (79, 1)]
+
+
 GPUS = [
     {
         "index": 0,
