@@ -5,13 +5,15 @@
 """The GPU watch on a node of the shared end-to-end fleet (``e2e_fleet``, no fleet of its own), read through the real
 Prometheus node exporter from Debian (``prometheus-node-exporter``, installed in the node by apt for this test):
 
-* ``playbooks/gpu_watch.yml`` installs the role (program, service, timer started); a second run changes nothing;
+* ``playbooks/gpu_watch.yml`` installs the role (program, service, timer started); a second run, and one in check
+  mode, change nothing;
 * faults injected as in ``test_gpu_health_e2e.py``: an Xid 79 on GPU 1 and an Xid 48 on GPU 0 in the node's
   ``/dev/kmsg`` stand-in, a pending row remap on GPU 0 in the stub NVML's ``gpus.json``;
 * the timer's service run by hand (``systemctl start``), the exporter's ``/metrics`` then has each problem with its
   remediation class, the counters, and no textfile scrape error;
 * the kernel log then loses the XIDs (the ring buffer moved on): the watch keeps counting them, and ``gpu_facts``
-  still reports ``gpu_xid_79`` from the watch's state, with the watch's last run as a fact.
+  still reports ``gpu_xid_79`` from the watch's state, with the watch's last run as a fact;
+* the timer stopped and the last run 4 intervals old: ``gpu_facts`` reports ``gpu_watch_stale``.
 
 The node is put back in a ``finally``: gpus.json, the ``/dev/kmsg`` stand-in, the watch (``gpu_watch_state=absent``)
 and the exporter (purged).
@@ -113,6 +115,8 @@ def test_the_watch_feeds_the_node_exporter_and_discovery(e2e_fleet: Any, tmp_pat
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         again = _playbook(e2e_fleet.inventory, "gpu_watch.yml", "-e", "gpu_watch_interval=3600")
         assert again.returncode == 0 and "changed=0" in _recap(again), again.stdout[-3000:]
+        check = _playbook(e2e_fleet.inventory, "gpu_watch.yml", "-e", "gpu_watch_interval=3600", "--check", "--diff")
+        assert check.returncode == 0 and "changed=0" in _recap(check), check.stdout[-3000:]
         assert node.run("systemctl is-active gpufleet-gpu-watch.timer").stdout.strip() == "active"
 
         config = json.loads(original)
@@ -159,6 +163,17 @@ def test_the_watch_feeds_the_node_exporter_and_discovery(e2e_fleet: Any, tmp_pat
         assert [(e["xid"], e.get("source")) for e in facts["xid_events"]] == [(79, "gpu_watch"), (48, "gpu_watch")]
         codes = [p["code"] for p in facts["problems"] if p["code"].startswith("gpu_")]
         assert codes == ["gpu_xid_79", "gpu_xid_48", "gpu_row_remap_pending"], facts["problems"]
+
+        # The timer stopped and the last run 4 intervals old: discovery calls the watch stale, with the fix.
+        node.run("systemctl stop gpufleet-gpu-watch.timer", check=True)
+        state["last_run"] -= 4 * state["interval_s"]
+        node.put("/var/lib/gpufleet/gpu-watch.json", json.dumps(state))
+        res = _playbook(e2e_fleet.inventory, "discover.yml", "-e", f"gpufleet_facts_dir={facts_dir}")
+        assert res.returncode == 0, res.stdout[-3000:]
+        facts = json.loads((facts_dir / f"{NODE}.json").read_text())
+        stale = [p for p in facts["problems"] if p["code"] == "gpu_watch_stale"]
+        assert facts["gpu_watch"]["stale"] is True and len(stale) == 1, facts["gpu_watch"]
+        assert "systemctl enable --now gpufleet-gpu-watch.timer" in stale[0]["fix"]
     finally:
         node.put(GPUS_JSON, original)
         node.run(["rm", "-f", KMSG])
