@@ -54,6 +54,7 @@ from . import nvidia_toolkit as _nvidia_toolkit
 from . import nvml as _nvml
 from . import pci as _pci
 from . import problems as _problems
+from . import remediation_record as _remediation
 from . import toolkit as _toolkit
 from . import xid as _xid
 from .container import detect_container
@@ -503,10 +504,13 @@ def _kernel_xids(
     run_command: Callable[[list[str]], tuple[int, str, str]] | None,
     warnings: list[str],
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """``(where they were read, per-GPU XID summaries)``; ``(None, [])`` when no kernel log could be read."""
+    """``(where they were read, per-GPU XID summaries)``; ``(None, [])`` when no kernel log could be read. XIDs that
+    ``playbooks/remediate.yml`` remediated (the remediation record's mark) are left out."""
+    record, _error = _remediation.read_record(root)
+    boot = _remediation.boot_id(root)
     text = _xid.read_kmsg(host_path(root, kernel_log))
     if text is not None:
-        return kernel_log, _xid.summarize(_xid.parse(text))
+        return kernel_log, _xid.summarize(_remediation.drop_handled(_xid.parse(text), record, boot))
     if run_command is None or os.path.abspath(root) != "/":
         return None, []
     journalctl = _find_binary(root, "journalctl")
@@ -516,7 +520,7 @@ def _kernel_xids(
     if rc != 0:
         warnings.append(f"xid: {kernel_log} unreadable and journalctl -k failed: rc={rc}: {(err or out).strip()[:200]}")
         return None, []
-    return "journalctl", _xid.summarize(_xid.parse(out))
+    return "journalctl", _xid.summarize(_remediation.drop_handled(_xid.parse(out), record, boot))
 
 
 def sources_explicit(sources: str | list[str] | tuple[str, ...] | None) -> bool:
