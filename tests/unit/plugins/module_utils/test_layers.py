@@ -23,6 +23,7 @@ ALLOWED = {
     "discovery": {"base", "cdi", "runtime"},
     "hostprog": {"base", "cdi", "discovery"},
     "mig": {"base", "cdi", "discovery"},
+    "remediate": {"base", "discovery"},
     "slurm": {"base", "cdi"},
 }
 

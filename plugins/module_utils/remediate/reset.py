@@ -1,0 +1,97 @@
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The ``gpu_reset`` module's work: reset GPUs with ``nvidia-smi -r`` when nothing holds them.
+
+``nvidia-smi --gpu-reset`` (``-r``) with ``-i <id>`` is NVIDIA's documented way to reset one GPU: it "requires root
+... no processes using the GPU(s)" (nvidia-smi(1), https://docs.nvidia.com/deploy/nvidia-smi/index.html, read
+2026-11-28). A reset clears the volatile ECC counts and makes a pending row remap or page retirement take effect
+(NVIDIA's "GPU Memory Error Management", https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, read 2026-11-28).
+The GPU is named by its UUID, which nvidia-smi's ``-i`` accepts and which, unlike the index, does not change.
+
+Before the reset the processes holding the GPU's device file (``/dev/nvidia<minor>``, discovery's ``gpu_users``) are
+read: any one (but those in ``ignore``) refuses the reset, naming each. Standard library only (Python 3.8+).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..base.runner import Failure, Host, Result
+from ..discovery.gpu_users import gpu_users
+
+DEFAULT_COMMAND = ["nvidia-smi", "-r", "-i", "{uuid}"]
+
+
+class ResetRequest:
+    def __init__(self, gpus: list[dict[str, Any]], command: list[str], ignore: list[str], root: str) -> None:
+        self.gpus = gpus
+        self.command = command
+        self.ignore = ignore
+        self.root = root
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ResetRequest:
+        gpus = []
+        for gpu in params["gpus"]:
+            if not gpu.get("uuid") or gpu.get("minor") is None:
+                raise Failure(f"gpu_reset: each of gpus needs uuid and minor (from gpu_facts), got {gpu!r}")
+            gpus.append({"uuid": gpu["uuid"], "minor": int(gpu["minor"]), "pci_bus_id": gpu.get("pci_bus_id")})
+        if "{uuid}" not in " ".join(params["command"]):
+            raise Failure("gpu_reset: command must name the GPU with {uuid}, such as [nvidia-smi, -r, -i, '{uuid}']")
+        return cls(gpus, list(params["command"]), list(params["ignore"]), params["root"])
+
+
+class ResetResult(Result):
+    def __init__(self, changed: bool, reset: list[str], holders: list[dict[str, Any]], commands: list[list[str]]):
+        self.changed = changed
+        self.reset = reset
+        self.holders = holders
+        self.commands = commands
+
+
+def holders_of(users: dict[str, Any], minors: set[int], ignore: list[str]) -> list[dict[str, Any]]:
+    """The processes of ``users`` (``gpu_users``) holding one of the GPUs ``minors``, but those named in ``ignore``."""
+    wanted = {f"/dev/nvidia{m}" for m in minors}
+    return [
+        p
+        for p in users.get("processes") or []
+        if wanted & set(p.get("devices") or ()) and (p.get("command") or "") not in ignore
+    ]
+
+
+def describe(process: dict[str, Any]) -> str:
+    container = process.get("container") or {}
+    where = f" in {container.get('engine')} container {container.get('id')}" if container.get("id") else ""
+    return (
+        f"pid {process.get('pid')} ({process.get('command')}{where}) holding {', '.join(process.get('devices') or [])}"
+    )
+
+
+def run_reset(req: ResetRequest, host: Host) -> ResetResult:
+    users = gpu_users(req.root, exclude_pids=(os.getpid(),) if os.path.abspath(req.root) == "/" else ())
+    holders = holders_of(users, {g["minor"] for g in req.gpus}, req.ignore)
+    uuids = [g["uuid"] for g in req.gpus]
+    commands = [[part.replace("{uuid}", u) for part in req.command] for u in uuids]
+    if holders:
+        raise Failure(
+            f"not resetting {', '.join(uuids)}: {'; '.join(describe(p) for p in holders)}. Drain the host first "
+            "(gpufleet.nvidia.drain) or stop these processes; the reset needs a GPU nobody holds",
+            holders=holders,
+            reset=[],
+        )
+    if not req.gpus or host.check_mode:
+        return ResetResult(bool(req.gpus), uuids if host.check_mode else [], [], commands)
+    for uuid, argv in zip(uuids, commands):
+        rc, out, err = host.run_command(argv)
+        if rc != 0:
+            raise Failure(
+                f"{' '.join(argv)} failed (rc {rc}): {(err or out).strip()[:400]}. The GPU {uuid} was not reset; "
+                "reboot the host to recover it",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+                reset=uuids[: uuids.index(uuid)],
+            )
+    return ResetResult(True, uuids, [], commands)
