@@ -34,9 +34,14 @@ KLOG_ERROR = re.compile(r"^[EF]\d{4} ", re.M)
 NOT_RUN = [
     "the role's validation pod's own image and command (NVIDIA's CUDA vectoradd sample: no registry and no CUDA "
     "here); on containerd it runs with the node's local image, nvidia-smi -L by exec",
-    "time slicing and MIG through containerd (their Allocate answers are checked; the pods on containerd use the "
-    "default configuration)",
-    "MPS (the control daemon needs a CUDA MPS server, which the simulated node lacks)",
+    "MIG capability nodes: the simulated nodes have no /proc/driver/nvidia-caps/mig-minors, so the CDI spec gives a "
+    "MIG device its parent GPU's node and no /dev/nvidia-caps node, and a MIG pod is checked to see exactly that; "
+    "nvidia-smi -L in a MIG pod is recorded, not checked (the NVML stub does not list MIG devices by the capability "
+    "nodes a container can open, as NVIDIA's NVML does)",
+    "an MPS server: NVIDIA's mps-control-daemon stops at 'error setting compute mode EXCLUSIVE_PROCESS: error running "
+    "nvidia-smi' (no NVIDIA driver programs here: nvidia-smi -c and nvidia-cuda-mps-control -d), so the plugin, "
+    "which asks the control daemon before it registers, offers no MPS replicas; the daemon's and the plugin's own "
+    "errors are in the MPS checks' details",
     "GFD's labels through NFD (the file GFD writes is checked, as NFD's local source reads it)",
 ]
 
@@ -106,50 +111,115 @@ SCENARIOS = [
 
 
 def _cri_nodes(work: Path, binaries: Path, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per simulated Kubernetes node: the plugin with the role's default config on that node's GPUs (its stub
-    configuration and PCI tree), and live_cri.node_checks's pods on the node's containerd."""
+    """Per simulated Kubernetes node: the plugin on that node's GPUs (its stub configuration and PCI tree) with the
+    role's default config and live_cri.node_checks's pods, then with time slicing and MIG ``single``/``mixed`` and
+    live_sharing's pods, each on the node's containerd."""
     from tests.sim import pcitree
-    from tests.tools.kubelet_standin import live_cri
-    from tests.tools.kubelet_standin.devicemanager import AdmissionError, DeviceManager
 
-    rendered = _render({})
-    config = work / "config-cri.yaml"
-    config.write_text(rendered["config_text"])
     results = []
     for node in nodes:
-        checks: list[dict[str, Any]] = []
-        results.append({"scenario": f"containerd-{node['name']}", "settings": {}, "checks": checks})
-        gpus = work / f"gpus-{node['name']}.json"
-        gpus.write_text(json.dumps({**node["config"], "all_devices": 1}))
         sysfs = work / f"pci-{node['name']}"
         pcitree.write_tree(pcitree.pci_tree(node["gpus"], "loaded", {}), sysfs)
         subprocess.run(["mount", "--bind", str(sysfs), "/sys/bus/pci/devices"], check=True)
-        env = dict(os.environ, LD_LIBRARY_PATH=str(work / "lib"), GPUFLEET_SIM_GPUS_JSON=str(gpus))
-        env.update(_container_env(rendered, "nvidia-device-plugin", str(config)))
-        dm = DeviceManager("/var/lib/kubelet/device-plugins")
-        dm.start()
-        with (work / f"plugin-{node['name']}.log").open("w") as log:
-            proc = subprocess.Popen(
-                [str(binaries / "nvidia-device-plugin")], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
+        stub = work / f"stub-{node['name']}"
+        stub.mkdir()
+        (stub / "gpus.json").write_text(json.dumps({**node["config"], "all_devices": 1}))
         try:
-            listed = sorted(dm.wait_for("nvidia.com/gpu", timeout=60).devices)
+            results.extend(_cri_node(work, binaries, node, stub))
+        finally:
+            subprocess.run(["umount", "/sys/bus/pci/devices"], check=False)
+    return results
+
+
+def _cri_node(work: Path, binaries: Path, node: dict[str, Any], stub: Path) -> list[dict[str, Any]]:
+    from tests.tools.kubelet_standin import live_cri, live_sharing
+    from tests.tools.kubelet_standin.devicemanager import AdmissionError
+
+    rendered = _render({})
+    phase = {"rendered": rendered, "tag": "default", "resource": "nvidia.com/gpu", "count": len(node["gpus"])}
+    checks = _cri_phase(work, binaries, node, stub, phase, pods=
+                        lambda dm: live_cri.node_checks(node, dm, rendered, AdmissionError))  # fmt: skip
+    results = [{"scenario": f"containerd-{node['name']}", "settings": {}, "checks": checks}]
+    settings = {"time_slicing": {"replicas": 4}, "allocation_policy": "packed"}
+    phase = {"rendered": _render(settings), "tag": "time-slicing", "resource": "nvidia.com/gpu",
+             "count": 4 * len(node["gpus"])}  # fmt: skip
+    checks = _cri_phase(work, binaries, node, stub, phase, pods=
+                        lambda dm: live_sharing.pod_checks(node, dm, "nvidia.com/gpu", None))  # fmt: skip
+    scenario = f"containerd-{node['name']}-time-slicing-4-packed"
+    results.append({"scenario": scenario, "settings": settings, "checks": checks})
+    return results + _cri_mig(work, binaries, node, stub)
+
+
+def _cri_mig(work: Path, binaries: Path, node: dict[str, Any], stub: Path) -> list[dict[str, Any]]:
+    """MIG ``single`` and ``mixed`` on the node: its GPUs laid out (two 1g.5gb each), the plugin on a copy of the
+    node's stub state, the pods on containerd; the layout taken off after."""
+    from tests.tools.kubelet_standin import live_sharing
+
+    results = []
+    try:
+        laid = live_sharing.set_mig(node, live_sharing.MIG_LAYOUT)
+        state = live_sharing.mig_state(node)
+        (stub / "mig-state").write_text(state)
+        parents = live_sharing.mig_parents(state, node["gpus"])
+        mig = {"parents": parents, "cdi": live_sharing.cdi_mig_nodes(node)}
+        laid_ok = not laid.get("failed") and len(parents) == 4 and set(parents) <= set(mig["cdi"])
+        for strategy, resource in (("single", "nvidia.com/gpu"), ("mixed", "nvidia.com/mig-1g.5gb")):
+            settings = {"mig_strategy": strategy}
+            checks: list[dict[str, Any]] = []
+            detail = {"layout": laid.get("msg") or laid.get("changed"), "parents": parents, "cdi": mig["cdi"]}
+            _check(checks, "the node's GPUs laid out (two 1g.5gb each) and its CDI spec lists them", laid_ok, detail)
+            if laid_ok:
+                phase = {"rendered": _render(settings), "tag": f"mig-{strategy}", "resource": resource, "count": 4}
+                checks += _cri_phase(work, binaries, node, stub, phase, pods=
+                                     lambda dm, r=resource: live_sharing.pod_checks(node, dm, r, mig))  # fmt: skip
+            scenario = f"containerd-{node['name']}-mig-{strategy}"
+            results.append({"scenario": scenario, "settings": settings, "checks": checks})
+    finally:
+        off = live_sharing.set_mig(node, live_sharing.MIG_OFF)
+        live_sharing.docker_exec(node["container"], "rm", "-f", "/etc/gpufleet-sim/mig-state")
+        live_sharing.docker_exec(node["container"], "gpufleet-cdi-refresh", "--force")
+        (stub / "mig-state").unlink(missing_ok=True)
+        if off.get("failed"):
+            print(f"k8s-live: {node['name']}: MIG off failed: {off.get('msg')}", file=sys.stderr)
+    return results
+
+
+def _cri_phase(work: Path, binaries: Path, node: dict, stub: Path, phase: dict, *, pods: Any) -> list[dict[str, Any]]:
+    """NVIDIA's plugin with the phase's rendered config and DaemonSet environment on the node's stub state,
+    registered with a fresh device manager; its devices checked, then ``pods(dm)``'s checks, then its log."""
+    from tests.tools.kubelet_standin.devicemanager import DeviceManager
+
+    checks: list[dict[str, Any]] = []
+    resource, count = phase["resource"], phase["count"]
+    config = work / f"config-{node['name']}-{phase['tag']}.yaml"
+    config.write_text(phase["rendered"]["config_text"])
+    env = dict(os.environ, LD_LIBRARY_PATH=str(work / "lib"), GPUFLEET_SIM_GPUS_JSON=str(stub / "gpus.json"))
+    env.update(_container_env(phase["rendered"], "nvidia-device-plugin", str(config)))
+    log_path = work / f"plugin-{node['name']}-{phase['tag']}.log"
+    dm = DeviceManager("/var/lib/kubelet/device-plugins")
+    dm.start()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([str(binaries / "nvidia-device-plugin")], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        listed = sorted(dm.wait_for(resource, timeout=60).devices)
+        if phase["tag"] == "default":
             want = sorted(g["uuid"] for g in node["gpus"])
             _check(checks, "plugin lists the node's GPU UUIDs", listed == want, listed)
-            checks.extend(live_cri.node_checks(node, dm, rendered, AdmissionError))
-        except Exception as exc:
-            _check(checks, "pods on containerd", False, f"{type(exc).__name__}: {exc}")
-        finally:
-            proc.terminate()
-            proc.wait(15)
-            dm.stop()
-            subprocess.run(["umount", "/sys/bus/pci/devices"], check=False)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink("/var/lib/kubelet/device-plugins/kubelet.sock")
-        text = (work / f"plugin-{node['name']}.log").read_text()
-        errors = KLOG_ERROR.findall(text) + re.findall(r".*not yet supported.*", text)
-        _check(checks, "plugin log has no error and no ignored setting", not errors, errors[:3])
-    return results
+        else:
+            _check(checks, f"allocatable {resource} is {count}", dm.allocatable() == {resource: count}, listed)
+        checks.extend(pods(dm))
+    except Exception as exc:
+        _check(checks, "pods on containerd", False, f"{type(exc).__name__}: {exc}")
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        dm.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("/var/lib/kubelet/device-plugins/kubelet.sock")
+    text = log_path.read_text()
+    errors = KLOG_ERROR.findall(text) + re.findall(r".*not yet supported.*", text)
+    _check(checks, "plugin log has no error and no ignored setting", not errors, errors[:3])
+    return checks
 
 
 def _inner(work: Path, binaries: Path) -> dict[str, Any]:
@@ -202,6 +272,10 @@ def _inner(work: Path, binaries: Path) -> dict[str, Any]:
         )
         if scenario.get("gfd"):
             checks.extend(_gfd_checks(work, binaries, env, rendered))
+    from tests.tools.kubelet_standin import live_mps
+
+    mps = live_mps.checks(work, binaries, _container_env, _render, DeviceManager)
+    results.append({"scenario": "mps", "settings": live_mps.SETTINGS, "checks": mps})
     nodes = work / "cri-nodes.json"
     if nodes.exists():
         results.extend(_cri_nodes(work, binaries, json.loads(nodes.read_text())))

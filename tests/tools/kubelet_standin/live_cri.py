@@ -88,7 +88,8 @@ def _converge(fleet: Any, work: Path) -> None:
 
 
 def describe(fleet: Any) -> list[dict[str, Any]]:
-    """What the namespace side needs of each node (JSON): container, stub configuration, GPUs, containerd version."""
+    """What the namespace side needs of each node (JSON): container, stub configuration, GPUs, containerd version,
+    the fleet's inventory."""
     out = []
     for node in fleet.nodes.values():
         version = node.run(["containerd", "--version"]).stdout.split()
@@ -99,6 +100,7 @@ def describe(fleet: Any) -> list[dict[str, Any]]:
                 "config": node.config,
                 "gpus": node.desc["gpus"],
                 "containerd": version[2] if len(version) > 2 else "?",
+                "inventory": str(fleet.inventory),
             }
         )
     return out
