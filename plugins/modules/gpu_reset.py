@@ -13,8 +13,10 @@ description:
   - Resets each GPU of O(gpus) with NVIDIA's C(nvidia-smi -r -i <uuid>), which clears the volatile ECC error counts
     and makes a pending row remap or page retirement take effect. C(playbooks/remediate.yml) calls it after the
     drain, for faults whose remediation class is C(RESET_GPU).
-  - Refuses, naming each process (PID, command, container) and the device it holds, when a process holds one of the
-    GPUs' device files C(/dev/nvidia<minor>); drain the host first (C(gpufleet.nvidia.drain)).
+  - Refuses, naming each process (PID, command, container) and the device it holds, when a process holds a GPU's
+    device file C(/dev/nvidia<N>), any GPU's (nvidia-smi(1) - no application may use the GPUs reset, nor a compute
+    application any other GPU); drain the host first (C(gpufleet.nvidia.drain)). C(nvidia-persistenced) holds every
+    GPU while it runs; stop it for the reset or name it in O(ignore) where your driver resets with it running.
   - A failed reset fails the module with the command's output; the GPU then needs a reboot.
 author:
   - gpufleet.nvidia contributors (@gpufleet)

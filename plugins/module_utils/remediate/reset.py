@@ -1,15 +1,18 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The ``gpu_reset`` module's work: reset GPUs with ``nvidia-smi -r`` when nothing holds them.
+"""The ``gpu_reset`` module's work: reset GPUs with ``nvidia-smi -r`` when no process holds a GPU.
 
-``nvidia-smi --gpu-reset`` (``-r``) with ``-i <id>`` is NVIDIA's documented way to reset one GPU: it "requires root
-... no processes using the GPU(s)" (nvidia-smi(1), https://docs.nvidia.com/deploy/nvidia-smi/index.html, read
-2026-11-28). A reset clears the volatile ECC counts and makes a pending row remap or page retirement take effect
-(NVIDIA's "GPU Memory Error Management", https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, read 2026-11-28).
-The GPU is named by its UUID, which nvidia-smi's ``-i`` accepts and which, unlike the index, does not change.
+``nvidia-smi --gpu-reset`` (``-r``) with ``-i`` is NVIDIA's way to reset chosen GPUs, "typically useful if a double
+bit ECC error has occurred"; it requires root, and "there can't be any applications using these devices ... There also
+can't be any compute applications running on any other GPU in the system"; after it "the health of each reset GPU
+[should] be verified before further use" (nvidia-smi(1), section ``-r, --gpu-reset``, as shipped in Debian's
+nvidia-smi 535.261.03 package; read 2026-11-28). A reset clears the volatile ECC counts and makes a pending row remap
+or page retirement take effect (NVIDIA's "GPU Memory Error Management",
+https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, read 2026-11-28). The GPU is named by its UUID, which
+``-i`` accepts and which, unlike the index, does not change.
 
-Before the reset the processes holding the GPU's device file (``/dev/nvidia<minor>``, discovery's ``gpu_users``) are
+Before the reset the processes holding any GPU's device file (``/dev/nvidia<N>``, discovery's ``gpu_users``) are
 read: any one (but those in ``ignore``) refuses the reset, naming each. Standard library only (Python 3.8+).
 """
 
@@ -51,13 +54,17 @@ class ResetResult(Result):
         self.commands = commands
 
 
-def holders_of(users: dict[str, Any], minors: set[int], ignore: list[str]) -> list[dict[str, Any]]:
-    """The processes of ``users`` (``gpu_users``) holding one of the GPUs ``minors``, but those named in ``ignore``."""
-    wanted = {f"/dev/nvidia{m}" for m in minors}
+def _gpu_device(path: str) -> bool:
+    return path.startswith("/dev/nvidia") and path[len("/dev/nvidia") :].isdigit()
+
+
+def holders_of(users: dict[str, Any], ignore: list[str]) -> list[dict[str, Any]]:
+    """The processes of ``users`` (``gpu_users``) holding a GPU's device file (any GPU: nvidia-smi -r wants no
+    compute application on any GPU of the system), but those named in ``ignore``."""
     return [
         p
         for p in users.get("processes") or []
-        if wanted & set(p.get("devices") or ()) and (p.get("command") or "") not in ignore
+        if any(_gpu_device(d) for d in p.get("devices") or ()) and (p.get("command") or "") not in ignore
     ]
 
 
@@ -71,7 +78,7 @@ def describe(process: dict[str, Any]) -> str:
 
 def run_reset(req: ResetRequest, host: Host) -> ResetResult:
     users = gpu_users(req.root, exclude_pids=(os.getpid(),) if os.path.abspath(req.root) == "/" else ())
-    holders = holders_of(users, {g["minor"] for g in req.gpus}, req.ignore)
+    holders = holders_of(users, req.ignore)
     uuids = [g["uuid"] for g in req.gpus]
     commands = [[part.replace("{uuid}", u) for part in req.command] for u in uuids]
     if holders:

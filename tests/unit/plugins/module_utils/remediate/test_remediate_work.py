@@ -60,12 +60,22 @@ def test_reset_runs_nvidia_smi_by_uuid(tmp_path):
 
 def test_reset_refuses_naming_the_process_that_holds_the_gpu(tmp_path):
     _proc(tmp_path, 4242, "train.py", "/dev/nvidia0")
-    _proc(tmp_path, 4243, "other.py", "/dev/nvidia1")  # another GPU: no matter
+    _proc(tmp_path, 4243, "other.py", "/dev/nvidia1")  # another GPU blocks too (nvidia-smi(1))
+    _proc(tmp_path, 4244, "nvidia-smi", "/dev/nvidiactl")  # the control device alone is no GPU
     host = FakeHost()
     with pytest.raises(Failure) as err:
         reset.run_reset(_reset_request(tmp_path), host)
-    assert "pid 4242 (train.py) holding /dev/nvidia0" in err.value.msg and "other.py" not in err.value.msg
-    assert host.calls == []
+    assert "pid 4242 (train.py) holding /dev/nvidia0" in err.value.msg and "pid 4243 (other.py)" in err.value.msg
+    assert "4244" not in err.value.msg and host.calls == []
+    ignoring = reset.ResetRequest.from_params(
+        {
+            "gpus": [GPU],
+            "command": list(reset.DEFAULT_COMMAND),
+            "ignore": ["train.py", "other.py"],
+            "root": str(tmp_path),
+        }
+    )
+    assert reset.run_reset(ignoring, FakeHost()).reset == [GPU["uuid"]]
 
 
 def test_reset_in_check_mode_resets_nothing_and_a_failed_reset_says_reboot(tmp_path):
