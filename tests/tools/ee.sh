@@ -39,7 +39,7 @@ done
 "$builder" introspect "$inst" > "$out/introspect.yml"
 cat "$out/introspect.yml"
 for want in "kubernetes>=24.2.0  # from collection gpufleet.nvidia" "openssh-clients [platform:rpm]  # from collection gpufleet.nvidia" \
-  "helm [platform:fedora]  # from collection gpufleet.nvidia"; do
+  "helm [platform:fedora]  # from collection gpufleet.nvidia" "kustomize [platform:debian-trixie]  # from collection gpufleet.nvidia"; do
   grep -qF -- "$want" "$out/introspect.yml" || { echo "ee: introspect does not find '$want'" >&2; exit 1; }
 done
 if grep -iE "^- '(docker|paramiko)\b" "$out/introspect.yml"; then
