@@ -211,7 +211,10 @@ def discover(
     xid_source, xid_events = _kernel_xids(root, kernel_log, run_command, scan.warnings)
     # The GPU watch's state: its XIDs of this boot the ring buffer no longer holds count too; its last run is a fact.
     watch_state, watch_error = _gpu_watch.read_state(root)
-    xid_events = _gpu_watch.merge_xids(xid_events, watch_state, _gpu_watch.boot_id(root))
+    boot, record = _remediation.boot_id(root), _remediation.read_record(root)[0]
+    xid_events = _gpu_watch.merge_xids(
+        xid_events, watch_state, boot, lambda event: _remediation.xid_handled(event, record, boot)
+    )
     for gpu in gpus:
         gpu["health"]["xid_events"] = [e for e in xid_events if e["pci_bus_id"] == gpu.get("pci_bus_id")]
     facts = {

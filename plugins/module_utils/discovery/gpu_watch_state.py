@@ -23,22 +23,14 @@ import json
 import os
 from typing import Any, Callable
 
-from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 
 STATE_PATH = "/var/lib/gpufleet/gpu-watch.json"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
 STATE_VERSION = 1
 MAX_STATE_BYTES = 4 * 1024 * 1024
 # A watch is stale when its last run is older than this many intervals (a timer that fires late now and then is not).
 STALE_INTERVALS = 3
 STALE_MIN_S = 180
-
-
-def boot_id(root: str = "/") -> str | None:
-    """This boot's id (the kernel's random boot_id under ``root``), None where it cannot be read."""
-    text = read_text(host_path(root, BOOT_ID), tolerant=True, errors="replace")
-    return text.strip() or None if text else None
 
 
 def read_state(root: str = "/", path: str = STATE_PATH) -> tuple[dict[str, Any] | None, str | None]:

@@ -31,9 +31,10 @@ from ..base.oneline import error_line
 from ..base.pathsafe import host_path
 from ..cdi.driver_files import read_driver_cache
 from ..discovery.actions import action_class, xid_class
-from ..discovery.gpu_watch_state import STATE_PATH, STATE_VERSION, boot_id, read_state
+from ..discovery.gpu_watch_state import STATE_PATH, STATE_VERSION, read_state
 from ..discovery.nvml import NvmlError, NvmlUnavailable, nvml_candidates, query
 from ..discovery.problems import GPU_CHECKS, Host, gpu_lost, gpu_xids
+from ..discovery.remediation_record import boot_id, read_record, xid_handled
 from ..discovery.xid import parse, read_kmsg, summarize
 
 NAME = "gpufleet-gpu-watch"
@@ -243,7 +244,9 @@ def run(
     old, _why = read_state(root, state_path)
     gpus, nvml_up, nvml_error = read_gpus(root)
     text = read_kmsg(host_path(root, kernel_log))
-    state = update_state(old, boot_id(root), text, kernel_log)
+    boot = boot_id(root)
+    record, record_error = read_record(root)
+    state = update_state(old, boot, text, kernel_log, lambda event: xid_handled(event, record, boot))
     problems = gpu_problems(gpus, state["xid_events"])
     errors = [] if text is not None else [f"cannot read the kernel log {kernel_log}"]
     try:
@@ -262,6 +265,8 @@ def run(
         duration_s=round(time.monotonic() - started, 4),
         nvml_up=nvml_up,
         nvml_error=nvml_error,
+        # A record that cannot be read marks nothing as handled; the watch itself did not fail.
+        remediation_record_error=record_error,
         error="; ".join(errors) or None,
         gpus=[_identity(g) for g in gpus],
         problems=problems,

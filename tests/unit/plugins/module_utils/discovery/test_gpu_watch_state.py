@@ -93,9 +93,6 @@ def test_read_state(tmp_path):
     assert watch.read_state(str(tmp_path))[1].startswith(watch.STATE_PATH)
     path.write_text(json.dumps({**STATE, "version": 9}))
     assert "no GPU watch state of version 1" in watch.read_state(str(tmp_path))[1]
-    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
-    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("abc\n")
-    assert watch.boot_id(str(tmp_path)) == "abc"
 
 
 @pytest.mark.parametrize(
@@ -121,3 +118,31 @@ def test_read_state(tmp_path):
 def test_action_class(code, cls):
     assert actions.action_class(code) == cls
     assert cls in actions.CLASSES
+
+
+def test_discover_merges_the_watchs_xids_and_leaves_out_the_handled(tmp_path):
+    """gpu_facts on a host whose ring buffer lost the Xid 79 (the watch's state has it) and the Xid 48 of another GPU
+    is in the log: both count, with the watch as a fact; once the remediation record marks the first GPU handled up
+    to after its XID, it is left out."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import discover
+
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("boot-a\n")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").write_text(
+        "4,50,95000000000,-;NVRM: Xid (PCI:0000:05:00): 48, pid=7, name=x, An uncorrectable double bit error\n"
+    )
+    state = {**STATE, "xid_events": [{**event("0000:06:00.0", 79, 2, "watch"), "last_uptime_s": 93112.0}]}
+    path = tmp_path / watch.STATE_PATH.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**state, "last_run": 4e9}))  # a last run in the future is no stale one
+    facts = discover(str(tmp_path))
+    assert [(e["xid"], e["count"], e.get("source")) for e in facts["xid_events"]] == [
+        (48, 1, None),
+        (79, 2, "gpu_watch"),
+    ]
+    assert facts["gpu_watch"]["installed"] and facts["gpu_watch"]["stale"] is False
+    assert {"gpu_xid_48", "gpu_xid_79"} <= {p["code"] for p in facts["problems"]}
+    mark = {"0000:06:00.0": {"boot_id": "boot-a", "uptime_s": 93500.0}}
+    (path.parent / "remediation.json").write_text(json.dumps({"version": 1, "history": [], "handled_xids": mark}))
+    assert [e["xid"] for e in discover(str(tmp_path))["xid_events"]] == [48]

@@ -205,8 +205,19 @@ def test_runs_on_a_host_whose_nvml_is_the_stub(tmp_path, monkeypatch, stub):
     assert sorted((e["xid"], e["count"]) for e in state["xid_events"]) == [(48, 1), (79, 1)]
     # What discovery makes of it: the watch's XIDs merged (the ring no longer holds them), its run a fact.
     assert gpu_watch_state.read_state(root) == (state, None)
-    assert [e["xid"] for e in gpu_watch_state.merge_xids([], state, gpu_watch_state.boot_id(root))] == [79, 48]
+    assert [e["xid"] for e in gpu_watch_state.merge_xids([], state, "boot-1")] == [79, 48]
     assert os.stat(tmp_path / "root/prom/gpufleet_gpu.prom").st_mode & 0o777 == 0o644
+    # remediate.yml reset GPU 1 after its Xid 79 (the remediation record's mark): the next run drops it.
+    record = tmp_path / "root/var/lib/gpufleet/remediation.json"
+    mark = {"0000:06:00.0": {"boot_id": "boot-1", "uptime_s": 93200.0}}
+    record.write_text(json.dumps({"version": 1, "history": [], "handled_xids": mark}))
+    state = gpu_watch.run(root, textfile_dir="/prom", kernel_log="/dev/kmsg", interval=30, now=1120.0)
+    assert [(e["xid"], e["count"]) for e in state["xid_events"]] == [(48, 1)]
+    assert "xid_79" not in (tmp_path / "root/prom/gpufleet_gpu.prom").read_text()
+    # A record that cannot be read marks nothing handled, and is no failure of the watch.
+    record.write_text("{")
+    state = gpu_watch.run(root, textfile_dir="/prom", kernel_log="/dev/kmsg", interval=30, now=1180.0)
+    assert state["error"] is None and state["remediation_record_error"].startswith("/var/lib/gpufleet/remediation")
 
 
 def test_a_run_without_nvml_and_with_an_unwritable_textfile_dir_says_so(tmp_path):
