@@ -3,8 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The device plugin API (``v1beta1``) as the kubelet speaks it: message encoders and decoders, method names.
 
-Field numbers from ``k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto`` as vendored by NVIDIA's
-k8s-device-plugin v0.20.0 (2026-08-19; read 2026-11-27); the wire format helpers are ``tests/sim/cri.py``'s.
+Field numbers from ``k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto`` and the constants from its
+``constants.go`` as vendored by NVIDIA's k8s-device-plugin v0.20.0 (2026-08-19; read 2026-11-27, constants checked
+again 2026-11-28): ``k8s.io/kubelet v0.36.3`` in its ``vendor/modules.txt``, the staging copy of Kubernetes v1.36.3's
+``staging/src/k8s.io/kubelet``, so the API the stand-in speaks is the one that release's kubelet serves. The wire
+format helpers are ``tests/sim/cri.py``'s.
 """
 
 from __future__ import annotations

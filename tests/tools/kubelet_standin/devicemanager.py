@@ -4,7 +4,10 @@
 """The kubelet's device manager, for the GPU path: plugins register, list their devices, and containers get them.
 
 Behaviour follows kubernetes ``pkg/kubelet/cm/devicemanager`` (the ``sets.Set`` generation of the code, Kubernetes
-1.27 and later, read 2026-11-27 from the code index; the commit is not tied to a release tag there):
+1.27 and later, read 2026-11-27 from the code index). No release tag is named for these files: the code index keeps
+versions by commit with no tags, Kubernetes' repository (1.9 GB) is over what can be fetched here, and Debian's
+``kubernetes`` source package (1.36.4+ds-1, which would give v1.36.4's files) is not on the reachable mirror (404 for
+its orig tarball, 2026-11-28). The API it speaks is tagged: see ``api.py`` (Kubernetes v1.36.3's ``k8s.io/kubelet``).
 
 * ``plugin/v1beta1/server.go`` (``Register``): a request with a version other than ``v1beta1`` is refused; the
   kubelet then dials ``DevicePluginPath + endpoint`` and reads ``GetDevicePluginOptions``; a plugin that registers

@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A pod spec turned into containerd CRI calls as the kubelet turns it, on the GPU path.
 
-Sources (kubernetes, read 2026-11-27 from the code index; the commits there are not tied to release tags):
+Sources (kubernetes, read 2026-11-27 from the code index; no release tag can be named for them here, for the reasons
+``devicemanager.py`` gives):
 
 * ``pkg/kubelet/cm/devicemanager/pod_devices.go`` ``deviceRunContainerOptions``: the Allocate answers of a
   container's resources merged: environment (a variable two answers set differently keeps the first), mounts and
