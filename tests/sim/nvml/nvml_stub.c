@@ -1141,7 +1141,54 @@ static nvmlReturn_t put_uint(nvmlDevice_t d, void *out, unsigned int value) {
 /* No display is attached (data-centre use), compute mode Default, no virtualization (bare metal). */
 API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, nvmlEnableState_t *display) { return put_uint(d, display, 0); }
 API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, nvmlEnableState_t *active) { return put_uint(d, active, 0); }
-API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
+/* Compute modes set through NVML (nvidia-smi -c; NVIDIA's MPS control daemon sets EXCLUSIVE_PROCESS that way) are kept
+ * in "compute-mode" beside "mig-state" ("<uuid> <mode>" per GPU not in Default), so the next process sees them, as the
+ * driver keeps a GPU's mode until a reboot or reset; inside a container (no state path) they last as long as the
+ * process. Modes: 0 Default, 2 Prohibited, 3 Exclusive_Process; 1 (Exclusive_Thread) was removed from NVML (CUDA 8)
+ * and is refused as NOT_SUPPORTED, as is a MIG device (its mode is its GPU's). Setting needs root, as NVIDIA's. */
+static int compute_modes[MAX_GPUS];
+static void compute_mode_path(char *out, size_t size) {
+    const char *slash = strrchr(state_path, '/');
+    snprintf(out, size, "%.*s/compute-mode", slash ? (int)(slash - state_path) : 1, slash ? state_path : ".");
+}
+static void compute_modes_load(void) {
+    char path[4200], line[256], uuid[128];
+    int mode;
+    memset(compute_modes, 0, sizeof(compute_modes));
+    if (!state_path[0]) return;
+    compute_mode_path(path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%127s %d", uuid, &mode) != 2) continue;
+        nvmlDevice_t d = device_by_uuid(uuid);
+        if (d && !IS_MIG(d) && (mode == 2 || mode == 3)) compute_modes[d->index] = mode;
+    }
+    fclose(f);
+}
+API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) {
+    CHECK_ANY(d);
+    compute_modes_load();
+    return put_uint(d, mode, (unsigned int)compute_modes[IS_MIG(d) ? d->parent : d->index]);
+}
+API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, int mode) {
+    CHECK_ANY(d);
+    if (IS_MIG(d) || mode == 1) return NVML_ERROR_NOT_SUPPORTED;
+    if (mode != 0 && mode != 2 && mode != 3) return NVML_ERROR_INVALID_ARGUMENT;
+    if (geteuid() != 0) return NVML_ERROR_NO_PERMISSION;
+    compute_modes_load();
+    compute_modes[d->index] = mode;
+    if (!state_path[0]) return NVML_SUCCESS;
+    char path[4200], tmp[4300];
+    compute_mode_path(path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return NVML_ERROR_UNKNOWN;
+    for (unsigned int i = 0; i < device_count; i++)
+        if (compute_modes[i]) fprintf(f, "%s %d\n", devices[i].uuid, compute_modes[i]);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) { unlink(tmp); return NVML_ERROR_UNKNOWN; }
+    return NVML_SUCCESS;
+}
 API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, int *mode) { return put_uint(d, mode, 0); }
 API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) { return put_uint(d, is_mig, IS_MIG(d) ? 1 : 0); }
 

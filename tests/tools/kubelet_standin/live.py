@@ -38,11 +38,14 @@ NOT_RUN = [
     "MIG device its parent GPU's node and no /dev/nvidia-caps node, and a MIG pod is checked to see exactly that; "
     "nvidia-smi -L in a MIG pod is recorded, not checked (the NVML stub does not list MIG devices by the capability "
     "nodes a container can open, as NVIDIA's NVML does)",
-    "an MPS server: NVIDIA's mps-control-daemon stops at 'error setting compute mode EXCLUSIVE_PROCESS: error running "
-    "nvidia-smi' (no NVIDIA driver programs here: nvidia-smi -c and nvidia-cuda-mps-control -d), so the plugin, "
-    "which asks the control daemon before it registers, offers no MPS replicas; the daemon's and the plugin's own "
-    "errors are in the MPS checks' details",
-    "GFD's labels through NFD (the file GFD writes is checked, as NFD's local source reads it)",
+    "an MPS server and MPS clients: NVIDIA's MPS control daemon (Debian's nvidia-cuda-mps 550.163.01) runs and "
+    "answers, but a CUDA client, which would start the server, needs a GPU and its kernel driver; without "
+    "nvidia-smi and nvidia-cuda-mps-control beside the binaries the daemon stops at setting the compute mode and the "
+    "plugin offers no replicas (the MPS checks then say so)",
+    "MPS pods through containerd (the MPS Allocate answer is checked in the namespace)",
+    "GFD's labels through NFD (the file GFD writes is checked, as NFD's local source reads it): no Debian package "
+    "carries node-feature-discovery, and its source at v0.19.0 has no vendored modules, so it cannot be built "
+    "without the Go module proxy, which is not reachable here",
 ]
 
 

@@ -142,3 +142,9 @@ def test_the_mps_configuration_and_error_are_read_from_the_daemons_log():
     assert live_mps._config_run("no configuration logged") is None
     assert live_mps.mps_replicas(None) == {}
     assert live_mps._errors(DAEMON_LOG)[0].startswith("Failed to start MPS daemon: error setting compute mode")
+
+
+def test_compute_modes_read_the_stubs_file(tmp_path):
+    assert live_mps.compute_modes(tmp_path / "compute-mode") == {}  # never set: every GPU in Default
+    (tmp_path / "compute-mode").write_text(f"{G0} 3\n{G1} 3\n\n")
+    assert live_mps.compute_modes(tmp_path / "compute-mode") == {G0: 3, G1: 3}

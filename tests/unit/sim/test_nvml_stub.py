@@ -61,7 +61,7 @@ for i in range(n.value if out["count_rc"] == 0 else 0):
     h2 = ctypes.c_void_p()
     out["gpus"][-1]["by_sysfs_bus_id"] = nvml.nvmlDeviceGetHandleByPciBusId(b"0000:17:00.0", ctypes.byref(h2))
 out["unknown_uuid_rc"] = nvml.nvmlDeviceGetHandleByUUID(b"GPU-nope", ctypes.byref(ctypes.c_void_p()))
-out["has_unimplemented"] = hasattr(nvml, "nvmlDeviceSetComputeMode")
+out["has_unimplemented"] = hasattr(nvml, "nvmlDeviceSetPowerManagementLimit")
 # What nvidia-smi needs: NVML's private export table (word 0: its size; every slot NOT_SUPPORTED), and
 # state the simulation does not have answering NOT_SUPPORTED (nvidia-smi prints N/A).
 table = ctypes.POINTER(ctypes.c_void_p)()
@@ -319,3 +319,40 @@ def test_init_and_shutdown_from_many_threads_at_once(stub, tmp_path):
     out = json.loads(res.stdout)
     assert out["bad_count"] == 0, out["bad"]
     assert out["after"] == 1  # NVML_ERROR_UNINITIALIZED: every Init was shut down
+
+
+COMPUTE_MODE = """
+import ctypes, json, sys
+nvml = ctypes.CDLL(sys.argv[1])
+assert nvml.nvmlInit_v2() == 0
+h = [ctypes.c_void_p(), ctypes.c_void_p()]
+for i in (0, 1):
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h[i])) == 0
+mode = ctypes.c_int()
+out = {"set": [nvml.nvmlDeviceSetComputeMode(h[0], m) for m in json.loads(sys.argv[2])]}
+out["modes"] = [[nvml.nvmlDeviceGetComputeMode(d, ctypes.byref(mode)), mode.value][1] for d in h]
+print(json.dumps(out))
+"""
+
+
+def set_compute_modes(stub: Path, config: Path, modes: list[int]) -> dict:
+    res = subprocess.run(
+        [sys.executable, "-c", COMPUTE_MODE, str(stub), json.dumps(modes)],
+        check=False, capture_output=True, text=True, env={"GPUFLEET_SIM_GPUS_JSON": str(config)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_compute_mode_set_is_kept_for_the_next_process_until_set_back(stub, tmp_path):
+    """NVIDIA's MPS control daemon runs nvidia-smi -c EXCLUSIVE_PROCESS on each GPU it shares, and DEFAULT when it
+    stops; the mode outlives the process, as the driver keeps it."""
+    config = write_config(tmp_path / "gpus.json")
+    out = set_compute_modes(stub, config, [3])  # EXCLUSIVE_PROCESS
+    assert out == {"set": [0], "modes": [3, 0]}
+    assert (tmp_path / "compute-mode").read_text() == f"{NODE['gpus'][0]['uuid']} 3\n"
+    assert set_compute_modes(stub, config, [])["modes"] == [3, 0]  # another process sees it
+    # EXCLUSIVE_THREAD (1) was removed from NVML; 7 is no mode; both leave the mode as it was.
+    assert set_compute_modes(stub, config, [1, 7]) == {"set": [3, 2], "modes": [3, 0]}
+    assert set_compute_modes(stub, config, [2, 0]) == {"set": [0, 0], "modes": [0, 0]}  # PROHIBITED, then DEFAULT
+    assert (tmp_path / "compute-mode").read_text() == ""
