@@ -24,6 +24,11 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.exposure import (
 )
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.gpu_users import GateError, describe, processes
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.report_remediation import (
+    history_text,
+    remediation_entry,
+    remediation_text,
+)
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
 
 ENGINES = registry.NAMES
@@ -46,6 +51,7 @@ HOST_VARS = (
     "gpufleet_device_plugin",
     "gpufleet_failed",
     "gpufleet_stage_reached",
+    "gpufleet_remediation",
 )
 SUMMARY_LINE = (
     "{hosts} hosts: {gpu_nodes} GPU nodes ({gpus} GPUs), {cpu_only} CPU-only, {no_facts} unreachable/no facts; "
@@ -193,6 +199,8 @@ def host_entry(name: str, hv: Mapping[str, Any], today: Any = None) -> dict[str,
         "device_plugin": _get(hv, "gpufleet_device_plugin"),
         "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec") or _get(nvidia or {}, "cdi_spec"),
         "exposure": None,
+        # what playbooks/remediate.yml did this run, and the host's remediation history
+        "remediation": remediation_entry(_get(hv, "gpufleet_remediation")),
     }
     if failed is not None:
         entry["failed"] = {
@@ -416,4 +424,6 @@ TEXT_FILTERS = {
     "gpu_user_text": gpu_user_text,
     "yes_no": yes_no,
     "exposure_tags": exposure_tags,
+    "remediation_text": remediation_text,
+    "history_text": history_text,
 }
