@@ -285,6 +285,13 @@ def _judge(
     elif rc != 0:
         why = _last_line(res.get("stderr")) or _last_line(res.get("stdout")) or "no output"
         out["message"] = f"{label}: container failed (rc {rc}): {why}"
+    elif not (res.get("stdout") or res.get("stderr")):
+        # the check script always prints; exit 0 and silence is the engine losing the output (the role runs a
+        # containerd check once more before this)
+        out["message"] = (
+            f"{label}: the container exited 0 and printed nothing, {res.get('attempts') or 1} time(s): the engine lost "
+            "its output (ctr's short-lived-task race); run the validation again"
+        )
     elif not parsed["complete"]:
         out["message"] = f"{label}: the check script did not finish (image without /bin/sh?)"
     else:
