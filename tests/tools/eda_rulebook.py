@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The real ansible-rulebook (this venv's, from the dev lock) running one of the shipped rulebooks on a free loopback
-port, and Alertmanager's webhook bodies posted to it (tests/controller/eda/test_rulebook.py)."""
+port, and Alertmanager's webhook bodies posted to it (tests/controller/eda/test_rulebook.py, and the chain test
+tests/integration/test_gpu_fault_chain.py)."""
 
 from __future__ import annotations
 
