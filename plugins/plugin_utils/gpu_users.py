@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.gpu_users import command_in
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import STOPPABLE
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.mapping import get as _get
 
@@ -104,8 +105,8 @@ def gate(
     """
     ignore_set = {str(i) for i in (ignore or ())}
     every = processes(gpu_users)
-    users = [p for p in every if p["command"] not in ignore_set]
-    ignored = [p for p in every if p["command"] in ignore_set]
+    users = [p for p in every if not command_in(p["command"], ignore_set)]
+    ignored = [p for p in every if command_in(p["command"], ignore_set)]
     warnings = []
     if _get(gpu_users, "truncated", False):
         warnings.append("the scan of /proc stopped at its bounds; processes beyond them were not looked at")

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Iterable
 
 from ..base.fileio import read_text
 from ..runtime.registry import INFO, cgroup_patterns
@@ -127,6 +128,20 @@ def container_of(cgroup: dict[str, str], base: dict[str, str] | None = None) -> 
             cid = match.group(1) if match else None
             return {"engine": "kubernetes", "id": cid, "pod_uid": pod_uid, "namespace": None}
     return None
+
+
+# The kernel keeps a process's command name in 16 bytes with its NUL (TASK_COMM_LEN, include/linux/sched.h), so
+# /proc/<pid>/stat and comm show at most 15: NVIDIA's nvidia-persistenced is "nvidia-persiste", nv-fabricmanager
+# "nv-fabricmanage".
+COMM_LEN = 15
+
+
+def command_in(command: str | None, names: Iterable[str]) -> bool:
+    """Whether ``command`` (a name as ``/proc`` shows it) is one of ``names`` (programs' full names), the kernel's
+    15-byte cut taken into account."""
+    if not command:
+        return False
+    return any(command == n or (len(command) == COMM_LEN and n[:COMM_LEN] == command) for n in map(str, names))
 
 
 def _stat_fields(proc: str, pid: str) -> tuple[str, int] | None:

@@ -36,6 +36,14 @@ def test_driver_daemons_never_block():
     assert gate(facts(proc(10, "nvidia-persistenced")), ignore=[])["refuse"] is True
 
 
+def test_driver_daemons_are_known_by_the_name_the_kernel_keeps():
+    # /proc/<pid>/stat holds 15 bytes of the name (TASK_COMM_LEN): the real daemons show as these
+    result = gate(facts(proc(10, "nvidia-persiste"), proc(11, "nv-fabricmanage")), drain=False)
+    assert (result["busy"], [p["pid"] for p in result["ignored"]]) == (False, [10, 11])
+    # a shorter name is no cut: it is another program
+    assert gate(facts(proc(12, "nvidia-persist")), drain=False)["refuse"] is True
+
+
 def test_refuses_naming_every_process_its_container_and_the_variable():
     result = gate(
         facts(
