@@ -15,8 +15,10 @@ description:
     drain, for faults whose remediation class is C(RESET_GPU).
   - Refuses, naming each process (PID, command, container) and the device it holds, when a process holds a GPU's
     device file C(/dev/nvidia<N>), any GPU's (nvidia-smi(1) - no application may use the GPUs reset, nor a compute
-    application any other GPU); drain the host first (C(gpufleet.nvidia.drain)). C(nvidia-persistenced) holds every
-    GPU while it runs; stop it for the reset or name it in O(ignore) where your driver resets with it running.
+    application any other GPU); drain the host first (C(gpufleet.nvidia.drain)).
+  - NVIDIA's services that hold every GPU while they run (C(nvidia-persistenced), C(nvidia-fabricmanager), C(nvsm),
+    C(nvidia-dcgm), C(dcgm)) are stopped before the reset, last first, and started again after it whatever happened
+    (O(stop_clients)), as NVIDIA's mig-parted does around a MIG mode change.
   - A failed reset fails the module with the command's output; the GPU then needs a reboot.
 author:
   - gpufleet.nvidia contributors (@gpufleet)
@@ -50,6 +52,12 @@ options:
     type: list
     elements: str
     default: []
+  stop_clients:
+    description:
+      - Stop NVIDIA's GPU services that are active before the reset and start them again after it. With V(false) a
+        running one refuses the reset unless its command is in O(ignore).
+    type: bool
+    default: true
   root:
     description: Where the host's file system is mounted (its C(/proc) is read for the processes).
     type: path
@@ -73,6 +81,11 @@ holders:
   returned: always
   type: list
   elements: dict
+clients_stopped:
+  description: The GPU services stopped for the reset and started again (in check mode, those that would be).
+  returned: always
+  type: list
+  elements: str
 commands:
   description: The reset commands, one per GPU.
   returned: success
@@ -91,6 +104,7 @@ def argspec() -> dict:
         "gpus": {"type": "list", "elements": "dict", "required": True},
         "command": {"type": "list", "elements": "str", "default": list(reset.DEFAULT_COMMAND)},
         "ignore": {"type": "list", "elements": "str", "default": []},
+        "stop_clients": {"type": "bool", "default": True},
         "root": ROOT,
     }
 

@@ -201,13 +201,47 @@ def test_xid_48_dry_run_changes_nothing_then_reset_validate_and_return(node: Any
     assert len(_record(node)["history"]) == 1
 
 
-def test_pending_row_remap_is_reset_and_report_says_no_dcgm(node: Any, tmp_path: Path) -> None:
+# A stand-in for NVIDIA's persistence daemon: holds /dev/nvidia0 open while it runs, as the real one holds every GPU,
+# under the daemon's name (a link to python3: the kernel names the process after the file run, cut to 15 bytes as
+# for the real daemon, "nvidia-persiste").
+PERSISTENCED_BIN = "/usr/local/sbin/nvidia-persistenced"
+PERSISTENCED = f"""[Unit]
+Description=stand-in nvidia-persistenced (holds /dev/nvidia0)
+[Service]
+ExecStart={PERSISTENCED_BIN} -c "import os, time; fd = os.open('/dev/nvidia0', os.O_PATH); time.sleep(10**6)"
+"""
+PERSISTENCED_UNIT = "/etc/systemd/system/nvidia-persistenced.service"
+
+
+def _started(node: Any) -> int:
+    prop = "ExecMainStartTimestampMonotonic"
+    return int(node.run(f"systemctl show -p {prop} --value nvidia-persistenced.service", check=True).stdout or 0)
+
+
+def test_pending_row_remap_is_reset_around_the_persistence_daemon_and_report_says_no_dcgm(
+    node: Any, tmp_path: Path
+) -> None:
     node.run(["rm", "-f", DCGMI, KMSG])
-    _inject(node, 1, {"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False}})
-    _ok(_remediate(node, tmp_path, "-e", "remediate_dcgm_level=1"))
-    assert _health(node, 1)["remapped_rows"]["pending"] is False
-    assert _record(node)["history"][-1]["result"] == "returned"
-    assert _report(tmp_path)["remediation"]["dcgm"] == "DCGM is not installed (dcgmi not found): no diagnostic ran"
+    node.put(PERSISTENCED_UNIT, PERSISTENCED)
+    try:
+        node.run(f"ln -sf /usr/bin/python3 {PERSISTENCED_BIN}", check=True)
+        node.run("systemctl daemon-reload && systemctl start nvidia-persistenced.service", check=True)
+        pid = node.run("systemctl show -p MainPID --value nvidia-persistenced.service", check=True).stdout.strip()
+        assert node.run(["cat", f"/proc/{pid}/comm"], check=True).stdout.strip() == "nvidia-persiste"
+        before = _started(node)
+        _inject(node, 1, {"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False}})
+        out = _ok(_remediate(node, tmp_path, "-e", "remediate_dcgm_level=1"))
+        assert _health(node, 1)["remapped_rows"]["pending"] is False, out
+        assert _record(node)["history"][-1]["result"] == "returned", out
+        assert _report(tmp_path)["remediation"]["dcgm"] == "DCGM is not installed (dcgmi not found): no diagnostic ran"
+        # the daemon holding the GPUs was stopped for the reset and runs again after it
+        assert node.run(["systemctl", "is-active", "nvidia-persistenced.service"]).stdout.strip() == "active", out
+        assert _started(node) > before, out
+    finally:
+        node.run(
+            f"systemctl stop nvidia-persistenced.service; rm -f {PERSISTENCED_UNIT} {PERSISTENCED_BIN}; "
+            "systemctl daemon-reload"
+        )
 
 
 def test_a_fault_that_persists_after_the_reset_leaves_the_host_drained(node: Any, tmp_path: Path) -> None:

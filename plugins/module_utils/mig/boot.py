@@ -8,12 +8,12 @@ MIG instances do not survive a reboot, and from Hopper on neither does the MIG m
 runs this program after the driver: it reads the layout the role applied (``RECORD``, written by the role), plans it
 against the GPUs NVML finds (``mig.layout.plan`` with each GPU's profiles read from NVML) and, when a GPU differs:
 
-1. stops the GPU's clients that are active, in the reverse of ``CLIENTS``' order, and unloads ``nvidia_drm`` when it
-   is loaded (it holds the GPU and blocks the reset a MIG mode change needs: NVIDIA mig-parted issue #181);
+1. stops the GPU's clients that are active (``discovery.gpu_clients``), last first, and unloads ``nvidia_drm`` when
+   it is loaded (it holds the GPU and blocks the reset a MIG mode change needs: NVIDIA mig-parted issue #181);
 2. applies each changed GPU's step through NVML (``mig.nvml_mig.Session``);
 3. on a failure, destroys what it made and turns MIG off on the GPUs it changed, so the node is left with MIG
    disabled rather than half-made;
-4. loads ``nvidia_drm`` again and starts the clients it stopped, in ``CLIENTS``' order.
+4. loads ``nvidia_drm`` again and starts the clients it stopped, in their order.
 
 The order is NVIDIA mig-parted's (deployments/systemd/hooks.sh at commit 0a6734e6 and service.sh at 219e780d, read
 2026-11-27: driver services stopped in reverse and started in order; started with ``--no-block`` while the system
@@ -32,21 +32,13 @@ from ..base.fileio import atomic_write
 from ..base.oneline import error_line
 from ..cdi.driver_files import read_driver_cache
 from ..discovery.discover import discover, nvml_candidates
+from ..discovery.gpu_clients import start_clients, stop_clients
 from ..discovery.mig_boot_check import RECORD, STATUS
 from .apply import read_tables
 from .layout import LayoutError, plan
 from .nvml_mig import Session
 
 NAME = "gpufleet-mig-boot"
-# The GPU's clients, in the order they start: NVIDIA's persistence daemon, Fabric Manager, NVSM and DCGM (mig-parted's
-# driver_services are nvsm and nvidia-dcgm; dcgm.service is DCGM's unit name in its own packages).
-CLIENTS = (
-    "nvidia-persistenced.service",
-    "nvidia-fabricmanager.service",
-    "nvsm.service",
-    "nvidia-dcgm.service",
-    "dcgm.service",
-)
 DRM_MODULE = "nvidia_drm"
 
 Run = Callable[[Sequence[str]], int]
@@ -78,22 +70,6 @@ def _spawn(argv: Sequence[str]) -> tuple[int, str]:
 
 def _run(argv: Sequence[str]) -> int:
     return _spawn(argv)[0]
-
-
-def stop_clients(run: Run) -> tuple[list[str], list[str]]:
-    """The active clients stopped, last first: (stopped, those that would not stop)."""
-    stopped, failed = [], []
-    for unit in reversed(CLIENTS):
-        if run(["systemctl", "is-active", "--quiet", unit]) != 0:
-            continue
-        (stopped if run(["systemctl", "stop", unit]) == 0 else failed).append(unit)
-    return stopped, failed
-
-
-def start_clients(run: Run, units: Sequence[str], booting: bool) -> list[str]:
-    """``units`` started again in ``CLIENTS``' order; those that failed to start."""
-    extra = ["--no-block"] if booting else []
-    return [u for u in CLIENTS if u in units and run(["systemctl", "start", *extra, u]) != 0]
 
 
 def booting(run: Run) -> bool:

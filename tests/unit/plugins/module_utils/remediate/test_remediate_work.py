@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -44,9 +45,15 @@ def _proc(root, pid, command, device):
     os.symlink(device, d / "fd" / "3")
 
 
-def _reset_request(root, command=None):
+def _reset_request(root, command=None, stop_clients=False):
     return reset.ResetRequest.from_params(
-        {"gpus": [GPU], "command": command or list(reset.DEFAULT_COMMAND), "ignore": [], "root": str(root)}
+        {
+            "gpus": [GPU],
+            "command": command or list(reset.DEFAULT_COMMAND),
+            "ignore": [],
+            "root": str(root),
+            "stop_clients": stop_clients,
+        }
     )
 
 
@@ -73,6 +80,7 @@ def test_reset_refuses_naming_the_process_that_holds_the_gpu(tmp_path):
             "command": list(reset.DEFAULT_COMMAND),
             "ignore": ["train.py", "other.py"],
             "root": str(tmp_path),
+            "stop_clients": False,
         }
     )
     assert reset.run_reset(ignoring, FakeHost()).reset == [GPU["uuid"]]
@@ -87,6 +95,93 @@ def test_reset_in_check_mode_resets_nothing_and_a_failed_reset_says_reboot(tmp_p
     with pytest.raises(Failure) as err:
         reset.run_reset(_reset_request(tmp_path), host)
     assert "primary GPU" in err.value.msg and "reboot the host" in err.value.msg
+
+
+class SystemdHost(FakeHost):
+    """``systemctl is-active`` true for the units in ``active``; ``systemctl stop``/``start`` logged, failing for the
+    units in ``stuck``/``dead``; every other command (the reset) answers ``reset_rc``."""
+
+    def __init__(self, active, *, stuck=(), dead=(), reset_rc=0, check=False, proc=None):
+        super().__init__(check=check)
+        self.active, self.stuck, self.dead, self.reset_rc, self.proc = set(active), stuck, dead, reset_rc, proc
+
+    def run_command(self, argv):
+        self.calls.append(argv)
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0 if argv[-1] in self.active else 3, "", "")
+        if argv[:2] == ["systemctl", "stop"]:
+            if argv[-1] in self.stuck:
+                return (1, "", "timed out")
+            self.active.discard(argv[-1])
+            if self.proc and argv[-1] == "nvidia-persistenced.service":
+                shutil.rmtree(self.proc)  # its process is gone
+            return (0, "", "")
+        if argv[:2] == ["systemctl", "start"]:
+            return (1, "", "failed") if argv[-1] in self.dead else (0, "", "")
+        return (self.reset_rc, "", "reset failed" if self.reset_rc else "")
+
+
+def _actions(calls):
+    return [c for c in calls if c[:2] != ["systemctl", "is-active"]]
+
+
+def test_reset_stops_the_gpu_services_and_starts_them_again(tmp_path):
+    (tmp_path / "proc").mkdir()
+    _proc(tmp_path, 812, "nvidia-persistenced", "/dev/nvidia0")  # the daemon holds every GPU while it runs
+    active = ["nvidia-persistenced.service", "nvidia-dcgm.service"]
+    host = SystemdHost(active, proc=tmp_path / "proc" / "812")
+    result = reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert _actions(host.calls) == [
+        ["systemctl", "stop", "nvidia-dcgm.service"],
+        ["systemctl", "stop", "nvidia-persistenced.service"],
+        ["nvidia-smi", "-r", "-i", GPU["uuid"]],
+        ["systemctl", "start", "nvidia-persistenced.service"],
+        ["systemctl", "start", "nvidia-dcgm.service"],
+    ]
+    assert result.reset == [GPU["uuid"]] and result.clients_stopped == [
+        "nvidia-dcgm.service",
+        "nvidia-persistenced.service",
+    ]
+
+
+def test_reset_starts_the_services_again_when_it_fails_or_refuses(tmp_path):
+    (tmp_path / "proc").mkdir()
+    host = SystemdHost(["nvidia-persistenced.service"], reset_rc=255)
+    with pytest.raises(Failure, match="reboot the host"):
+        reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert _actions(host.calls)[-1] == ["systemctl", "start", "nvidia-persistenced.service"]
+    _proc(tmp_path, 4242, "train.py", "/dev/nvidia0")
+    host = SystemdHost(["nvidia-persistenced.service"])
+    with pytest.raises(Failure, match="pid 4242"):
+        reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert _actions(host.calls) == [
+        ["systemctl", "stop", "nvidia-persistenced.service"],
+        ["systemctl", "start", "nvidia-persistenced.service"],
+    ]
+
+
+def test_reset_refuses_when_a_service_will_not_stop_and_says_when_one_did_not_start(tmp_path):
+    (tmp_path / "proc").mkdir()
+    host = SystemdHost(
+        ["nvidia-persistenced.service", "nvidia-fabricmanager.service"], stuck=["nvidia-persistenced.service"]
+    )
+    with pytest.raises(Failure, match=r"nvidia-persistenced\.service would not stop") as err:
+        reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert err.value.fields["reset"] == [] and ["nvidia-smi", "-r", "-i", GPU["uuid"]] not in host.calls
+    assert _actions(host.calls)[-1] == ["systemctl", "start", "nvidia-fabricmanager.service"]
+    host = SystemdHost(["nvidia-persistenced.service"], dead=["nvidia-persistenced.service"])
+    with pytest.raises(Failure, match="did not start again") as err:
+        reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert err.value.fields["reset"] == [GPU["uuid"]]
+
+
+def test_reset_check_mode_names_the_services_it_would_stop_and_stops_nothing(tmp_path):
+    (tmp_path / "proc").mkdir()
+    _proc(tmp_path, 812, "nvidia-persistenced", "/dev/nvidia0")
+    host = SystemdHost(["nvidia-persistenced.service"], check=True)
+    result = reset.run_reset(_reset_request(tmp_path, stop_clients=True), host)
+    assert _actions(host.calls) == [] and result.clients_stopped == ["nvidia-persistenced.service"]
+    assert result.reset == [GPU["uuid"]]
 
 
 def test_reset_request_needs_uuid_minor_and_a_uuid_placeholder(tmp_path):
