@@ -53,17 +53,17 @@ def main(tree: str, out: str, rounds: str = "20") -> int:
     ]
     first = timed(watch)
     steady, bare = [], []
-    for _ in range(int(rounds)):
+    for _round in range(int(rounds)):
         steady.append(timed(watch))
         bare.append(timed([PYTHON, "-IS", "-c", "pass"]))
     result = {
         "python": PYTHON,
         "first": {"cpu_s": first[0], "wall_s": first[1], "rc": first[2]},
-        "steady_cpu_s_median": statistics.median(c for c, _, _ in steady),
-        "steady_wall_s_median": statistics.median(w for _, w, _ in steady),
-        "steady_rcs": sorted({rc for _, _, rc in steady}),
-        "bare_python_cpu_s_median": statistics.median(c for c, _, _ in bare),
-        "bare_python_wall_s_median": statistics.median(w for _, w, _ in bare),
+        "steady_cpu_s_median": statistics.median(run[0] for run in steady),
+        "steady_wall_s_median": statistics.median(run[1] for run in steady),
+        "steady_rcs": sorted({run[2] for run in steady}),
+        "bare_python_cpu_s_median": statistics.median(run[0] for run in bare),
+        "bare_python_wall_s_median": statistics.median(run[1] for run in bare),
         "rounds": int(rounds),
     }
     with open(os.path.join(out, "watch-timing.json"), "w", encoding="utf-8") as handle:

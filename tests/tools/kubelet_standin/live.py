@@ -140,14 +140,16 @@ def _cri_node(work: Path, binaries: Path, node: dict[str, Any], stub: Path) -> l
 
     rendered = _render({})
     phase = {"rendered": rendered, "tag": "default", "resource": "nvidia.com/gpu", "count": len(node["gpus"])}
-    checks = _cri_phase(work, binaries, node, stub, phase, pods=
-                        lambda dm: live_cri.node_checks(node, dm, rendered, AdmissionError))  # fmt: skip
+    checks = _cri_phase(
+        work, binaries, node, stub, phase, pods=lambda dm: live_cri.node_checks(node, dm, rendered, AdmissionError)
+    )
     results = [{"scenario": f"containerd-{node['name']}", "settings": {}, "checks": checks}]
     settings = {"time_slicing": {"replicas": 4}, "allocation_policy": "packed"}
     phase = {"rendered": _render(settings), "tag": "time-slicing", "resource": "nvidia.com/gpu",
              "count": 4 * len(node["gpus"])}  # fmt: skip
-    checks = _cri_phase(work, binaries, node, stub, phase, pods=
-                        lambda dm: live_sharing.pod_checks(node, dm, "nvidia.com/gpu", None))  # fmt: skip
+    checks = _cri_phase(
+        work, binaries, node, stub, phase, pods=lambda dm: live_sharing.pod_checks(node, dm, "nvidia.com/gpu", None)
+    )
     scenario = f"containerd-{node['name']}-time-slicing-4-packed"
     results.append({"scenario": scenario, "settings": settings, "checks": checks})
     return results + _cri_mig(work, binaries, node, stub)
@@ -173,8 +175,14 @@ def _cri_mig(work: Path, binaries: Path, node: dict[str, Any], stub: Path) -> li
             _check(checks, "the node's GPUs laid out (two 1g.5gb each) and its CDI spec lists them", laid_ok, detail)
             if laid_ok:
                 phase = {"rendered": _render(settings), "tag": f"mig-{strategy}", "resource": resource, "count": 4}
-                checks += _cri_phase(work, binaries, node, stub, phase, pods=
-                                     lambda dm, r=resource: live_sharing.pod_checks(node, dm, r, mig))  # fmt: skip
+                checks += _cri_phase(
+                    work,
+                    binaries,
+                    node,
+                    stub,
+                    phase,
+                    pods=lambda dm, r=resource: live_sharing.pod_checks(node, dm, r, mig),
+                )
             scenario = f"containerd-{node['name']}-mig-{strategy}"
             results.append({"scenario": scenario, "settings": settings, "checks": checks})
     finally:
