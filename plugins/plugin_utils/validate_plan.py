@@ -205,9 +205,9 @@ def validate_plan(
                     present_rc0=False,
                     load_argv=[*ctr, "images", "import"],
                     pull_argv=None if pull == "never" else [*ctr, "images", "pull", ref],
-                    # `ctr run` without a terminal can lose all of a short-lived task's output: the role runs a
-                    # check that exited 0 and printed nothing once more
-                    rerun_silent=True,
+                    # `ctr run` without a terminal can lose a short-lived task's output, all or its tail: the role
+                    # runs a check once more that exited 0 without this last line of the script's
+                    rerun_incomplete=END,
                 )
             )
         else:

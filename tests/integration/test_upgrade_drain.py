@@ -96,8 +96,15 @@ def test_check_mode_drains_nothing_and_says_what_it_would(node):
 def test_a_gpu_job_past_the_timeout_fails_the_drain_naming_it(node):
     node.run("sbatch -o /dev/null -J long-gpu-job --gres=gpu:1 --wrap 'sleep 60'", check=True)
     try:
+        # the job must run before the drain looks (a pending job is not on the node yet, and the drain rightly lets
+        # it be: under CI's load the scheduler took longer than the playbook's start)
+        running = node.run(
+            "for i in $(seq 150); do squeue -h -n long-gpu-job -t R -o %i | grep -q . && exit 0; sleep 0.2; done;"
+            " exit 1"
+        )
+        assert running.rc == 0, node.run("squeue -a").stdout
         res = playbook(node, DRAIN, "-e", "drain_reason=timeout", "-e", "drain_timeout=3")
-        assert res.returncode != 0
+        assert res.returncode != 0, res.stdout[-3000:]
         assert "GPU jobs still run after 3s: job " in res.stdout and "(long-gpu-job, user root" in res.stdout, (
             res.stdout[-3000:]
         )

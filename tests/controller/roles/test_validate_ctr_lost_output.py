@@ -53,6 +53,7 @@ esac
 case "$CTR_MODE" in
   lost) exit 0;;
   lost-once) [ "$n" -eq 1 ] && exit 0; echo "a line the check cannot read"; exit 0;;
+  cut-once) [ "$n" -eq 1 ] && { echo GPUFLEET-VALIDATE-BEGIN; exit 0; }; echo "a line the check cannot read"; exit 0;;
   fails) echo "ctr: failed to create shim task: the runtime refused" >&2; exit 1;;
 esac
 """
@@ -102,6 +103,11 @@ def test_a_run_that_lost_its_output_is_made_once_more(tmp_path):
     assert runs == 2, out
     message = result["engines"]["containerd"]["message"]
     assert "printed nothing" not in message, message  # the second answer is the one judged
+
+
+def test_a_run_whose_output_lost_its_tail_is_made_once_more(tmp_path):
+    _result, runs, out = run(tmp_path, "cut-once")
+    assert runs == 2, out
 
 
 def test_a_second_empty_answer_is_recorded_as_no_output(tmp_path):
