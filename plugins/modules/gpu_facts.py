@@ -618,6 +618,15 @@ ansible_facts:
               C(fabric_manager_down).
           type: dict
           sample: {nvswitch_count: 4, state: active}
+        imex:
+          description:
+            - "IMEX (NVLink domains): C(present) (C(nvidia-caps-imex-channels) in C(/proc/devices)), its C(major),
+              C(channels) (the N of each C(/dev/nvidia-caps-imex-channels/channelN) of that major), C(config_path),
+              C(nodes_config) (its addresses; null without the file), C(service) (C(unit), C(installed), C(active),
+              C(enabled), C(masked); null where not asked) and, from the C(imex) role's record, C(domain), C(mode),
+              C(members), C(wanted_channels). Problems C(imex_nodes_config_mismatch), C(imex_channel_missing),
+              C(imex_service_down), C(imex_service_not_masked)."
+          type: dict
         next_boot:
           description:
             - The kernel the bootloader starts next and whether the installed driver's nvidia module pairs with it

@@ -30,6 +30,7 @@ MORE = (
     REPO / "plugins" / "module_utils" / "discovery" / "next_boot.py",
     REPO / "plugins" / "module_utils" / "discovery" / "mig_boot_check.py",
     REPO / "plugins" / "module_utils" / "discovery" / "gpu_watch_state.py",
+    REPO / "plugins" / "module_utils" / "discovery" / "imex.py",
     # NVIDIA's security bulletins and the driver branch lifecycle, joined on the controller by the fleet report
     REPO / "plugins" / "plugin_utils" / "exposure.py",
 )

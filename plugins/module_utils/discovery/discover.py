@@ -45,6 +45,7 @@ from ..cdi.ldcache import LdCacheEntry
 from . import engines as _engines
 from . import gpu_users as _gpu_users
 from . import gpu_watch_state as _gpu_watch
+from . import imex as _imex
 from . import labels as _labels
 from . import mig_boot_check as _mig_boot
 from . import next_boot as _next_boot
@@ -237,6 +238,8 @@ def discover(
         "xid_source": xid_source,
         "gpu_watch": _gpu_watch.watch_facts(watch_state, watch_error, time.time()),
         "fabric_manager": fabric_manager,
+        # NVLink multi-node memory sharing: the IMEX channel device, its nodes, nvidia-imex's files and unit.
+        "imex": _imex.imex_facts(root, scan.proc_dir, _find_binary(root, "systemctl"), run_command),
         # The kernel the bootloader starts next and whether driver installed_version's module pairs with it.
         "next_boot": _next_boot.pairing(
             root,

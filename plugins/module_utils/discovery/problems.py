@@ -24,6 +24,7 @@ from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..cdi.devices import DeviceNode, char_link
 from .gpu_watch_state import gpu_watch_problems
+from .imex import imex_problems
 from .mig_boot_check import mig_boot_failed
 from .next_boot import next_boot_problems
 from .nvidia_toolkit import spec_conflicts
@@ -608,6 +609,7 @@ CHECKS: tuple[Check, ...] = (
     docker_unit_runtime_flag,
     *HEALTH_CHECKS,
     gpu_watch_problems,
+    imex_problems,
     *TOOLKIT_CHECKS,
     cdi_spec_stale,
 )

@@ -20,6 +20,11 @@ registered (``Device Minor`` in ``/proc/driver/nvidia/gpus/*/information``), ``/
 major from ``/proc/devices``, and ``/dev/nvidia-caps/nvidia-cap<M>`` for each file under
 ``/proc/driver/nvidia/capabilities`` (its ``DeviceFileMinor``; major of ``nvidia-caps``). Owner and mode come
 from ``/proc/driver/nvidia/params`` (or the capability file); ``ModifyDeviceFiles: 0`` leaves every file alone.
+On a member of an NVLink domain (the ``imex`` role's record ``/etc/gpufleet/imex.json`` under ``--dev-root`` lists
+``channels``), ``/dev/nvidia-caps-imex-channels/channel<N>`` for each, with the major of
+``nvidia-caps-imex-channels``, root-owned and 0666 in a 0755 directory: the nodes the NVIDIA IMEX guide has the
+administrator make with ``mknod`` after every boot ("IMEX Channels",
+https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/imexchannels.html, read 2026-11-28).
 Every value read is checked first: a GPU minor from 0 to 253, a capability minor within the kernel's 20 bits, a
 major within 12, an owner or group within ``uid_t``; a malformed one is one line (file and value) in ``malformed``
 and on stderr, and everything else is still made. Only regular files of at most 1 MiB are read there.
@@ -50,11 +55,13 @@ from ..cdi.devices import (
     CAPS_DIR_MODE,
     MODESET_MINOR,
     DeviceFile,
+    DeviceNode,
     parse_capability_minor,
     parse_device_file_params,
     parse_proc_devices,
     wanted_device_files,
 )
+from ..discovery.imex import CHANNEL_DIR, PROC_NAME, read_record, record_channels
 from ..discovery.nvidia_procfs import parse_information
 
 NAME = "gpufleet-nvidia-devices"
@@ -170,10 +177,28 @@ def read_capabilities(proc_dir: str, problems: list[str] | None = None) -> list[
     return found
 
 
-def wanted(proc_dir: str, problems: list[str] | None = None) -> tuple[bool, bool, list[DeviceFile]]:
+# IMEX channel nodes: the mode and directory mode the IMEX guide shows for the default channel.
+IMEX_CHANNEL_MODE = 0o666
+IMEX_DIR_MODE = 0o755
+
+
+def imex_channel_files(channels: list[int], char_majors: dict[str, int]) -> list[DeviceFile]:
+    """The channel nodes asked for, when the driver registered ``nvidia-caps-imex-channels`` (else none)."""
+    major = char_majors.get(PROC_NAME)
+    if major is None:
+        return []
+    return [
+        DeviceFile(DeviceNode(f"{CHANNEL_DIR}/channel{c}", major, c), 0, 0, IMEX_CHANNEL_MODE)
+        for c in sorted(set(channels))
+    ]
+
+
+def wanted(
+    proc_dir: str, problems: list[str] | None = None, imex_channels: list[int] | None = None
+) -> tuple[bool, bool, list[DeviceFile]]:
     """``(loaded, modify, files)``: whether the driver is loaded (``<proc>/driver/nvidia``), whether its params allow
-    touching the files, and the files it provides. Each malformed value met is one line in ``problems`` (naming its
-    file and the value); the other values are still used."""
+    touching the files, and the files it provides (with the IMEX channels of ``imex_channels``). Each malformed value
+    met is one line in ``problems`` (naming its file and the value); the other values are still used."""
     problems = [] if problems is None else problems
     if not os.path.isdir(os.path.join(proc_dir, "driver", "nvidia")):
         return False, True, []
@@ -186,6 +211,7 @@ def wanted(proc_dir: str, problems: list[str] | None = None) -> tuple[bool, bool
     minors = read_gpu_minors(proc_dir, problems)
     modeset = "nvidia_modeset" in loaded_modules(_read(os.path.join(proc_dir, "modules"), problems))
     files = wanted_device_files(minors, majors["character"], modeset, params, read_capabilities(proc_dir, problems))
+    files += imex_channel_files(imex_channels or [], majors["character"])
     return True, bool(params["modify"]), files
 
 
@@ -216,7 +242,10 @@ def _make(full: str, f: DeviceFile, action: str) -> None:
 def apply(proc_dir: str = "/proc", dev_root: str = "/", dry_run: bool = False) -> dict[str, Any]:
     """Create what is missing under ``<dev_root>/dev``; returns the report ``main`` prints."""
     malformed: list[str] = []
-    loaded, modify, files = wanted(proc_dir, malformed)
+    record, error = read_record(dev_root)
+    if error:
+        malformed.append(error)
+    loaded, modify, files = wanted(proc_dir, malformed, record_channels(record))
     report: dict[str, Any] = {
         "loaded": loaded,
         "modify": modify,
@@ -238,12 +267,14 @@ def apply(proc_dir: str = "/proc", dev_root: str = "/", dry_run: bool = False) -
     for f in files:
         full = os.path.join(dev, f.node.path[len("/dev/") :])
         try:
-            if f.node.path.startswith(CAPS_DIR + "/") and not dry_run:
-                caps = os.path.join(dev, CAPS_DIR[len("/dev/") :])
+            parent = os.path.dirname(f.node.path)
+            if parent in (CAPS_DIR, CHANNEL_DIR) and not dry_run:
+                mode = CAPS_DIR_MODE if parent == CAPS_DIR else IMEX_DIR_MODE
+                caps = os.path.join(dev, parent[len("/dev/") :])
                 if os.path.islink(caps) or (os.path.lexists(caps) and not os.path.isdir(caps)):
                     os.unlink(caps)
-                os.makedirs(caps, CAPS_DIR_MODE, exist_ok=True)
-                os.chmod(caps, CAPS_DIR_MODE)
+                os.makedirs(caps, mode, exist_ok=True)
+                os.chmod(caps, mode)
             action = state(full, f)
             if action != "ok" and not dry_run:
                 _make(full, f, action)

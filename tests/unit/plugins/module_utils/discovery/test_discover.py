@@ -92,7 +92,7 @@ def test_host_without_gpus(tmp_path):
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
         "engines", "container", "toolkit", "cdi_spec", "nvidia_toolkit", "gpu_users", "labels", "problems", "sources",
         "warnings", "xid_events", "xid_source", "fabric_manager", "next_boot",
-        "mig_boot", "gpu_watch",
+        "mig_boot", "gpu_watch", "imex",
     }  # fmt: skip
     assert facts["mig_boot"] == {"layout": None, "status": None}
     assert facts["gpu_watch"]["installed"] is False  # no watch state under the root

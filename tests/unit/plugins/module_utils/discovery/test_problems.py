@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import (
     next_boot,
     problems,
 )
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.imex import imex_problems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.problems import Host
 
 DRIVER = "550.54.14"
@@ -279,6 +280,20 @@ CASES.append((gpu_watch_state.gpu_watch_problems, lambda r: _watch(WATCH, 2000.0
               lambda r: _watch(WATCH, 1030.0)))  # fmt: skip
 CASES.append((gpu_watch_state.gpu_watch_problems, lambda r: _watch({**WATCH, "error": "EROFS"}, 1030.0),
               ["gpu_watch_failed"], lambda r: _watch(WATCH, 1030.0)))  # fmt: skip
+
+IMEX = {
+    "domain": "nvl0",
+    "mode": "host",
+    "members": ["10.0.0.1"],
+    "nodes_config": ["10.0.0.1"],
+    "nodes_config_path": "/etc/nvidia-imex/nodes_config.cfg",
+    "present": True,
+    "channels": [0],
+    "wanted_channels": [0],
+    "service": {"installed": True, "active": True, "masked": False},
+}
+CASES.append((imex_problems, lambda r: Host({"imex": {**IMEX, "nodes_config": ["10.0.0.2"]}}),
+              ["imex_nodes_config_mismatch"], lambda r: Host({"imex": IMEX})))  # fmt: skip
 
 GPU_CASES: list[tuple[Callable, dict[str, Any], list[str], dict[str, Any]]] = [
     (
