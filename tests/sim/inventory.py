@@ -32,6 +32,7 @@ def host_vars(prefix: str, node: dict[str, Any]) -> dict[str, Any]:
             "driver_version": node["driver_version"],
             "cuda_version": node["cuda_version"],
             "engines": node["engines"],
+            "nvlink_domain": node.get("nvlink_domain"),
             "default_engines": SUITE_ENGINES[node["suite"]],
             "gpus": [
                 {
@@ -60,6 +61,8 @@ def render_inventory(prefix: str, nodes: list[dict[str, Any]]) -> dict[str, Any]
     for node in nodes:
         group = "gpu_nodes" if node["gpus"] else "cpu_nodes"
         groups[group]["hosts"][node["name"]] = host_vars(prefix, node)
+        if node.get("nvlink_domain"):  # one group per NVLink domain, named by it (the imex role's convention)
+            groups.setdefault(node["nvlink_domain"], {"hosts": {}})["hosts"][node["name"]] = {}
     fleet_vars = {
         "gpufleet_sim_fleet": prefix,
         # No registry is reachable from a simulated node: the validate role runs the tiny local image

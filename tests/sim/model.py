@@ -170,14 +170,19 @@ NODE_FIELDS = {
     "driver_version",
     "cuda_version",
     "device_files",
+    "nvlink_domain",
 }
 # The nvidia module's device-file parameters (NVreg_DeviceFileUID/GID/Mode), nvidia-modprobe's defaults.
 DEVICE_FILES_DEFAULT = {"uid": 0, "gid": 0, "mode": 0o666}
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+GROUP_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}$")  # a valid Ansible group name
 BUS_ID_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 UVM_MAJOR = 235  # a dynamic major, as /proc/devices would give it; recorded in the node's description
 CAPS_MAJOR = 236
+# nvidia-caps-imex-channels, the IMEX channel device the driver registers (dynamic; NVIDIA's IMEX guide shows 234
+# as an example) - listed only on a node in an NVLink domain, as a stand-in for MNNVL hardware.
+IMEX_MAJOR = 237
 UUID_NAMESPACE = uuid.UUID("6a4c3a52-3c1e-4f2b-9a0c-67707566c000")
 
 
@@ -303,6 +308,11 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
     if not isinstance(engines, list) or any(e not in ENGINES for e in engines):
         raise FleetError(f"{where}.engines: {engines!r}; expected a list drawn from {', '.join(ENGINES)}")
     device_files = _device_files(raw.get("device_files"), where)
+    domain = raw.get("nvlink_domain")
+    if domain is not None and (not isinstance(domain, str) or not GROUP_RE.match(domain)):
+        raise FleetError(f"{where}.nvlink_domain: {domain!r} must match {GROUP_RE.pattern} (an inventory group name)")
+    if domain is not None and not gpus:
+        raise FleetError(f"{where}.nvlink_domain: a node without GPUs is in no NVLink domain")
     versions = dict(SUITE_DRIVER[suite])
     for key in ("driver_version", "cuda_version"):
         if key in raw:
@@ -319,6 +329,7 @@ def validate_node(raw: Any, position: int) -> dict[str, Any]:
         "engines": sorted(set(engines), key=ENGINES.index),
         "gpus": gpus,
         "device_files": device_files,
+        "nvlink_domain": domain,
         **versions,
     }
 
@@ -413,6 +424,7 @@ def node_config(node: dict[str, Any]) -> dict[str, Any]:
         "nvml_version": f"{node['cuda_version'].split('.')[0]}.{node['driver_version']}",
         "uvm_major": UVM_MAJOR,
         "caps_major": CAPS_MAJOR,
+        "imex_major": IMEX_MAJOR if node.get("nvlink_domain") else None,
         "device_files": dict(node.get("device_files") or DEVICE_FILES_DEFAULT),
         "gpus": gpus,
     }

@@ -39,6 +39,7 @@ UNIT = "nvidia-imex.service"
 RECORD = "/etc/gpufleet/imex.json"
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 MODES = ("host", "dra")
+PROC_ENV = "GPUFLEET_NVIDIA_PROC"  # hostprog/dev_nodes.py's stand-in /proc (a simulated node)
 MAX_CHANNEL = (1 << 20) - 1  # the kernel's MINORBITS
 _LIMIT = 1 << 20
 
@@ -144,7 +145,10 @@ RunCommand = Callable[[List[str]], Tuple[int, str, str]]
 
 
 def imex_facts(root: str, proc_dir: str, systemctl: str | None, run_command: RunCommand | None) -> dict[str, Any]:
-    """``ansible_facts.nvidia.imex``. ``systemctl``: its path, asked about ``UNIT`` when ``root`` is ``/``."""
+    """``ansible_facts.nvidia.imex``. ``systemctl``: its path, asked about ``UNIT`` when ``root`` is ``/``. There,
+    ``$GPUFLEET_NVIDIA_PROC`` names another ``/proc`` for ``devices``, as for ``gpufleet-nvidia-devices``."""
+    if os.path.abspath(root) == "/" and os.environ.get(PROC_ENV):
+        proc_dir = os.environ[PROC_ENV]
     devices = read_text(os.path.join(proc_dir, "devices"), tolerant=True, errors="replace", limit=_LIMIT) or ""
     major = parse_proc_devices(devices)["character"].get(PROC_NAME)
     record, record_error = read_record(root)

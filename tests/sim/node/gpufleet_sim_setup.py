@@ -150,6 +150,8 @@ def fake_proc(cfg):
     with open("/proc/devices", encoding="utf-8") as f:
         devices = f.read()
     nvidia = f"195 nvidia-frontend\n{cfg['uvm_major']} nvidia-uvm\n{cfg['caps_major']} nvidia-caps\n"
+    if cfg.get("imex_major"):  # a node in an NVLink domain: the driver's IMEX channel device
+        nvidia += f"{cfg['imex_major']} nvidia-caps-imex-channels\n"
     char, sep, block = devices.partition("\nBlock devices:")
     write(f"{FAKE_PROC}/devices", char.rstrip("\n") + "\n" + nvidia + sep + block)
     try:  # absent where the kernel has no loadable modules (as on some build machines)

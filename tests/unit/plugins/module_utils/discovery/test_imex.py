@@ -133,3 +133,10 @@ def test_unreadable_record_and_check_in_table(root):
     write(root / "etc/gpufleet/imex.json", "[1]")
     assert "members" in codes(root)["imex_record_unreadable"]["message"]
     assert _imex.imex_problems in CHECKS
+
+
+def test_stand_in_proc_named_by_the_environment_only_for_the_root(tmp_path, monkeypatch):
+    write(tmp_path / "alt/devices", DEVICES)
+    monkeypatch.setenv("GPUFLEET_NVIDIA_PROC", str(tmp_path / "alt"))
+    assert _imex.imex_facts("/", str(tmp_path / "proc"), None, None)["major"] == 237
+    assert _imex.imex_facts(str(tmp_path), str(tmp_path / "proc"), None, None)["major"] is None
