@@ -23,7 +23,7 @@ import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import kubernetes_node, role_vars
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import imex, kubernetes_node, role_vars
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
@@ -173,8 +173,9 @@ def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None
 
 
 # Variables the run's plan reads besides the stamped stages' own: whether the mig stage acts on the host (its layout),
-# and whether it is a Kubernetes node (the device plugin stage's rule, kubernetes_node.py).
-_PLAN_VARS = ("mig_layout", "device_plugin_node_group", "device_plugin_enabled", "group_names")
+# whether it is a Kubernetes node (the device plugin stage's rule, kubernetes_node.py), and whether it is in an NVLink
+# domain (the imex stage's, imex.py).
+_PLAN_VARS = ("mig_layout", "device_plugin_node_group", "device_plugin_enabled", "group_names", "imex_domain_groups")
 
 
 def plan_variables() -> list[str]:
@@ -191,6 +192,14 @@ def _plan_variables() -> tuple[str, ...]:
     return tuple(names)
 
 
+def _in_nvlink_domain(values: Mapping[str, Any]) -> bool:
+    """Whether the imex stage acts on the host; a host in two domain groups too (the stage then says why it fails)."""
+    try:
+        return imex.member_of(values.get("group_names") or [], values.get("imex_domain_groups")) is not None
+    except ValueError:
+        return True
+
+
 def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
     """The ``converge_check`` arguments of a host, in one call per host: ``{fast_path, hold, stages}``.
 
@@ -199,14 +208,19 @@ def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
     ``stages``: each stamped stage's spec as ``spec`` gives it before discovery (the module adds the runtime stage's
     engine configuration files from what it discovers: ``engine_configs``), with the names of its inputs that an
     earlier stage publishes (``published_inputs``: the module takes them from that stage's stamp). ``hold``: a stage
-    that is not stamped acts on the host (a MIG layout, a Kubernetes node's device plugin), so the host is not
-    converged even when every stamp holds. ``fast_path`` false (a bool or a survey's string): no stage is checked."""
+    that is not stamped acts on the host (a MIG layout, a Kubernetes node's device plugin, an NVLink domain's IMEX),
+    so the host is not converged even when every stamp holds. ``fast_path`` false (a bool or a survey's string): no
+    stage is checked."""
     values = {name: host_vars.get(name, "") for name in plan_variables()}
     fast_path = bool(role_vars.as_bool(fast_path, "gpufleet_fast_path"))
     layout = values.get("mig_layout")
     groups = {str(name): ["host"] for name in (values.get("group_names") or [])}
-    hold = bool(layout) or kubernetes_node.kubernetes_node(
-        "host", groups, values.get("device_plugin_node_group") or None, values.get("device_plugin_enabled")
+    hold = (
+        bool(layout)
+        or kubernetes_node.kubernetes_node(
+            "host", groups, values.get("device_plugin_node_group") or None, values.get("device_plugin_enabled")
+        )
+        or _in_nvlink_domain(values)
     )
     stages: list[dict[str, Any]] = []
     published: list[str] = []

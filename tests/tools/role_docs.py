@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch")
+ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch", "imex")
 BEGIN = "<!-- role_docs:begin (generated from meta/argument_specs.yml by tests/tools/role_docs.py; do not edit) -->"
 END = "<!-- role_docs:end -->"
 _MARKUP = re.compile(r"\b([CMOVPRLUEI])\(([^()]*)\)")

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch")
+ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch", "imex")
 
 
 def _role_docs():

@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_pl
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
-ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch")
+ROLES = ("driver", "mig", "toolkit", "runtime", "slurm", "device_plugin", "validate", "drain", "gpu_watch", "imex")
 # Keys whose whole value is a Jinja expression.
 EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
 JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
@@ -167,7 +167,7 @@ def string_values() -> dict[str, str]:
             if isinstance(default, bool):
                 values[name] = "true" if default else "false"
             elif isinstance(default, list):
-                values[name] = ",".join(default)
+                values[name] = ",".join(str(item) for item in default)
             else:
                 values[name] = str(default)
     return values

@@ -31,6 +31,7 @@ def test_every_role_and_the_playbooks_are_read():
         "drain",
         "driver",
         "gpu_watch",
+        "imex",
         "mig",
         "runtime",
         "slurm",

@@ -108,6 +108,9 @@ def test_the_run_s_own_group_is_not_an_input():
         ({"group_names": ["k8s"], "device_plugin_node_group": "k8s"}, True),
         ({"group_names": ["kube_nodes"], "device_plugin_enabled": "false"}, False),
         ({"device_plugin_enabled": True}, True),
+        ({"group_names": ["nvl0"], "imex_domain_groups": "nvl0,nvl1"}, True),
+        ({"group_names": ["gpu"], "imex_domain_groups": ["nvl0"]}, False),
+        ({"group_names": ["nvl0", "nvl1"], "imex_domain_groups": ["nvl0", "nvl1"]}, True),
     ],
 )
 def test_a_stage_without_a_stamp_holds_the_host(values, hold):
