@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""IMEX on an NVLink domain of two simulated GPU nodes (bookworm, no engine, ``nvlink_domain: nvl0``: the stand-in
+"""IMEX on an NVLink domain of two simulated GPU nodes (bookworm, docker on one, ``nvlink_domain: nvl0``: the stand-in
 /proc lists ``nvidia-caps-imex-channels``, major 237), after the toolkit and runtime roles. NVIDIA's nvidia-imex is
 not in Debian: a stand-in ``nvidia-imex.service`` records the node list it read at start.
 
@@ -10,7 +10,7 @@ In order, on one fleet: the role in check mode changes nothing and says what it 
 writes the same node list on both members (an admin's other config key kept), makes channel0 and starts the unit; a
 second run changes nothing; discovery sees the channel and no problem, then names the extra address of an edited
 list; ``imex_mode=dra`` stops, disables and masks the unit; a reboot of one member brings channel0 back through
-gpufleet-nvidia-devices.service (ordered before the engines); ``imex_mode=absent`` takes everything off.
+gpufleet-nvidia-devices.service before docker starts; ``imex_mode=absent`` takes everything off.
 """
 
 import json
@@ -26,12 +26,14 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
 
+# ix-a runs docker, so that the reboot shows channel0 made before an engine starts; ix-b runs none.
 FLEET = {
     "nodes": [
-        {"name": name, "suite": "bookworm", "driver_state": "loaded", "engines": [], "gpus": 1, "nvlink_domain": "nvl0"}
-        for name in ("ix-a", "ix-b")
+        {"name": name, "suite": "bookworm", "driver_state": "loaded", "engines": engines, "gpus": 1,
+         "nvlink_domain": "nvl0"}
+        for name, engines in (("ix-a", ["docker"]), ("ix-b", []))
     ]
-}
+}  # fmt: skip
 ADDRESSES = {"ix-a": "10.77.0.2", "ix-b": "10.77.0.1"}
 NODES_CONFIG = "10.77.0.1\n10.77.0.2\n"
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
@@ -48,7 +50,7 @@ SETUP = """
   roles:
     - role: gpufleet.nvidia.toolkit
     - role: gpufleet.nvidia.runtime
-      runtime_engines: []
+      runtime_engines: "{{ ['docker'] if inventory_hostname == 'ix-a' else [] }}"
 """
 ROLE = """
 - hosts: nvl0
@@ -209,9 +211,14 @@ def test_a_reboot_makes_channel0_again(ix):
     log = node.run("journalctl -b -u gpufleet-nvidia-devices -o cat --no-pager", check=True).stdout
     reports = [json.loads(x) for x in log.splitlines() if x.startswith("{") and '"loaded"' in x]
     assert reports and CHANNEL0 in reports[-1]["created"], log
-    # gpufleet-nvidia-devices runs before the engines (its Before=, test_device_nodes_boot.py), the channel with it
-    unit = node.run("systemctl show -p Before --value gpufleet-nvidia-devices", check=True).stdout
-    assert "docker.service" in unit and "containerd.service" in unit, unit
+    times = {
+        unit: int(node.run(f"systemctl show -p {prop} --value {unit}", check=True).stdout.strip())
+        for unit, prop in (
+            ("gpufleet-nvidia-devices", "ExecMainExitTimestampMonotonic"),
+            ("docker", "ExecMainStartTimestampMonotonic"),
+        )
+    }
+    assert 0 < times["gpufleet-nvidia-devices"] < times["docker"], times
     assert node.run("systemctl is-enabled nvidia-imex").stdout.strip() == "masked"
 
 
