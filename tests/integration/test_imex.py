@@ -9,7 +9,8 @@ not in Debian: a stand-in ``nvidia-imex.service`` records the node list it read 
 In order, on one fleet: the role in check mode changes nothing and says what it would; site.yml's imex stage
 writes the same node list on both members (an admin's other config key kept), makes channel0 and starts the unit; a
 second run changes nothing; discovery sees the channel and no problem, then names the extra address of an edited
-list; ``imex_mode=dra`` stops, disables and masks the unit; a reboot of one member brings channel0 back through
+list; ``imex_mode=dra`` stops, disables and masks the unit; without the package, host mode says what to install
+and does the rest; a reboot of one member brings channel0 back through
 gpufleet-nvidia-devices.service before docker starts; ``imex_mode=absent`` takes everything off.
 """
 
@@ -200,6 +201,18 @@ def test_dra_mode_masks_the_unit(ix):
     found = facts("ix-b")
     assert found["imex"]["service"]["masked"] is True and found["imex"]["mode"] == "dra"
     assert not [p for p in found["problems"] if p["code"].startswith("imex_")], found["problems"]
+
+
+def test_host_mode_without_the_package_says_what_to_install(ix):
+    fleet, run, _facts, _work = ix
+    node = fleet.node("ix-b")
+    node.run("rm /usr/lib/systemd/system/nvidia-imex.service && systemctl daemon-reload", check=True)
+    proc = run("role.yml", "--limit", "ix-b")  # masked by the dra run before: unmasked, then the message
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "nvidia-imex.service is not installed: install NVIDIA's nvidia-imex package" in proc.stdout, proc.stdout
+    assert node.run("systemctl show -p LoadState --value nvidia-imex").stdout.strip() == "not-found"
+    assert node.run("cat /etc/nvidia-imex/nodes_config.cfg", check=True).stdout == NODES_CONFIG
+    assert json.loads(node.run("cat /etc/gpufleet/imex.json", check=True).stdout)["mode"] == "host"
 
 
 def test_a_reboot_makes_channel0_again(ix):
