@@ -24,6 +24,7 @@ description:
   - C(accept_envvar_unprivileged) / C(accept_volume_mounts) - the role variables when set; otherwise derived from
     O(kubernetes_node) (on a Kubernetes node the device plugin hands out GPUs, so an unprivileged container's
     C(NVIDIA_VISIBLE_DEVICES) is ignored and the plugin's volume mounts are honoured; elsewhere NVIDIA's behaviour).
+    With O(gpu_allocation=dra) the DRA driver hands out GPUs as CDI devices, so no volume mount is honoured either.
   - C(accept_cdi_annotations_unprivileged) - the role variable when set; otherwise false on a Kubernetes node (CRI-O
     copies every pod annotation into the container's OCI spec, containerd those C(pod_annotations) matches, so a
     pod's own C(cdi.k8s.io/) annotation must not be an allocation; the device plugin's CDI strategies need CDI in
@@ -86,6 +87,10 @@ options:
       - Whether NVIDIA's container toolkit is installed on the host (C(ansible_facts.nvidia.nvidia_toolkit.installed)).
     type: bool
     default: false
+  gpu_allocation:
+    description: Who serves a Kubernetes node's GPUs (C(device_plugin_gpu_allocation)) - C(device_plugin) or C(dra).
+    type: str
+    default: device_plugin
 """
 
 EXAMPLES = r"""
@@ -145,11 +150,15 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.toolkit import Too
 
 
 def toolkit_plan(
-    settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0, nvidia_installed: Any = False
+    settings: Mapping[str, Any],
+    kubernetes_node: Any = False,
+    repo_files: Any = 0,
+    nvidia_installed: Any = False,
+    gpu_allocation: Any = "device_plugin",
 ) -> dict:
     """The role's choices; see DOCUMENTATION (``plugin_utils.toolkit.plan``)."""
     try:
-        return plan(settings, kubernetes_node, repo_files, nvidia_installed)
+        return plan(settings, kubernetes_node, repo_files, nvidia_installed, gpu_allocation)
     except ToolkitError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

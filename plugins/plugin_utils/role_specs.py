@@ -27,6 +27,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from jinja2 import Undefined
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.dra import version_problem
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.role_vars import as_list
 
 COLLECTION = Path(__file__).resolve().parents[2]
@@ -105,6 +106,21 @@ def _render_dir(values: Mapping[str, Any]) -> list[str]:
     return [f"device_plugin_render_dir={_show(folder)}: device_plugin_mode=render_only needs an absolute folder"]
 
 
+def _dra_cdi(values: Mapping[str, Any]) -> list[str]:
+    # The DRA driver hands out GPUs as CDI devices only (its docs/prerequisites.md at v0.4.1, read 2026-11-28).
+    if values["device_plugin_gpu_allocation"] != "dra" or values["runtime_cdi"] is not False:
+        return []
+    return ["runtime_cdi=false: device_plugin_gpu_allocation=dra needs CDI in containerd/CRI-O; set runtime_cdi: true"]
+
+
+def _dra_version(values: Mapping[str, Any]) -> list[str]:
+    version = str(values["device_plugin_kubernetes_version"] or "")
+    if values["device_plugin_gpu_allocation"] != "dra" or not version:
+        return []
+    problem = version_problem(version)
+    return [f"device_plugin_kubernetes_version={_show(version)}: {problem}"] if problem else []
+
+
 def _at_least(name: str, least: int) -> Callable[[Mapping[str, Any]], list[str]]:
     def rule(values: Mapping[str, Any]) -> list[str]:
         value = values[name]
@@ -133,6 +149,8 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[str]]], .
     (("driver_module_params",), _module_params),
     (("mig_layout", "mig_layouts"), _mig_layout),
     (("device_plugin_mode", "device_plugin_render_dir"), _render_dir),
+    (("device_plugin_gpu_allocation", "runtime_cdi"), _dra_cdi),
+    (("device_plugin_gpu_allocation", "device_plugin_kubernetes_version"), _dra_version),
     (("drain_poll",), _at_least("drain_poll", 1)),  # the drain waits drain_timeout // drain_poll rounds
     (("drain_timeout",), _at_least("drain_timeout", 0)),
     (("gpu_watch_interval",), _at_least("gpu_watch_interval", 10)),  # a run costs tens of ms of CPU; not in a loop

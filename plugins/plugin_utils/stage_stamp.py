@@ -58,7 +58,13 @@ STAGES: dict[str, dict[str, Any]] = {
         "publish": ["driver_kernel_module", "driver_plan", "driver_reboot_needed"],
     },
     "toolkit": {
-        "extra_vars": ["device_plugin_node_group", "device_plugin_enabled", "group_names"],
+        # device_plugin_gpu_allocation: whether the runtime honours the device plugin's volume mounts (toolkit_plan).
+        "extra_vars": [
+            "device_plugin_node_group",
+            "device_plugin_enabled",
+            "device_plugin_gpu_allocation",
+            "group_names",
+        ],
         "paths": [
             "{toolkit_bindir}/gpufleet-*",
             "{toolkit_bindir}/nvidia-container-*",

@@ -54,9 +54,15 @@ def _setting(value: Any, derived: bool) -> bool:
 
 
 def plan(
-    settings: Mapping[str, Any], kubernetes_node: Any = False, repo_files: Any = 0, nvidia_installed: Any = False
+    settings: Mapping[str, Any],
+    kubernetes_node: Any = False,
+    repo_files: Any = 0,
+    nvidia_installed: Any = False,
+    gpu_allocation: Any = "device_plugin",
 ) -> dict:
-    """The toolkit role's choices for a host (see the ``toolkit_plan`` filter's DOCUMENTATION)."""
+    """The toolkit role's choices for a host (see the ``toolkit_plan`` filter's DOCUMENTATION). ``gpu_allocation`` is
+    the device_plugin role's ``device_plugin_gpu_allocation``: the device plugin's default strategy needs the runtime
+    to honour its volume mounts; NVIDIA's DRA driver hands out CDI devices, so with ``dra`` no mount is honoured."""
     settings = settings or {}
     provider = settings.get("provider") or "auto"
     mirror = str(settings.get("nvidia_mirror_url") or "")
@@ -77,6 +83,9 @@ def plan(
             "packages and remove them; set toolkit_provider to auto or native to remove them"
         )
     node = boolean(kubernetes_node, strict=False)
+    if gpu_allocation not in (None, "device_plugin", "dra"):
+        raise ToolkitError(f"device_plugin_gpu_allocation: {gpu_allocation!r} is not device_plugin or dra")
+    dra = gpu_allocation == "dra"
     repo = re.sub(r"/+$", "", mirror or str(settings.get("nvidia_repo_url") or NVIDIA_REPO_URL))
     key = str(settings.get("nvidia_key_url") or "") or f"{re.sub(r'/[^/]+$', '', repo)}/gpgkey"
     return {
@@ -85,7 +94,7 @@ def plan(
         "adopt": adopt,
         "kubernetes_node": node,
         "accept_envvar_unprivileged": _setting(settings.get("accept_envvar_unprivileged"), not node),
-        "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node),
+        "accept_volume_mounts": _setting(settings.get("accept_volume_mounts"), node and not dra),
         "accept_cdi_annotations_unprivileged": _setting(settings.get("accept_cdi_annotations_unprivileged"), not node),
         "repo": repo,
         "key": key,

@@ -22,10 +22,15 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.sett
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 
 
+# The strategies' stand-in for the DRA driver (device_plugin_gpu_allocation=dra): CDI devices through the engine, and
+# its own nvidia-cdi-hook copied to the host where the toolkit has none, so no toolkit setting has to fit.
+DRA = "dra"
+
+
 def toolkit_problems(toolkit: dict[str, Any] | None, strategies: Sequence[str]) -> list[str]:
     """Why the device requests the node's runtime honours (the ``toolkit`` role's ``gpufleet_toolkit`` fact) and the
     plugin's device list strategies do not fit together; ``[]`` when they do, or when the fact says nothing."""
-    if not toolkit:
+    if not toolkit or DRA in strategies:
         return []
     envvar = toolkit.get("accept_envvar_unprivileged")
     mounts = toolkit.get("accept_volume_mounts")
@@ -93,7 +98,16 @@ def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: It
             "first"
         )
     cdi = [x for x in strategies if x in CDI_STRATEGIES]
-    if cdi and not facts.get("cdi"):
+    if DRA in strategies and not facts.get("cdi"):
+        # docs/prerequisites.md of the DRA driver at v0.4.1 (read 2026-11-28): the runtime must read CDI, default in
+        # containerd 2.0+ and CRI-O 1.27+, enable_cdi in containerd 1.7's CRI plugin, none in containerd 1.6.
+        problems.append(
+            f"device_plugin_gpu_allocation=dra needs CDI in {engine}, but gpufleet_runtime.engines.{engine}.cdi is "
+            f"false ({engine} too old for CDI, such as containerd 1.6, or runtime_cdi: false): the DRA driver hands "
+            "out GPUs only as CDI devices; set runtime_cdi: true on containerd 1.7+ or CRI-O, or keep "
+            "device_plugin_gpu_allocation=device_plugin"
+        )
+    elif cdi and not facts.get("cdi"):
         problems.append(
             f"device_plugin_device_list_strategy {', '.join(cdi)} needs CDI in {engine}, but "
             f"gpufleet_runtime.engines.{engine}.cdi is false ({engine} too old for CDI, such as containerd 1.6, or "

@@ -28,6 +28,9 @@ ROLE_ONLY = frozenset(
         "api_delegate_to",
         "check_runtime",
         "context",
+        "dra_helm_chart_ref",
+        "dra_helm_chart_version",
+        "dra_helm_release_name",
         "enabled",
         "gpu_facts",
         "helm_binary",
@@ -36,6 +39,7 @@ ROLE_ONLY = frozenset(
         "helm_chart_version",
         "helm_release_name",
         "kubeconfig",
+        "kubernetes_version",
         "mode",
         "node_group",
         "node_config",
@@ -48,6 +52,9 @@ ROLE_ONLY = frozenset(
 )
 
 MIG_STRATEGIES = ("none", "single", "mixed")
+# Who serves the GPUs of the Kubernetes nodes to pods: NVIDIA's device plugin (extended resource nvidia.com/gpu) or
+# NVIDIA's DRA driver (ResourceClaims; device_plugin/dra.py). Never both on a node.
+GPU_ALLOCATIONS = ("device_plugin", "dra")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
@@ -211,7 +218,13 @@ def normalize(settings: dict[str, Any] | None) -> dict[str, Any]:
         _fail("allocation_policy", f"{s['allocation_policy']!r} is not one of {', '.join(ALLOCATION_POLICIES)}")
     for key in ("health_disabled_xids", "health_enabled_xids"):
         s[key] = _xids(key, s[key])
-    for key in ("image", "dcgm_exporter_image", "validate_image"):
+    if s["gpu_allocation"] not in GPU_ALLOCATIONS:
+        _fail("gpu_allocation", f"{s['gpu_allocation']!r} is not one of {', '.join(GPU_ALLOCATIONS)}")
+    if not _DNS_LABEL.match(str(s["dra_namespace"])) or len(str(s["dra_namespace"])) > 63:
+        _fail("dra_namespace", f"{s['dra_namespace']!r} is not a DNS label (lower-case letters, digits, '-')")
+    if s["dra_compute_domains"] not in (None, True, False):
+        _fail("dra_compute_domains", f"{s['dra_compute_domains']!r} is not true, false or null (derived)")
+    for key in ("image", "dcgm_exporter_image", "validate_image", "dra_image"):
         for part in ("registry", "repository", "tag"):
             value = str(s[f"{key}_{part}"])
             if not value or not _IMAGE_PART.match(value):

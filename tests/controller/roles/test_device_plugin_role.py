@@ -194,6 +194,14 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
             module = task.get("kubernetes.core.k8s")
             if module is None:
                 continue
+            if "other choice" in task["name"] and "node-feature-discovery" in task["name"]:
+                assert "__device_plugin_rendered.other.nfd" in task["when"], task["name"]
+                continue
+            if "other choice" in task["name"]:
+                # A switch of device_plugin_gpu_allocation: what the render says the other choice deployed.
+                assert module["definition"] == "{{ [item] }}", task["name"]
+                assert "__device_plugin_rendered.other." in task["loop"], task["name"]
+                continue
             if "node-feature-discovery" in task["name"]:
                 # The same kustomization the render's nfd/kustomization.yaml names, built on the controller.
                 lookup = "lookup('kubernetes.core.kustomize', dir=__device_plugin_settings.nfd_kustomization)"
@@ -203,7 +211,7 @@ def test_apply_path_sends_the_parsed_file_contents_of_the_same_render():
             assert module["definition"] == "{{ item.content | ansible.builtin.from_yaml_all | list }}", task["name"]
             assert "__device_plugin_rendered.files" in task["loop"], task["name"]
     tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
-    check, deploy = tasks[0], tasks[1]
+    check, deploy = tasks[0], next(t for t in tasks if t["name"] == "Deploy NVIDIA's chart with the same values")
     # Helm mode stops first when the chart cannot carry a setting (render's helm_unsupported).
     assert "__device_plugin_rendered.helm_unsupported" in check["ansible.builtin.assert"]["that"]
     assert deploy["kubernetes.core.helm"]["values"] == "{{ __device_plugin_rendered.helm_values }}"
@@ -243,6 +251,9 @@ with open(os.environ["STUB_LOG"], "a") as log:
     log.write(json.dumps({{"module": NAME, "params": params}}) + "\\n")
 if NAME == "k8s_info":
     module.exit_json(changed=False, resources=[{{"status": {{"phase": os.environ.get("STUB_PHASE", "Succeeded")}}}}])
+if NAME == "k8s_cluster_info":
+    version = {{"server": {{"kubernetes": {{"gitVersion": os.environ["STUB_K8S_VERSION"]}}}}}}
+    module.exit_json(changed=False, version=version)
 if NAME == "k8s_log":
     module.exit_json(changed=False, log_lines=["[Vector addition of 50000 elements]", "Test PASSED"])
 module.exit_json(changed=True)
@@ -278,14 +289,14 @@ def stub_kubernetes_core(tmp_path):
     (root / "plugins" / "lookup" / "kustomize.py").write_text(STUB_KUSTOMIZE)
     (root / "meta").mkdir()
     (root / "meta" / "runtime.yml").write_text("requires_ansible: '>=2.15.0'\n")
-    for name in ("k8s", "k8s_info", "k8s_log", "helm"):
+    for name in ("k8s", "k8s_info", "k8s_log", "helm", "k8s_cluster_info"):
         (root / "plugins" / "modules" / f"{name}.py").write_text(STUB.format(name=name))
     return tmp_path / "stub"
 
 
-def run_apply(tmp_path, mode, phase, *extra):
+def run_apply(tmp_path, mode, phase, *extra, k8s_version="v1.34.2", runtime=GOOD):
     log = tmp_path / "api.jsonl"
-    inv = inventory(tmp_path, GOOD)
+    inv = inventory(tmp_path, runtime)
     play = tmp_path / "apply.yml"
     play.write_text(
         PLAY.format(render_dir="-")
@@ -302,6 +313,7 @@ def run_apply(tmp_path, mode, phase, *extra):
         collections=f"{stub_kubernetes_core(tmp_path)}:{COLLECTIONS}",
         STUB_LOG=str(log),
         STUB_PHASE=phase,
+        STUB_K8S_VERSION=k8s_version,
         STUB_NFD=yaml.safe_dump_all(NFD_DOCS),
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -328,14 +340,20 @@ def test_apply_path_sends_exactly_the_rendered_documents(tmp_path):
     pods = {d["metadata"]["name"] for d in expected["documents"] if d["kind"] == "Pod"}
     assert {c["params"]["name"] for c in calls if c["module"] == "k8s_info"} == pods
     removed = [c for c in calls if c["module"] == "k8s" and c["params"]["state"] == "absent"]
-    assert len(removed) == 2 * len(pods)
+    # First the DRA driver's documents go (never both: a switch leaves nothing behind), then the pods' rounds.
+    dra_docs = [c["params"]["definition"][0] for c in removed[: len(expected["other"]["documents"])]]
+    assert dra_docs == expected["other"]["documents"] and dra_docs[0]["kind"] == "DaemonSet"
+    assert len(removed) == len(dra_docs) + 2 * len(pods)
     assert "helm" not in {c["module"] for c in calls}
+    assert "k8s_cluster_info" not in {c["module"] for c in calls}  # the version check is the DRA driver's
 
 
 def test_helm_path_uses_the_same_values_and_a_failed_validation_fails_the_node(tmp_path):
     proc, calls = run_apply(tmp_path, "helm", "Failed")
     expected = render(SETTINGS, [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}])
-    helm = [c["params"] for c in calls if c["module"] == "helm"]
+    uninstall, *helm = [c["params"] for c in calls if c["module"] == "helm"]
+    # The DRA driver's release goes first (a no-op where it is not installed), then NVIDIA's device plugin chart.
+    assert uninstall["state"] == "absent" and uninstall["release_name"] == "dra-driver-nvidia-gpu"
     assert len(helm) == 1
     assert helm[0]["values"] == expected["helm_values"]
     assert helm[0]["chart_version"] == "0.20.0"
@@ -440,7 +458,7 @@ def test_nfd_off_deploys_no_nfd_in_any_mode(tmp_path):
     sent = [d for c in calls if c["module"] == "k8s" for d in c["params"].get("definition") or []]
     assert "kustomize" not in {c["module"] for c in calls} and "nfd-worker" not in {d["metadata"]["name"] for d in sent}
     proc, calls = run_apply(tmp_path / "helm", "helm", "Succeeded", *off)
-    assert [c["params"]["values"]["nfd"] for c in calls if c["module"] == "helm"] == [{"enabled": False}]
+    assert [c["params"]["values"]["nfd"] for c in calls if "values" in c["params"]] == [{"enabled": False}]
 
 
 def test_nfd_kustomization_from_a_mirror_reaches_render_and_apply(tmp_path):
@@ -454,3 +472,104 @@ def test_nfd_kustomization_from_a_mirror_reaches_render_and_apply(tmp_path):
     proc, calls = run_apply(tmp_path / "apply", "apply", "Succeeded", *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [c["params"] for c in calls if c["module"] == "kustomize"] == [{"dir": mirror}]
+
+
+# --- device_plugin_gpu_allocation: the device plugin or NVIDIA's DRA driver, never both -------------------------------
+DRA = ("-e", "device_plugin_gpu_allocation=dra")
+CDI = {"engines": {"containerd": {"registered": True, "cdi": True}}}
+NODES = [{"name": "gpu-a", "labels": LABELS}, {"name": "gpu-b", "labels": LABELS}]
+
+
+def tree(folder):
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_render_only_switches_to_the_dra_driver_and_back_with_nothing_left_over(tmp_path):
+    proc, render_dir, facts = run_play(tmp_path, CDI)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    before = tree(render_dir)
+    assert "cluster/11-device-plugin.yaml" in before
+
+    proc, _dir, facts = run_play(tmp_path, CDI, *DRA)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render({**SETTINGS, "gpu_allocation": "dra"}, NODES)
+    assert tree(render_dir) == {f["path"]: f["content"] for f in expected["files"]}
+    kinds = {d["kind"] for d in expected["documents"]}
+    assert "DeviceClass" in kinds and "RuntimeClass" not in kinds and "ConfigMap" not in kinds
+    assert not any(p.startswith(("validation/", "nfd/")) for p in tree(render_dir))
+    assert facts["node-a"]["gpu_allocation"] == "dra" and facts["node-a"]["namespace"] == "dra-driver-nvidia-gpu"
+
+    again = run_play(tmp_path, CDI, *DRA)[0]
+    assert all("changed=0" in line for line in recap(again.stdout).values()), again.stdout
+
+    proc = run_play(tmp_path, CDI)[0]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert tree(render_dir) == before
+
+
+def test_dra_needs_cdi_in_the_nodes_engine(tmp_path):
+    proc, _render_dir, _facts = run_play(tmp_path, GOOD, *DRA)
+    assert proc.returncode != 0
+    assert "device_plugin_gpu_allocation=dra needs CDI in containerd" in proc.stdout
+    assert recap(proc.stdout)["node-a"].split("failed=")[1].startswith("1")
+
+
+def test_dra_compute_domains_are_refused_outside_helm_mode(tmp_path):
+    proc = run_play(tmp_path, CDI, *DRA, "-e", "device_plugin_dra_compute_domains=true")[0]
+    assert proc.returncode != 0
+    assert "use device_plugin_mode=helm" in proc.stdout
+
+
+def test_apply_refuses_the_dra_driver_on_a_cluster_older_than_1_34_2(tmp_path):
+    proc, calls = run_apply(tmp_path, "apply", "Succeeded", *DRA, k8s_version="v1.34.1", runtime=CDI)
+    assert proc.returncode != 0
+    assert "the cluster runs Kubernetes v1.34.1" in proc.stdout and "upgrade the control plane" in proc.stdout
+    assert [c["module"] for c in calls] == ["k8s_cluster_info"]  # nothing deployed or removed
+
+
+def test_helm_mode_installs_the_dra_chart_after_uninstalling_the_device_plugin(tmp_path):
+    proc, calls = run_apply(tmp_path, "helm", "Succeeded", *DRA, k8s_version="v1.35.0", runtime=CDI)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render({**SETTINGS, "gpu_allocation": "dra"}, NODES)
+    assert calls[0]["module"] == "k8s_cluster_info"
+    uninstall, install = [c["params"] for c in calls if c["module"] == "helm"]
+    assert uninstall == {**uninstall, "state": "absent", "release_name": "nvidia-device-plugin"}
+    assert install["chart_ref"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+    assert install["chart_version"] == "0.4.1" and "chart_repo_url" not in install
+    assert install["release_namespace"] == "dra-driver-nvidia-gpu"
+    assert install["values"] == expected["helm_values"]
+    assert install["values"]["gpuResourcesEnabledOverride"] is True
+    # After the release, what the role applied besides NVIDIA's chart goes too (RuntimeClass, DCGM exporter).
+    deleted = [
+        d["kind"]
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] == "absent"
+        for d in c["params"]["definition"]
+    ]
+    assert {"RuntimeClass", "DaemonSet", "Service"} <= set(deleted)
+    assert not [c for c in calls if c["module"] == "k8s_info"]  # no device plugin validation pods
+
+
+def test_dra_apply_sends_the_dra_documents_after_removing_the_device_plugin(tmp_path):
+    proc, calls = run_apply(
+        tmp_path, "apply", "Succeeded", *DRA, "-e", "device_plugin_kubernetes_version=v1.34.2", runtime=CDI
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = render({**SETTINGS, "gpu_allocation": "dra"}, NODES)
+    assert "k8s_cluster_info" not in {c["module"] for c in calls}  # the version given was checked instead
+    sent = [
+        d
+        for c in calls
+        if c["module"] == "k8s" and c["params"]["state"] in ("present", "patched")
+        for d in c["params"]["definition"]
+    ]
+    # With GFD on the device plugin's only label is nvidia.com/gpu.present, which the DRA driver's affinity reads too:
+    # it stays, and exactly the DRA documents are sent.
+    assert sent == expected["documents"]
+    assert expected["other"]["node_unlabels"] == []
+    first_present = next(i for i, c in enumerate(calls) if c["params"].get("state") == "present")
+    removed = [
+        c["params"]["definition"][0]["kind"] for c in calls[:first_present] if c["params"].get("state") == "absent"
+    ]
+    assert "RuntimeClass" in removed and "ConfigMap" in removed and "Namespace" in removed
+    assert [c for c in calls if c["module"] == "kustomize"]  # NFD, used only by the device plugin's GFD, removed
