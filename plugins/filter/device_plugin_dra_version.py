@@ -12,7 +12,7 @@ version_added: 1.0.0
 author: gpufleet.nvidia contributors (@gpufleet)
 description:
   - Given the API server's version (its C(gitVersion), such as C(v1.34.2)), returns an empty string when NVIDIA's DRA
-    driver v0.4.1 can run there (Kubernetes v1.34.2 or later, the driver's C(docs/prerequisites.md) at v0.4.1), else
+    driver v0.4.1 can run there (Kubernetes v1.34.2 or later, its prerequisites page at v0.4.1), else
     a message naming the version found and the fix.
   - Internal to the C(gpufleet.nvidia.device_plugin) role (C(device_plugin_gpu_allocation=dra)).
 options:

@@ -107,7 +107,7 @@ def _render_dir(values: Mapping[str, Any]) -> list[str]:
 
 
 def _dra_cdi(values: Mapping[str, Any]) -> list[str]:
-    # The DRA driver hands out GPUs as CDI devices only (its docs/prerequisites.md at v0.4.1, read 2026-11-28).
+    # The DRA driver hands out GPUs as CDI devices only (its prerequisites page at v0.4.1, read 2026-11-28).
     if values["device_plugin_gpu_allocation"] != "dra" or values["runtime_cdi"] is not False:
         return []
     return ["runtime_cdi=false: device_plugin_gpu_allocation=dra needs CDI in containerd/CRI-O; set runtime_cdi: true"]

@@ -22,7 +22,7 @@ Facts, read 2026-11-28 at tag v0.4.1 (2026-06-30) of github.com/kubernetes-sigs/
   ``gpuResourcesEnabledOverride`` (the DRA driver and the device plugin must not both serve GPUs on a node);
   ``values.yaml``: ``nvidiaDriverRoot`` "/", ``nvidiaCDIHookPath`` "", ``logVerbosity`` "4", image
   ``registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu`` tag ``v<appVersion>``.
-* ``docs/prerequisites.md``: Kubernetes v1.34.2 or later.
+* the driver's prerequisites page: Kubernetes v1.34.2 or later.
 
 With ComputeDomains the chart also runs a controller Deployment with its CRDs and RBAC; the role renders those only
 through Helm (``dra_compute_domains`` in ``apply``/``render_only`` is refused, naming Helm mode).
@@ -45,7 +45,7 @@ SERVICE_ACCOUNT = f"{NAME}-service-account"
 KUBELET_SA = f"{SERVICE_ACCOUNT}-kubeletplugin"
 COMPONENT_LABEL = f"{NAME}-component"
 RESOURCE_API = "resource.k8s.io/v1"
-# docs/prerequisites.md at v0.4.1: "Kubernetes v1.34.2 or later".
+# the driver's prerequisites page at v0.4.1: "Kubernetes v1.34.2 or later".
 MIN_KUBERNETES = (1, 34, 2)
 PREREQUISITES = "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/v0.4.1/docs/prerequisites.md"
 KUBELET_REGISTRAR = "/var/lib/kubelet/plugins_registry"

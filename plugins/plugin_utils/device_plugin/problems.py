@@ -99,7 +99,7 @@ def runtime_problems(runtime: dict[str, Any] | None, engine: str, strategies: It
         )
     cdi = [x for x in strategies if x in CDI_STRATEGIES]
     if DRA in strategies and not facts.get("cdi"):
-        # docs/prerequisites.md of the DRA driver at v0.4.1 (read 2026-11-28): the runtime must read CDI, default in
+        # The DRA driver's prerequisites page at v0.4.1 (read 2026-11-28): the runtime must read CDI, default in
         # containerd 2.0+ and CRI-O 1.27+, enable_cdi in containerd 1.7's CRI plugin, none in containerd 1.6.
         problems.append(
             f"device_plugin_gpu_allocation=dra needs CDI in {engine}, but gpufleet_runtime.engines.{engine}.cdi is "
