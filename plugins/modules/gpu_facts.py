@@ -627,6 +627,9 @@ ansible_facts:
               C(members), C(wanted_channels). Problems C(imex_nodes_config_mismatch), C(imex_channel_missing),
               C(imex_service_down), C(imex_service_not_masked)."
           type: dict
+        dra:
+          description: DRA driver readiness (null without GPUs) - C(ready), C(release), C(checks); docs/kubernetes.md.
+          type: dict
         next_boot:
           description:
             - The kernel the bootloader starts next and whether the installed driver's nvidia module pairs with it
@@ -674,8 +677,7 @@ ansible_facts:
           sample: {installed: true, state_file: /var/lib/gpufleet/gpu-watch.json, last_run: 1764300000.0, age_s: 12.5,
                    interval_s: 60, stale: false, error: null, nvml_up: true, kmsg_lost: 0}
         xid_source:
-          description: Where the XID events were read (O(kernel_log) or C(journalctl)); null when no kernel log
-            could be read.
+          description: Where the XID events were read (O(kernel_log) or C(journalctl)); null without a kernel log.
           type: str
         warnings:
           description: Sources that failed, and why.

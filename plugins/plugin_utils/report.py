@@ -199,6 +199,7 @@ def host_entry(name: str, hv: Mapping[str, Any], today: Any = None) -> dict[str,
         "device_plugin": _get(hv, "gpufleet_device_plugin"),
         "cdi_spec": _get(_get(hv, "gpufleet_runtime", {}), "cdi_spec") or _get(nvidia or {}, "cdi_spec"),
         "exposure": None,
+        "dra": None,  # gpu_facts' DRA verdict (set below from the facts)
         # what playbooks/remediate.yml did this run, and the host's remediation history
         "remediation": remediation_entry(_get(hv, "gpufleet_remediation")),
     }
@@ -225,6 +226,8 @@ def host_entry(name: str, hv: Mapping[str, Any], today: Any = None) -> dict[str,
             "reboot_required": bool(_get(driver, "reboot_required", False)),
         },
         engines=_engines(nvidia, _get(hv, "gpufleet_runtime", {}), validate or {}),
+        # gpu_facts' verdict on NVIDIA's DRA driver (discovery/dra.py): {ready, release, checks}; None without GPUs.
+        dra=_get(nvidia, "dra"),
         problems=[
             {"code": _get(p, "code", ""), "message": _get(p, "message", ""), "fix": _get(p, "fix", "")}
             for p in _get(nvidia, "problems", [])
@@ -414,6 +417,26 @@ def yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
+def dra_text(verdict: Mapping[str, Any] | None) -> str:
+    """The DRA verdict in a table cell: ``ready``, or ``not ready:`` and each failing check with what it found."""
+    if not verdict:
+        return ""
+    if verdict.get("ready"):
+        return "ready"
+    failing = [c for c in verdict.get("checks") or [] if not c.get("ok")]
+    return "not ready: " + "; ".join(f"{c.get('name')} ({c.get('found')})" for c in failing)
+
+
+def dra_fixes(verdict: Mapping[str, Any] | None) -> list[str]:
+    """The fixes of the verdict's failing checks, each once, in check order."""
+    fixes: list[str] = []
+    for check in (verdict or {}).get("checks") or []:
+        fix = check.get("fix")
+        if not check.get("ok") and fix and fix not in fixes:
+            fixes.append(fix)
+    return fixes
+
+
 TEXT_FILTERS = {
     "status_text": status_text,
     "driver_text": driver_text,
@@ -423,6 +446,8 @@ TEXT_FILTERS = {
     "passed_engines": passed_engines,
     "gpu_user_text": gpu_user_text,
     "yes_no": yes_no,
+    "dra_text": dra_text,
+    "dra_fixes": dra_fixes,
     "exposure_tags": exposure_tags,
     "remediation_text": remediation_text,
     "history_text": history_text,

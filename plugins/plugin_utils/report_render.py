@@ -92,6 +92,9 @@ def render(model: Any, fmt: str, templates_dir: str | Path | None = None, previo
     """
     data = plain(check_model(model))
     data.setdefault("exposure", None)  # a model merged from reports older than the exposure section
+    for host in data.get("hosts") or []:
+        if isinstance(host, dict):
+            host.setdefault("dra", None)  # a host of a report older than the DRA verdict
     env = environment(fmt, templates_dir)
     name = TEMPLATES[fmt]
     fleet = {"counts": counts(data), "changes": changes(plain(previous), data)}

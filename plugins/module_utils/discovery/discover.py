@@ -42,6 +42,7 @@ from ..cdi.driver_files import (
     read_driver_cache,
 )
 from ..cdi.ldcache import LdCacheEntry
+from . import dra as _dra
 from . import engines as _engines
 from . import gpu_users as _gpu_users
 from . import gpu_watch_state as _gpu_watch
@@ -255,6 +256,8 @@ def discover(
     }
     facts["labels"] = _labels.gfd_labels(facts, _pci.read_machine(scan.sys_dir))
     facts["problems"] = _host_problems(facts, scan, kernel, toolkit_bindir)
+    # Whether NVIDIA's DRA driver could serve this host's GPUs (None: no NVIDIA GPU), from the facts above.
+    facts["dra"] = _dra.host_verdict(facts, root)
     return facts
 
 

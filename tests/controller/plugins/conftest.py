@@ -127,6 +127,27 @@ HOSTVARS = {
 }
 HOSTS = ["good", "bad", "stage", "cpu", "novalidate", "down", "notinhostvars"]
 
+
+def _dra(facts, **over):
+    """gpu_facts' DRA verdict, made by its own function, for hand-made facts with ``over`` changed."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import dra
+
+    changed = dict(facts, cdi_spec={"path": "/etc/cdi/nvidia.yaml"}, **over)
+    spec = "devices: " + " ".join(g["uuid"] for g in changed["gpus"])
+    return dra.verdict(changed, spec)
+
+
+# "good" as a host on NVIDIA's 580 driver with containerd 2.1 (ready); "bad" on 535 with containerd 1.6 (not ready)
+HOSTVARS["good"]["ansible_facts"]["nvidia"]["dra"] = _dra(
+    HOSTVARS["good"]["ansible_facts"]["nvidia"],
+    driver={"loaded": True, "loaded_version": "580.95.05"},
+    engines={"containerd": {"installed": True, "version": "2.1.9", "cdi_enabled": True}},
+)
+HOSTVARS["bad"]["ansible_facts"]["nvidia"]["dra"] = _dra(
+    HOSTVARS["bad"]["ansible_facts"]["nvidia"],
+    engines={"containerd": {"installed": True, "version": "1.6.20~ds1", "cdi_enabled": None}},
+)
+
 # The corners the renderers branch on: a skipped engine, a validation without timing, an engine with no
 # version, an engine only the runtime role knows, check mode (validation skipped), a multi-line message
 # with Markdown markup, a GPU whose fields are unknown, no timestamp.

@@ -92,8 +92,9 @@ def test_host_without_gpus(tmp_path):
         "gpus", "gpu_count", "pci_gpu_count", "gpu_node", "pci_devices", "driver", "device_nodes", "libraries",
         "engines", "container", "toolkit", "cdi_spec", "nvidia_toolkit", "gpu_users", "labels", "problems", "sources",
         "warnings", "xid_events", "xid_source", "fabric_manager", "next_boot",
-        "mig_boot", "gpu_watch", "imex",
+        "mig_boot", "gpu_watch", "imex", "dra",
     }  # fmt: skip
+    assert facts["dra"] is None  # no NVIDIA GPU: no DRA verdict
     assert facts["mig_boot"] == {"layout": None, "status": None}
     assert facts["gpu_watch"]["installed"] is False  # no watch state under the root
     assert (facts["next_boot"]["kernel"], facts["next_boot"]["state"]) == (None, "unknown")  # no /boot in the tree
@@ -119,6 +120,14 @@ def test_driver_installed_not_loaded(tmp_path, debian_driver_tree):
     assert facts["driver"]["installed_version"] == version
     assert facts["driver"]["loaded"] is False
     assert codes(facts) == ["driver_not_loaded"]
+    # Not ready for DRA: no driver loaded, no CDI spec, no containerd; each failing check with its fix.
+    dra = facts["dra"]
+    assert dra["ready"] is False and dra["release"] == "v0.4.1"
+    assert [(c["name"], c["ok"], bool(c["fix"])) for c in dra["checks"]] == [
+        ("driver", False, True),
+        ("cdi_spec", False, True),
+        ("runtime_cdi", False, True),
+    ]
     compute = {f["name"] for f in facts["libraries"]["compute"]}
     assert {"libcuda.so.1", "libnvidia-ptxjitcompiler.so.1"} <= compute
     assert all(f["resolved"].endswith(version) for f in facts["libraries"]["utility"] if f["kind"] == "library")
