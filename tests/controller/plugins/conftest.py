@@ -133,7 +133,7 @@ def _dra(facts, **over):
     from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import dra
 
     changed = dict(facts, cdi_spec={"path": "/etc/cdi/nvidia.yaml"}, **over)
-    spec = "devices: " + " ".join(g["uuid"] for g in changed["gpus"])
+    spec = "devices: " + " ".join(f"{g['uuid']} /dev/nvidia{g.get('minor', g['index'])}" for g in changed["gpus"])
     return dra.verdict(changed, spec)
 
 
