@@ -28,11 +28,15 @@ REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
 
 # ix-a runs docker, so that the reboot shows channel0 made before an engine starts; ix-b runs none.
+# ix-b also stands for a host ready for NVIDIA's DRA driver: sid's containerd 2.1 (CDI on by default) and a driver of
+# NVIDIA's 580 branch, which no Debian package has (so the simulated driver comes without Debian's packages). ix-a,
+# bookworm's 535 driver and docker only, is not ready.
 FLEET = {
     "nodes": [
-        {"name": name, "suite": "bookworm", "driver_state": "loaded", "engines": engines, "gpus": 1,
-         "nvlink_domain": "nvl0"}
-        for name, engines in (("ix-a", ["docker"]), ("ix-b", []))
+        {"name": "ix-a", "suite": "bookworm", "driver_state": "loaded", "engines": ["docker"], "gpus": 1,
+         "nvlink_domain": "nvl0"},
+        {"name": "ix-b", "suite": "sid", "driver_state": "loaded", "engines": ["containerd"], "gpus": 1,
+         "nvlink_domain": "nvl0", "driver_version": "580.95.05", "cuda_version": "13.0"},
     ]
 }  # fmt: skip
 ADDRESSES = {"ix-a": "10.77.0.2", "ix-b": "10.77.0.1"}
@@ -69,7 +73,9 @@ FACTS = """
         GPUFLEET_NVIDIA_PROC: /run/gpufleet-sim/proc
     - name: Show
       ansible.builtin.debug:
-        msg: "{{ {'imex': ansible_facts.nvidia.imex, 'problems': ansible_facts.nvidia.problems} | to_json }}"
+        msg: >-
+          {{ {'imex': ansible_facts.nvidia.imex, 'problems': ansible_facts.nvidia.problems,
+              'dra': ansible_facts.nvidia.dra} | to_json }}
 """
 STAND_IN_UNIT = """[Unit]
 Description=Stand-in for NVIDIA's nvidia-imex (test): records the node list it read at start
@@ -186,6 +192,26 @@ def test_discovery_sees_the_channel_then_names_an_extra_address(ix):
     proc = run("role.yml", "--limit", "ix-a")  # puts the list right and restarts nvidia-imex on it
     assert proc.returncode == 0 and recap(proc)["ix-a"]["changed"] > 0, proc.stdout[-4000:]
     assert fleet.node("ix-a").run("cat /run/imex-stand-in.txt", check=True).stdout == NODES_CONFIG
+
+
+def test_dra_readiness_verdict(ix):
+    """gpu_facts' DRA verdict on each member: ix-b has all the DRA driver expects of the host (its IMEX channel and a
+    driver for ComputeDomains included); ix-a is not ready, each failing check with its fix."""
+    _fleet, _run, facts, _work = ix
+    ready = facts("ix-b")["dra"]
+    assert ready["ready"] is True and ready["release"] == "v0.4.1", ready
+    assert [c["name"] for c in ready["checks"]] == [
+        "driver", "cdi_spec", "runtime_cdi", "imex_channels", "driver_compute_domains"
+    ]  # fmt: skip
+    not_ready = facts("ix-a")["dra"]
+    failing = {c["name"]: c for c in not_ready["checks"] if not c["ok"]}
+    assert not_ready["ready"] is False and set(failing) == {"driver", "runtime_cdi", "driver_compute_domains"}, failing
+    assert (
+        failing["driver"]["found"] == "driver 535.261.03 loaded" and "driver_branch: '580'" in failing["driver"]["fix"]
+    )
+    # docker.io brings bookworm's containerd 1.6 along, which has no CDI
+    assert failing["runtime_cdi"]["found"].startswith("containerd 1.6"), failing["runtime_cdi"]
+    assert "upgrade containerd to 1.7 or later" in failing["runtime_cdi"]["fix"]
 
 
 def test_dra_mode_masks_the_unit(ix):
