@@ -34,7 +34,24 @@ rc=0
 out=$(cd "$work" && env -u ANSIBLE_COLLECTIONS_PATH PATH="$venv/bin:$PATH" GALAXY_IMPORTER_CONFIG="$work/galaxy-importer.cfg" \
   "$venv/bin/python" -m galaxy_importer.main "$tarball" 2>&1) || rc=$?
 grep -vE '^(Loading|Running) ' <<<"$out" || true
-if [ $rc -ne 0 ] || grep -qE '^(WARNING|ERROR)' <<<"$out" || ! grep -q 'Importer processing completed successfully' <<<"$out"; then
+# The importer's offline ansible-lint resolves a dependency's module only through ansible-core's legacy routing table
+# (ansible/config/ansible_builtin_runtime.yml), which predates kubernetes.core.k8s_cluster_info: it warns
+# "couldn't resolve module/action" for it. Such a warning is let through only for a module the dependency as installed
+# for the tests (galaxy.yml's kubernetes.core, under the venv's ansible_collections) really has; a misspelt name still fails.
+problems=$(grep -E '^(WARNING|ERROR)' <<<"$out" || true)
+known=$(python - "$problems" <<'PY'
+import glob, re, sys
+for line in sys.argv[1].splitlines():
+    m = re.search(r"syntax-check\[unknown-module\]: couldn't resolve module/action '(kubernetes\.core)\.(\w+)'", line)
+    if m and glob.glob(f".venv/lib/python*/site-packages/ansible_collections/kubernetes/core/plugins/modules/{m[2]}.py"):
+        print(line)
+PY
+)
+if [ -n "$known" ]; then
+  echo "galaxy-import: let through (the module is in kubernetes.core as installed): $known"
+  problems=$(grep -vxF "$known" <<<"$problems" || true)
+fi
+if [ $rc -ne 0 ] || [ -n "$problems" ] || ! grep -q 'Importer processing completed successfully' <<<"$out"; then
   echo "galaxy-import: galaxy-importer reports the problems above (rc=$rc)" >&2; exit 1
 fi
 if [ "$require_v1" = false ]; then
