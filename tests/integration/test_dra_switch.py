@@ -30,8 +30,9 @@ def _tree(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _site(fleet, allocation: str) -> subprocess.CompletedProcess:
-    settings = dict(fleet.converged["settings"], device_plugin_gpu_allocation=allocation)
+def _site(fleet, allocation: str, report_dir: Path) -> subprocess.CompletedProcess:
+    # The report goes elsewhere: the converged run's report is read by other tests of this fleet.
+    settings = dict(fleet.converged["settings"], device_plugin_gpu_allocation=allocation, report_dir=str(report_dir))
     cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), "-i",
            str(fleet.converged["kube_inventory"]), "--limit", KUBE, "--tags", "toolkit,runtime,device_plugin",
            "-e", json.dumps(settings), str(SITE)]  # fmt: skip
@@ -39,7 +40,7 @@ def _site(fleet, allocation: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=900)
 
 
-def test_device_plugin_to_dra_and_back(converged_fleet):
+def test_device_plugin_to_dra_and_back(converged_fleet, tmp_path):
     fleet = converged_fleet
     gitops = Path(fleet.converged["settings"]["device_plugin_render_dir"])
     node = fleet.node(KUBE)
@@ -48,7 +49,7 @@ def test_device_plugin_to_dra_and_back(converged_fleet):
     assert json.loads(node.run("cat /etc/gpufleet/runtime.json", check=True).stdout)["accept_volume_mounts"] is True
     assert "nvidia/k8s-device-plugin" in "".join(documents_before.values())
 
-    to_dra = _site(fleet, "dra")
+    to_dra = _site(fleet, "dra", tmp_path / "report-dra")
     assert to_dra.returncode == 0, to_dra.stdout[-6000:]
     documents = _tree(gitops)
     text = "".join(documents.values())
@@ -58,7 +59,7 @@ def test_device_plugin_to_dra_and_back(converged_fleet):
     assert config["accept_volume_mounts"] is False and config["accept_envvar_unprivileged"] is False
     assert node.run(HOST_FILES, check=True).stdout != host_before
 
-    back = _site(fleet, "device_plugin")
+    back = _site(fleet, "device_plugin", tmp_path / "report-back")
     assert back.returncode == 0, back.stdout[-6000:]
     assert _tree(gitops) == documents_before
     assert node.run(HOST_FILES, check=True).stdout == host_before
