@@ -30,13 +30,11 @@ from typing import Any, Callable
 from ..base.fileio import read_text
 from ..base.pathsafe import host_path
 from ..base.version import parse as parse_version
+from ..runtime.registry import CRI, INFO
 
 RELEASE = "v0.4.1"
 MIN_DRIVER = "565.00"  # prerequisites.md at v0.4.1: "v565 or later for GPU allocation"
 MIN_DRIVER_COMPUTE_DOMAINS = "570.158.01"  # the same page and cmd/compute-domain-kubelet-plugin/main.go at v0.4.1
-CONTAINERD_CDI_DEFAULT = "2.0"  # CDI on by default (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/v0.4.1/docs/prerequisites.md)
-CONTAINERD_CDI_OPTION = "1.7"  # enable_cdi in the CRI plugin from 1.7 (https://github.com/containerd/containerd/blob/release/1.7/docs/cri/config.md)
-CRIO_CDI = "1.27"  # CDI on by default (https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/v0.4.1/docs/prerequisites.md)
 DRIVER_FIX = (
     "install driver branch 565 or later (driver role: driver_source: cuda, driver_branch: '580'; Debian's own "
     "packages stop at 550)"
@@ -119,41 +117,44 @@ def _cdi(facts: dict[str, Any], spec_text: str | None) -> dict[str, Any]:
     return _check("cdi_spec", True, f"{spec['path']} names every GPU and MIG device", "", "")
 
 
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in version[:2])
+
+
 def _runtime(facts: dict[str, Any]) -> dict[str, Any]:
-    need = f"containerd {CONTAINERD_CDI_DEFAULT}+ (or {CONTAINERD_CDI_OPTION} with enable_cdi) or CRI-O {CRIO_CDI}+"
+    """A kubelet's runtime (the registry's CRI engines) that reads CDI: at or above its ``dra_cdi_from`` and with CDI
+    on (``cdi_enabled``: containerd's facts count the 2.0 default; 1.7 needs ``enable_cdi``)."""
+    cri = [(name, INFO[name].dra_cdi_from) for name in CRI if INFO[name].dra_cdi_from]
+    need = " or ".join(f"{name} {_dotted(since)}+ with CDI on" for name, since in cri)
     engines = facts.get("engines") or {}
-    crio = engines.get("crio") or {}
-    if crio.get("installed") and _at_least(crio.get("version"), CRIO_CDI):
-        return _check("runtime_cdi", True, f"CRI-O {crio.get('version')}", need, "")
-    containerd = engines.get("containerd") or {}
-    version = containerd.get("version")
-    if not containerd.get("installed"):
-        return _check(
-            "runtime_cdi",
-            False,
-            "no containerd or CRI-O",
-            need,
-            "install the kubelet's runtime: containerd 1.7 or later, or CRI-O 1.27 or later",
-        )
-    if not _at_least(version, CONTAINERD_CDI_OPTION):
-        return _check(
-            "runtime_cdi",
-            False,
-            f"containerd {version}, which has no CDI",
-            need,
-            "upgrade containerd to 1.7 or later (2.0 and later read CDI by default)",
-        )
-    if _at_least(version, CONTAINERD_CDI_DEFAULT) and containerd.get("cdi_enabled") is not False:
-        return _check("runtime_cdi", True, f"containerd {version} (CDI on by default)", need, "")
-    if containerd.get("cdi_enabled"):
-        return _check("runtime_cdi", True, f"containerd {version} with enable_cdi", need, "")
-    return _check(
-        "runtime_cdi",
-        False,
-        f"containerd {version} without enable_cdi",
-        need,
-        "run the runtime stage with runtime_cdi: true (it sets enable_cdi in containerd's CRI plugin)",
-    )
+    found = []
+    for name, since in cri:
+        engine = engines.get(name) or {}
+        if not engine.get("installed"):
+            continue
+        version = engine.get("version")
+        parsed = parse_version(version)
+        if parsed is None or parsed < since:
+            found.append(
+                (
+                    name,
+                    f"{name} {version}, which the DRA driver takes as reading no CDI",
+                    f"upgrade {name} to {_dotted(since)} or later",
+                )
+            )
+        elif engine.get("cdi_enabled") is False:
+            found.append(
+                (
+                    name,
+                    f"{name} {version} without CDI",
+                    "run the runtime stage with runtime_cdi: true (it turns CDI on in the engine's configuration)",
+                )
+            )
+        else:
+            return _check("runtime_cdi", True, f"{name} {version} with CDI on", need, "")
+    if not found:
+        return _check("runtime_cdi", False, "no CRI runtime", need, f"install the kubelet's runtime: {need}")
+    return _check("runtime_cdi", False, "; ".join(f for _n, f, _x in found), need, "; ".join(x for _n, _f, x in found))
 
 
 def _mig(facts: dict[str, Any]) -> dict[str, Any] | None:

@@ -89,6 +89,8 @@ class EngineInfo(NamedTuple):
     cdi_from: Version = None
     cdi_0_6_from: Version = None
     cdi_additional_gids_from: Version = None
+    # the first version NVIDIA's DRA driver takes as reading CDI (discovery/dra.py; None: the engine serves no kubelet)
+    dra_cdi_from: Version = None
     # regular expressions over a cgroup path that name one of its containers, group 1 the id (``{id}``: 64 hex)
     cgroup_patterns: tuple[str, ...] = ()
     # the containerd namespace its containers run in (a ``containerd-shim`` ancestor's ``-namespace``), and whether

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # appended: sys.path[0] stays the collections root other tests run from
+    sys.path.append(str(ROOT))
 
 from tests.sim.inventory import render_inventory  # noqa: E402
 from tests.sim.model import IMEX_MAJOR, FleetError, node_config, validate_fleet  # noqa: E402

@@ -28,6 +28,8 @@ INFO = EngineInfo(
     cdi_from=(1, 7, 0),
     cdi_0_6_from=(1, 7, 12),
     cdi_additional_gids_from=(1, 7, 16),
+    # enable_cdi from 1.7, on by default from 2.0 (the DRA driver v0.4.1's prerequisites page, read 2026-11-28)
+    dra_cdi_from=(1, 7, 0),
     # the CRI plugin with the systemd cgroup driver: runc's ``slice:prefix:name`` with prefix ``cri-containerd``
     cgroup_patterns=(r"cri-containerd-({id})\.scope",),
     shim_namespace="k8s.io",

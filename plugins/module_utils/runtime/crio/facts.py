@@ -26,6 +26,8 @@ INFO = EngineInfo(
     cdi_from=(1, 23, 0),
     cdi_0_6_from=(1, 28, 0),
     cdi_additional_gids_from=(1, 30, 0),
+    # CDI on by default (the DRA driver v0.4.1's prerequisites page, read 2026-11-28)
+    dra_cdi_from=(1, 27, 0),
     # cri-o internal/config/cgmgr (``crioPrefix = "crio"``); its monitor's ``crio-conmon-<id>.scope`` is no container
     cgroup_patterns=(r"crio-({id})(?:\.scope)?(?:/|$)",),
     validate_rank=3,

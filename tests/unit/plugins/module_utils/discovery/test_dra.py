@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from plugins.module_utils.discovery import dra
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import dra
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 MIG = "MIG-66666666-7777-8888-9999-000000000000"
@@ -88,7 +88,7 @@ def test_no_spec_stale_spec_and_a_device_missing_from_it():
         ({"containerd": {"installed": True, "version": "2.0.0", "cdi_enabled": None}}, True, ""),
         ({"containerd": {"installed": True, "version": "2.1.9", "cdi_enabled": False}}, False, "runtime_cdi"),
         ({"crio": {"installed": True, "version": "1.27.0"}}, True, ""),
-        ({"crio": {"installed": True, "version": "1.26.4"}}, False, "install"),
+        ({"crio": {"installed": True, "version": "1.26.4"}}, False, "upgrade crio to 1.27"),
         ({"docker": {"installed": True, "version": "28.1.1"}}, False, "install"),
         ({}, False, "install"),
     ],
