@@ -294,9 +294,9 @@ def stub_kubernetes_core(tmp_path):
     return tmp_path / "stub"
 
 
-def run_apply(tmp_path, mode, phase, *extra, k8s_version="v1.34.2", runtime=GOOD):
+def run_apply(tmp_path, mode, phase, *extra, k8s_version="v1.34.2", runtime=None):
     log = tmp_path / "api.jsonl"
-    inv = inventory(tmp_path, runtime)
+    inv = inventory(tmp_path, GOOD if runtime is None else runtime)
     play = tmp_path / "apply.yml"
     play.write_text(
         PLAY.format(render_dir="-")
