@@ -6,6 +6,7 @@
 import subprocess
 import sys
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +75,9 @@ def test_importing_it_loads_no_other_module():
         "new = set(sys.modules) - before\n"
         "print(sorted(m for m in new if not m.startswith(('ansible_collections', '__future__'))))\n"
     )
+    # the folder that holds ansible_collections/ (not sys.path[0]: other test files put their own folders first)
+    root = str(Path(sys.modules[record.__module__].__file__).parents[6])  # <root>/ansible_collections/gpufleet/...
     out = subprocess.run(
-        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": sys.path[0]}
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": root}
     )
     assert out.stdout.strip() == "[]", out
