@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_runtime, stage_toolkit
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.stage_facts import stage_runtime, stage_toolkit
 
 
 class FilterModule:

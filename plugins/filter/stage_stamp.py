@@ -30,9 +30,11 @@ def stage_stamp_spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str,
         raise AnsibleFilterError(f"stage_stamp_spec: stage {stage}: {exc}") from exc
 
 
-def stage_stamp_plan(values: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
+def stage_stamp_plan(
+    values: Mapping[str, Any], fast_path: Any = True, run_tags: Any = None, skip_tags: Any = None
+) -> dict[str, Any]:
     try:
-        return stage_stamp.plan(values, fast_path)
+        return stage_stamp.plan(values, fast_path, run_tags, skip_tags)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"stage_stamp_plan: {exc}") from exc
 

@@ -8,6 +8,7 @@ Pure functions (no I/O), so the role's decisions are unit-tested without a host:
 * ``validate_plan(nvidia, runtime=None, toolkit=None, **options)`` -> list of checks, one per engine and mode;
 * ``validate_images(plan, present_results, ...)`` -> which engines lack the image, and what to load or pull;
 * ``validate_result(plan, results, ...)`` -> the ``gpufleet_validate`` fact;
+* ``validate_failure_message(gpufleet_validate)`` -> why the host fails validation ("" when no engine failed);
 * ``validate_gpu_uuids(nvidia)`` -> the host's GPU UUIDs, which ``nvidia-smi -L`` in each container must list;
 * ``validate_driver_version(nvidia)`` -> the host driver's version, which the container's ``libcuda.so.1`` and
   ``libnvidia-ml.so.1`` must resolve to;
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.plan import (
     fabric_manager_problem,
     fabric_manager_wait,
     gpu_uuids,
@@ -37,7 +38,7 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan impo
     validate_images,
     validate_plan,
 )
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_result import validate_result
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.result import failure_message, validate_result
 
 
 class FilterModule:
@@ -46,6 +47,7 @@ class FilterModule:
             "validate_plan": validate_plan,
             "validate_images": validate_images,
             "validate_result": validate_result,
+            "validate_failure_message": failure_message,
             "validate_device_nodes": required_device_nodes,
             "validate_gpu_uuids": gpu_uuids,
             "validate_driver_version": host_driver_version,

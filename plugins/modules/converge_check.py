@@ -24,9 +24,18 @@ description:
     after the call (the stages that act on every host and validation follow); give it back with
     M(gpufleet.nvidia.host_lock) (O(gpufleet.nvidia.host_lock#module:state=absent)), as C(site.yml) does before the
     report.
-  - The facts of the stages' stamped runs (RV(published)) are returned for the play to publish.
+  - The facts of the stages' stamped runs (RV(published)) are returned, and for a converged host also as the fact
+    C(gpufleet_published) (RV(ansible_facts)), with C(gpufleet_stage_reached=validate) on a GPU node, so no task
+    publishes them again; the plays read C(ansible_facts.gpufleet_published.<name>) where a stage did not set the
+    fact itself.
+  - For a converged host on which no later play acts (no Slurm stage: no C(slurmd), not a Slurm controller), the
+    module validates GPU containers in the same call when O(plan.validate.run) is true, as the
+    C(gpufleet.nvidia.validate) role would (the same checks, one container run per engine and mode, the same
+    C(gpufleet_validate) fact, returned in C(ansible_facts.gpufleet_published)), and gives the lock back: the host is
+    done (RV(route)). Where the role must act first (Fabric Manager to wait for on an NVSwitch host, an image missing
+    from an engine, O(plan.validate.pull=always)), the host is left to it (RV(validate_here) says why).
   - The stamps and the lock are the collection's bookkeeping, not host configuration - the module never reports a
-    change.
+    change (validation runs containers with C(--rm) and loads or pulls nothing).
 author:
   - gpufleet.nvidia contributors (@gpufleet)
 attributes:
@@ -119,6 +128,64 @@ options:
             type: list
             elements: str
             default: []
+      slurm_controller:
+        description: The host is one of the Slurm controllers (C(slurm_controller_group)): the Slurm stage acts on it.
+        type: bool
+        default: false
+      validate:
+        description:
+          - The validation of a converged host, with the C(gpufleet.nvidia.validate) role's variables (as
+            P(gpufleet.nvidia.stage_stamp_plan#filter) gives them, at the role's defaults where the host sets none).
+        type: dict
+        default: {}
+        suboptions:
+          run:
+            description: The validate stage is in this run (its tag); false validates nothing here.
+            type: bool
+            default: false
+          image:
+            description: C(validate_image).
+            type: str
+            default: docker.io/library/ubuntu:24.04
+          image_archive:
+            description: C(validate_image_archive) (only whether it is set matters here).
+            type: str
+            default: ""
+          pull:
+            description: C(validate_pull).
+            type: str
+            choices: [missing, never, always]
+            default: missing
+          engines:
+            description: C(validate_engines).
+            type: list
+            elements: str
+            default: []
+          device_nodes:
+            description: C(validate_device_nodes).
+            type: list
+            elements: str
+            default: []
+          nvidia_smi:
+            description: C(validate_nvidia_smi).
+            type: bool
+            default: true
+          fail_on_error:
+            description: C(validate_fail_on_error).
+            type: bool
+            default: true
+          timeout:
+            description: C(validate_timeout).
+            type: int
+            default: 120
+          runtime_path:
+            description: C(validate_runtime_path).
+            type: path
+            default: /usr/local/bin/gpufleet-container-runtime
+          containerd_namespace:
+            description: C(validate_containerd_namespace).
+            type: str
+            default: default
   dir:
     description: Where the stamps are.
     type: path
@@ -135,7 +202,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(nvidia), the host's discovery facts (see M(gpufleet.nvidia.gpu_facts)).
+  description: C(nvidia), the host's discovery facts (see M(gpufleet.nvidia.gpu_facts)); C(gpufleet_published), the
+    facts of the stamped runs and C(gpufleet_stage_reached) (C(validate), GPU nodes only) of a converged host, empty
+    for a host that is not converged.
   returned: always
   type: dict
 converged:
@@ -151,6 +220,12 @@ reasons:
   description: Each checked stage's verdict in words.
   returned: always
   type: dict
+unstamped:
+  description: The stages of RV(stale) that have no stamp after the call (none was written, or a stale one was
+    removed): stale in their play too, where the stamp is not checked again.
+  returned: always
+  type: list
+  elements: str
 published:
   description: The facts the current stages' stamped runs published.
   returned: always
@@ -168,6 +243,28 @@ slurmd:
     on a GPU node only where it is.
   returned: always
   type: bool
+route:
+  description:
+    - The host's way through C(site.yml), decided here.
+    - C(stale) - not converged (every stage play); C(converged) - converged, the Slurm stage acts on it (the Slurm play,
+      validation, the lock's release); C(quiet) - converged, its validation is left to the role (RV(validate_here));
+      C(done) - converged and validated here (or nothing to validate), the lock given back; C(validate_failed) - as
+      C(done), but validation failed (RV(validate_failed)).
+  returned: unless another run holds the lock
+  type: str
+  choices: [stale, converged, quiet, done, validate_failed]
+validate_here:
+  description: Why a converged host's validation is left to the role.
+  returned: when RV(route) is C(quiet)
+  type: str
+validate_failed:
+  description: The engines that failed validation here and their messages, with O(plan.validate.fail_on_error).
+  returned: when RV(route) is C(validate_failed)
+  type: str
+lock_released:
+  description: The lock was given back at the end of the call (RV(route) C(done) or C(validate_failed)).
+  returned: when the lock was given back
+  type: bool
 lock_busy:
   description: Another run holds the host's lock past O(timeout); what to do, in words (also RV(msg)).
   returned: when another run holds the lock
@@ -181,12 +278,12 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import converge
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=converge.argspec(), supports_check_mode=True)
-    run_module(module, converge.ConvergeRequest.from_params, converge.run_converge)
+    module = AnsibleModule(argument_spec=converged.argspec(), supports_check_mode=True)
+    run_module(module, converged.Request.from_params, converged.run)
 
 
 if __name__ == "__main__":

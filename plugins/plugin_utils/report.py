@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.stage_facts import stage_toolkit
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.exposure import (
     exposure_tags,
     fleet_exposure,
@@ -29,7 +30,6 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.report_remediation
     remediation_entry,
     remediation_text,
 )
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_toolkit
 
 ENGINES = registry.NAMES
 STATUS_TEXT = {
@@ -87,8 +87,13 @@ def _host_vars(hostvars: Any, host: Any) -> dict[str, Any]:
     except (KeyError, TypeError):
         return {}
     out = {}
+    # A converged host's published facts come with its discovery (converge_check's ansible_facts.gpufleet_published);
+    # a stage that ran sets them itself, and that value is the one read.
+    published = _get(_get(hv, "ansible_facts", {}) or {}, "gpufleet_published", {}) or {}
     for key in HOST_VARS:
         value = _get(hv, key)
+        if value is None:
+            value = _get(published, key)
         if key == "ansible_facts":
             value = {"nvidia": _get(value, "nvidia")} if value is not None else None
         if value is not None:

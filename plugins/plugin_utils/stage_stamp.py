@@ -23,7 +23,8 @@ import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import imex, kubernetes_node, role_vars
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import imex, kubernetes_node, role_specs, role_vars
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
@@ -113,7 +114,7 @@ STAGES: dict[str, dict[str, Any]] = {
 
 
 # The groups site.yml puts hosts in during a run (the hosts that enter the stage plays): not part of a stage's inputs.
-RUN_GROUPS = frozenset(("gpufleet_stale", "gpufleet_converged", "gpufleet_quiet"))
+RUN_GROUPS = frozenset("gpufleet_" + route for route in converged.ROUTES)
 
 
 def stamped(stage: str) -> bool:
@@ -181,7 +182,16 @@ def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None
 # Variables the run's plan reads besides the stamped stages' own: whether the mig stage acts on the host (its layout),
 # whether it is a Kubernetes node (the device plugin stage's rule, kubernetes_node.py), and whether it is in an NVLink
 # domain (the imex stage's, imex.py).
-_PLAN_VARS = ("mig_layout", "device_plugin_node_group", "device_plugin_enabled", "group_names", "imex_domain_groups")
+_PLAN_VARS = (
+    "mig_layout",
+    "device_plugin_node_group",
+    "device_plugin_enabled",
+    "group_names",
+    "imex_domain_groups",
+    "slurm_controller_group",
+)
+# converge_check's plan.validate: each option from the validate role's variable of that name (validate_<option>).
+_VALIDATE_VARS = tuple(f"validate_{name}" for name in converged.VALIDATE_OPTIONS if name != "run")
 
 
 def plan_variables() -> list[str]:
@@ -194,7 +204,7 @@ def _plan_variables() -> tuple[str, ...]:
     names: list[str] = []
     for stage in STAGES:
         names += [name for name in role_variables(stage) if name not in names]
-    names += [name for name in _PLAN_VARS if name not in names]
+    names += [name for name in _PLAN_VARS + _VALIDATE_VARS if name not in names]
     return tuple(names)
 
 
@@ -206,8 +216,37 @@ def _in_nvlink_domain(values: Mapping[str, Any]) -> bool:
         return True
 
 
-def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
-    """The ``converge_check`` arguments of a host, in one call per host: ``{fast_path, hold, stages}``.
+def validate_in_run(run_tags: Any = None, skip_tags: Any = None) -> bool:
+    """Whether site.yml's validate play (tag ``validate``) runs under these tags (``ansible_run_tags``,
+    ``ansible_skip_tags``), as Ansible decides for a task tagged ``validate``: skipped by ``validate`` or ``tagged``,
+    run by ``all`` (no --tags), ``tagged`` or ``validate``."""
+    run = set(role_vars.as_list(run_tags if run_tags is not None else ["all"], "ansible_run_tags"))
+    skip = set(role_vars.as_list(skip_tags, "ansible_skip_tags"))
+    return not skip & {"validate", "tagged", "all"} and bool(run & {"all", "tagged", "validate"})
+
+
+def _validate_options(host_vars: Mapping[str, Any], run: bool) -> dict[str, Any]:
+    """``plan.validate``: the validate role's variables the host sets (typed as its tasks type them, from a survey's
+    strings too), the role's argument spec defaults for the others."""
+    defaults = role_specs.specs()["validate"]
+    typed = {"bool": role_vars.as_bool, "int": role_vars.as_int, "list": role_vars.as_list}
+    options: dict[str, Any] = {"run": bool(run)}
+    for name, option in converged.VALIDATE_OPTIONS.items():
+        if name == "run":
+            continue
+        var = f"validate_{name}"
+        value = host_vars.get(var, defaults[var].get("default"))
+        convert = typed.get(option["type"])
+        value = convert(value, var) if convert else ("" if value is None else str(value))
+        options[name] = defaults[var].get("default") if value is None else value
+    return options
+
+
+def plan(
+    host_vars: Mapping[str, Any], fast_path: Any = True, run_tags: Any = None, skip_tags: Any = None
+) -> dict[str, Any]:
+    """The ``converge_check`` arguments of a host, in one call per host: ``{fast_path, hold, stages,
+    slurm_controller, validate}``.
 
     ``host_vars``: the host's variables (``hostvars[inventory_hostname]``: only ``plan_variables()`` are read, ""
     where unset, as ``query('ansible.builtin.vars', ..., default='')`` gives them to ``tasks/stage_stamped.yml``).
@@ -216,7 +255,9 @@ def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
     earlier stage publishes (``published_inputs``: the module takes them from that stage's stamp). ``hold``: a stage
     that is not stamped acts on the host (a MIG layout, a Kubernetes node's device plugin, an NVLink domain's IMEX),
     so the host is not converged even when every stamp holds. ``fast_path`` false (a bool or a survey's string): no
-    stage is checked."""
+    stage is checked. ``slurm_controller``: the host is in ``slurm_controller_group`` (the Slurm stage acts on it).
+    ``validate``: the validate role's variables, for the validation of a converged host in the same call, and whether
+    this run validates at all (``run``: ``validate_in_run`` of ``run_tags`` and ``skip_tags``)."""
     values = {name: host_vars.get(name, "") for name in plan_variables()}
     fast_path = bool(role_vars.as_bool(fast_path, "gpufleet_fast_path"))
     layout = values.get("mig_layout")
@@ -245,4 +286,11 @@ def plan(host_vars: Mapping[str, Any], fast_path: Any = True) -> dict[str, Any]:
             }
         )
         published += one["publish"]
-    return {"fast_path": bool(fast_path), "hold": bool(hold), "stages": stages}
+    controllers = values.get("slurm_controller_group") or "slurm_controllers"
+    return {
+        "fast_path": bool(fast_path),
+        "hold": bool(hold),
+        "stages": stages,
+        "slurm_controller": controllers in groups,
+        "validate": _validate_options(host_vars, validate_in_run(run_tags, skip_tags)),
+    }

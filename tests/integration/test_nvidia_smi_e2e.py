@@ -17,8 +17,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan import CHECK_SCRIPT, validate_plan
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_result import nvidia_smi_gpus, validate_result
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.plan import CHECK_SCRIPT, validate_plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.result import nvidia_smi_gpus, validate_result
 from tests.integration._fleet_e2e import IMAGE, SHIM
 
 pytestmark = [pytest.mark.integration]

@@ -22,6 +22,9 @@ one, which must leave nothing a later run would change):
   repair; the next run skips again;
 * ``--limit`` to one GPU node leaves the other nodes out of the stages, and the report lists them as "not in this
   run";
+* a converged GPU node without Slurm (sid) is validated in the same call that discovers it (converge_check: docker's
+  and containerd's containers run, the role is not entered, the lock is given back); a validation that fails there
+  fails the run with the engines' messages and is recorded as the validate stage's failure;
 * check mode writes nothing, and site.yml changes nothing on the CPU-only node: the engines' and CDI's configuration
   trees and ``dpkg -l`` compared before and after (``_host_state.py``).
 
@@ -52,6 +55,8 @@ GPU, CPU = "cri-bookworm", _fleet_converged.CPU
 # the device_plugin stage adds the Kubernetes node (trixie), the one it acts on. The validate stage starts containers
 # on every GPU host it runs on (CI time); the trixie and sid engines are the guides' and CRI tests' before this file.
 HOSTS = (GPU, CPU)
+# A GPU node without slurmd (docker 28 and containerd 2.1): converge_check validates it when it is converged.
+QUIET = "cri-sid"
 STAGE_HOSTS = {"device_plugin": (GPU, _fleet_converged.KUBE, CPU)}
 STAGES = ("driver", "toolkit", "runtime", "device_plugin", "validate", "report")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -133,6 +138,16 @@ def fleet_runs(converged_fleet, tmp_path_factory):
         runs["limit"] = run(SITE, limit=GPU)
         runs["cpu_at_end"] = snapshot(cpu)
         runs["limit_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
+        # A GPU node without Slurm (cri-bookworm runs it: the Slurm stage acts on it every run): a full run, which
+        # repairs what the files before this one left and stamps it, then the run after it, which finds it converged.
+        runs["quiet_first"] = run(SITE, limit=QUIET)
+        runs["converged"] = run(SITE, limit=QUIET)
+        runs["converged_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
+        # A validation that fails on a converged host (a device node the containers cannot have): converge_check
+        # validates it and the run records the failure as the role would.
+        runs["validate_fails"] = run(SITE, "-e", "validate_device_nodes=/dev/nvidia9", limit=QUIET)
+        runs["validate_fails_report"] = json.loads((tmp / "report" / "fleet-report.json").read_text())
+        runs["after_failure"] = run(SITE, "--tags", "runtime", limit=QUIET)  # the lock was given back
     return runs
 
 
@@ -209,6 +224,45 @@ def test_a_survey_string_for_a_bool_in_check_mode(fleet_runs):
     proc = fleet_runs.get("string") or fleet_runs["site"]
     assert proc.returncode == 0, _why(proc)
     assert "was derived from value of type 'str'" not in proc.stdout + proc.stderr
+
+
+def test_a_converged_node_is_validated_in_the_call_that_discovers_it(fleet_runs):
+    """A full run on the converged GPU node (the one after a full run): its route is done; no stage play and not the
+    validate role act on it, yet the report has its validation: docker's containers ran through the nvidia runtime as
+    the role runs them. The lock release play does not contact it (converge_check gave the lock back)."""
+    if "converged" not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    assert fleet_runs["quiet_first"].returncode == 0, _why(fleet_runs["quiet_first"])
+    proc = fleet_runs["converged"]
+    assert proc.returncode == 0, _why(proc)
+    routes = [line for line in proc.stdout.splitlines() if line.startswith("ok: [") and "(item=" in line]
+    assert f"(item={QUIET}: done)" in proc.stdout, (routes, _why(proc))
+    assert "TASK [gpufleet.nvidia.validate : " not in proc.stdout and "Release this host's lock" not in proc.stdout
+    assert _recap(proc)[QUIET]["changed"] == 0, _why(proc)
+    (host,) = [h for h in fleet_runs["converged_report"]["hosts"] if h["name"] == QUIET]
+    assert host["validation"]["passed"] and host["failed"] is None, host["validation"]
+    engines = {e["name"]: e["validation"] for e in host["engines"]}
+    for name in ("docker", "containerd"):  # docker's CLI and ctr, as the role runs them
+        assert engines[name]["passed"] and not engines[name]["skipped"], engines
+        assert engines[name]["seconds"] > 0 and engines[name]["libcuda"], engines
+        assert "/dev/nvidiactl" in engines[name]["device_nodes"], engines
+
+
+def test_a_failed_validation_of_a_converged_node_fails_the_run(fleet_runs):
+    """validate_device_nodes names a node the host lacks: each engine fails in converge_check's validation; the run
+    ends non-zero, the failure is the validate stage's (task, message with the engine and the node), as the role's
+    would be; the host's lock was given back (the next run takes it at once)."""
+    if "validate_fails" not in fleet_runs:
+        pytest.fail("the full run failed: " + _why(fleet_runs["site"]))
+    proc, report = fleet_runs["validate_fails"], fleet_runs["validate_fails_report"]
+    assert proc.returncode != 0 and f"(item={QUIET}: validate_failed)" in proc.stdout, _why(proc)
+    (host,) = [h for h in report["hosts"] if h["name"] == QUIET]
+    failed = host["failed"] or {}
+    assert failed.get("stage") == "validate", host
+    assert failed["msg"].startswith("GPU container validation failed on containerd, docker: "), failed
+    assert "/dev/nvidia9" in failed["msg"] and "validate_fail_on_error=false" in failed["msg"], failed
+    assert not host["validation"]["passed"] and report["summary"]["ok"] is False
+    assert fleet_runs["after_failure"].returncode == 0, _why(fleet_runs["after_failure"])
 
 
 def test_a_limited_run_leaves_the_others_out_and_reports_them(fleet_runs):

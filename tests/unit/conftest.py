@@ -44,3 +44,30 @@ def debian_driver_tree():
     finally:
         sys.path.pop(0)
     return DEBIAN_TREE, builder.build(DEBIAN_TREE)
+
+
+@pytest.fixture
+def lock_holders(monkeypatch):
+    """The PIDs of the host-lock holder processes a test starts (``hostlock.acquire`` wrapped to note them): ended and
+    reaped after the test, whatever it left (the holders are this process's children)."""
+    import contextlib
+    import signal
+
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import hostlock
+
+    holders = []
+    real_acquire = hostlock.acquire
+
+    def acquire(*args, **kwargs):
+        taken, holder = real_acquire(*args, **kwargs)
+        if taken:
+            holders.append(holder["pid"])
+        return taken, holder
+
+    monkeypatch.setattr(hostlock, "acquire", acquire)
+    yield holders
+    for pid in holders:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

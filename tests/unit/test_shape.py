@@ -10,11 +10,11 @@
   Its ``main()`` is at most ``MAIN_STATEMENTS`` statements: the module built from its argument spec, and the call.
 * No file under ``plugins/`` has more than ``FILE_LINES`` lines; generated data (``plugins/plugin_utils/data/``, written
   by a script that also checks it) is not read as code and is left out.
-* A filter file is entry points over ``plugin_utils``: it imports from ``plugins.plugin_utils``, and each of its
-  functions (nested ones and ``FilterModule.filters`` included) is at most ``FILTER_STATEMENTS`` statements, its
-  docstring aside, counting the statements inside ``if``/``try``/``with`` blocks, and holds no loop and no
-  comprehension: a decision, a walk or a rule over the input belongs in ``plugin_utils``, where it is tested
-  without Jinja.
+* A filter file is entry points over ``plugin_utils`` (or ``module_utils``, for a rule the hosts run too): it imports
+  from ``plugins.plugin_utils`` or ``plugins.module_utils``, and each of its functions (nested ones and
+  ``FilterModule.filters`` included) is at most ``FILTER_STATEMENTS`` statements, its docstring aside, counting the
+  statements inside ``if``/``try``/``with`` blocks, and holds no loop and no comprehension: a decision, a walk or a
+  rule over the input belongs in ``plugin_utils`` or ``module_utils``, where it is tested without Jinja.
 
 Files that do not meet a rule yet are listed in ``ALLOWED``, each against its rule; a listed file that meets the rule
 fails the test, so the list only shrinks.
@@ -103,8 +103,8 @@ def filter_problems(rel: str) -> list[str]:
     _source, tree = _parse(rel)
     problems = []
     imports = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    if not any(".plugins.plugin_utils" in name for name in imports):
-        problems.append("imports nothing from plugins.plugin_utils")
+    if not any(".plugins.plugin_utils" in name or ".plugins.module_utils" in name for name in imports):
+        problems.append("imports nothing from plugins.plugin_utils or plugins.module_utils")
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue

@@ -21,6 +21,7 @@ so that the facts just discovered still reach the report. Standard library only 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..base import hostlock
@@ -88,6 +89,11 @@ class ConvergeRequest:
         return cls(**fields, fast_path=plan["fast_path"], stages=plan["stages"], hold=plan["hold"])
 
 
+# The key of ansible_facts under which a converged host's published facts are returned (the plays read
+# ansible_facts.gpufleet_published.<name> where the stage's set_fact did not run: report.py, the validate role).
+PUBLISHED_FACT = "gpufleet_published"
+
+
 @dataclass
 class ConvergeResult(Result):
     """``converge_check``'s return values (RETURN)."""
@@ -98,11 +104,18 @@ class ConvergeResult(Result):
     stale: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)
+    unstamped: list[str] = field(default_factory=list)
     lock_held: bool = False
     holder: dict[str, Any] = field(default_factory=dict)
     lock_busy: str | None = None
     msg: str | None = None
     slurmd: bool = False
+    # Set by validate.converged, which runs this work first: the host's route through site.yml, why its validation
+    # is left to the role, why it failed validation, and that the lock was given back.
+    route: str | None = None
+    validate_here: str | None = None
+    validate_failed: str | None = None
+    lock_released: bool | None = None
 
 
 def stage_request(
@@ -146,7 +159,9 @@ def run_converge(request: ConvergeRequest, host: Host) -> ConvergeResult:
     except ValueError as exc:
         raise Failure(f"converge_check: discovery: {exc}") from None
     # The Slurm stage's own test (slurm_gres: module_utils/slurm/files.py): slurmd found where the module looks for it.
-    result = ConvergeResult(ansible_facts={"nvidia": facts}, slurmd=bool(host.get_bin_path("slurmd")))
+    result = ConvergeResult(
+        ansible_facts={"nvidia": facts, PUBLISHED_FACT: {}}, slurmd=bool(host.get_bin_path("slurmd"))
+    )
     if request.lock:
         try:
             acquired, result.holder = hostlock.acquire(request.lock_path, request.owner, request.timeout, request.lease)
@@ -170,7 +185,21 @@ def run_converge(request: ConvergeRequest, host: Host) -> ConvergeResult:
                 result.published.update(check.published or {})
             else:
                 result.stale.append(spec["stage"])
+        # A stale stage without a stamp now (none written, or a stale one just removed) is stale in its play too:
+        # stamps are written only at the end of a run, under this lock. Its play need not check it again.
+        result.unstamped = [s for s in result.stale if not os.path.exists(stamp.stamp_path(request.dir, s))]
     result.converged = not gpu_node or (
         request.fast_path and not result.stale and not request.hold and not mig_boot_layout(facts)
     )
+    result.ansible_facts[PUBLISHED_FACT] = converged_facts(result, gpu_node)
     return result
+
+
+def converged_facts(result: ConvergeResult, gpu_node: bool) -> dict[str, Any]:
+    """What a converged host's plays read instead of the stages' ``set_fact``: the facts the stamped runs published,
+    and for a GPU node the stage the report names should it stop answering (validate, the only stage that contacts it
+    again). Empty for a host that is not converged: its stages publish their facts themselves, and a facts cache
+    holding an earlier run's dictionary is overwritten."""
+    if not result.converged:
+        return {}
+    return {**result.published, **({"gpufleet_stage_reached": "validate"} if gpu_node else {})}

@@ -266,6 +266,11 @@ def compare(
 _STAGE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+def stamp_path(folder: str, stage: str) -> str:
+    """Where the stamp of ``stage`` is."""
+    return os.path.join(folder, f"{stage}.json")
+
+
 def check_stage_name(name: str, where: str) -> None:
     """Refuse a stage name that is not one (the stamp's file name is made of it); ``where`` names the option."""
     if not _STAGE.match(name):
@@ -296,7 +301,7 @@ class StampRequest:
 
     @property
     def path(self) -> str:
-        return os.path.join(self.dir, f"{self.stage}.json")
+        return stamp_path(self.dir, self.stage)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.filter.validate import FilterModule
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.plan import (
     BEGIN,
     CHECK_SCRIPT,
     END,
@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan impo
     validate_images,
     validate_plan,
 )
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_result import (
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.result import (
     device_problems,
     dlopen_problem,
     library_problems,
@@ -95,6 +95,7 @@ def test_filters_registered():
         "validate_plan",
         "validate_images",
         "validate_result",
+        "validate_failure_message",
         "validate_device_nodes",
         "validate_gpu_uuids",
         "validate_driver_version",

@@ -227,6 +227,25 @@ def test_hosts_the_run_lost_are_unreachable_with_their_stage_and_fail_it(fleet):
         report.fleet_report_model(hostvars, fleet.HOSTS, active="good")
 
 
+def test_a_converged_host_s_published_facts_come_with_its_discovery(fleet):
+    """converge_check returns a converged host's published facts as ansible_facts.gpufleet_published (no set_fact
+    runs for it): the report reads them where the host has none of its own, and a stage's own fact wins."""
+    hostvars = {h: dict(fleet.HOSTVARS.get(h, {})) for h in fleet.HOSTS}
+    good = hostvars["good"]
+    own = {k: good.pop(k) for k in ("gpufleet_toolkit", "gpufleet_runtime") if k in good}
+    published = {**own, "gpufleet_stage_reached": "validate"}
+    good["ansible_facts"] = dict(good["ansible_facts"], gpufleet_published=published)
+    run = {"in_run": ["good"], "active": [], "generated": fleet.GENERATED}
+    converged = report.fleet_report_model(hostvars, fleet.HOSTS, **run)
+    own_facts = {**good, **own, "gpufleet_stage_reached": "validate"}
+    expected = report.fleet_report_model({**hostvars, "good": own_facts}, fleet.HOSTS, **run)
+    assert converged == expected and own
+    assert {h["name"]: h["lost_at"] for h in converged["hosts"]}["good"] == "validate"
+    hostvars["good"]["gpufleet_stage_reached"] = "runtime"  # a stage that ran names itself
+    model = report.fleet_report_model(hostvars, fleet.HOSTS, **run)
+    assert {h["name"]: h["lost_at"] for h in model["hosts"]}["good"] == "runtime"
+
+
 def test_a_host_dropped_for_its_failed_validation_is_failed_not_unreachable(fleet):
     """validate_fail_on_error=true fails the host's play, so Ansible leaves it out of ansible_play_hosts too: its
     failed validation says why, and it answered (found by test_validate_report.py once the report read active)."""

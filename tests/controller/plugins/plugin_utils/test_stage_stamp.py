@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import stage_stamp
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import role_specs, stage_stamp
 
 ROLES = Path(__file__).resolve().parents[4] / "roles"
 
@@ -120,4 +121,72 @@ def test_a_stage_without_a_stamp_holds_the_host(values, hold):
 @pytest.mark.parametrize("off", [False, "false", "no"])
 def test_fast_path_off_checks_no_stage(off):
     plan = stage_stamp.plan(_host_vars(), off)
-    assert plan == {"fast_path": False, "hold": False, "stages": []}
+    assert {k: plan[k] for k in ("fast_path", "hold", "stages")} == {"fast_path": False, "hold": False, "stages": []}
+
+
+@pytest.mark.parametrize(
+    ("run_tags", "skip_tags", "runs"),
+    [
+        (None, None, True),  # no --tags
+        (["all"], [], True),
+        (["validate"], [], True),
+        (["runtime", "validate"], [], True),
+        (["tagged"], [], True),
+        (["runtime"], [], False),
+        (["driver", "report"], [], False),
+        (["all"], ["validate"], False),
+        (["all"], ["tagged"], False),
+        ("runtime,validate", "", True),  # as a survey may send them
+    ],
+)
+def test_validation_runs_as_ansible_runs_the_validate_play(run_tags, skip_tags, runs):
+    assert stage_stamp.validate_in_run(run_tags, skip_tags) is runs
+    assert stage_stamp.plan(_host_vars(), True, run_tags, skip_tags)["validate"]["run"] is runs
+
+
+def test_the_validation_options_are_the_role_s_variables_else_its_defaults():
+    """converge_check validates a converged host with what the validate role would use: the host's validate_*
+    variables, typed as the role types them (a survey's strings too), the role's argument spec defaults otherwise."""
+    specs = role_specs.specs()["validate"]
+    default = stage_stamp.plan(_host_vars())["validate"]
+    for name, value in default.items():
+        if name != "run":
+            assert value == specs[f"validate_{name}"]["default"], name
+    assert set(default) == set(converged.VALIDATE_OPTIONS)
+    one = stage_stamp.plan(
+        _host_vars(
+            validate_image="gpufleet-sim/mini:latest",
+            validate_pull="never",
+            validate_engines="docker, podman",
+            validate_nvidia_smi="false",
+            validate_fail_on_error="no",
+            validate_timeout="60",
+            validate_image_archive="/srv/ubuntu.tar",
+        )
+    )["validate"]
+    assert one["image"] == "gpufleet-sim/mini:latest" and one["pull"] == "never"
+    assert one["engines"] == ["docker", "podman"] and one["timeout"] == 60
+    assert one["nvidia_smi"] is False and one["fail_on_error"] is False and one["image_archive"] == "/srv/ubuntu.tar"
+    with pytest.raises(ValueError, match="validate_timeout"):
+        stage_stamp.plan(_host_vars(validate_timeout="soon"))
+
+
+@pytest.mark.parametrize(
+    ("values", "controller"),
+    [
+        ({}, False),
+        ({"group_names": ["slurm_controllers"]}, True),
+        ({"group_names": ["slurm_controllers"], "slurm_controller_group": "ctl"}, False),
+        ({"group_names": ["ctl", "gpu"], "slurm_controller_group": "ctl"}, True),
+    ],
+)
+def test_a_slurm_controller_is_named_in_the_plan(values, controller):
+    assert stage_stamp.plan(_host_vars(**values))["slurm_controller"] is controller
+
+
+def test_the_plan_is_what_converge_check_takes():
+    """Every key of the plan is an option of converge_check's plan, and each validate option one of plan.validate."""
+    spec = converged.argspec()["plan"]["options"]
+    plan = stage_stamp.plan(_host_vars())
+    assert set(plan) == set(spec)
+    assert set(plan["validate"]) == set(spec["validate"]["options"])

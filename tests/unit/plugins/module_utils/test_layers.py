@@ -25,6 +25,7 @@ ALLOWED = {
     "mig": {"base", "cdi", "discovery"},
     "remediate": {"base", "discovery"},
     "slurm": {"base", "cdi"},
+    "validate": {"base", "discovery", "runtime"},
 }
 
 

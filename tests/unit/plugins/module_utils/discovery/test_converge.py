@@ -8,13 +8,8 @@ replaced by fixed facts."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import hostlock
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import Failure
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import converge, stamp
 
@@ -36,28 +31,13 @@ class _Host:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(tmp_path, monkeypatch, lock_holders):
     facts = {"now": dict(GPU_FACTS)}
     monkeypatch.setattr(converge, "discover", lambda **_kwargs: facts["now"])
     owned = tmp_path / "etc" / "owned.conf"
     owned.parent.mkdir()
     owned.write_text("a\n")
-    holders = []
-    real_acquire = hostlock.acquire
-
-    def acquire(*args, **kwargs):
-        taken, holder = real_acquire(*args, **kwargs)
-        if taken:
-            holders.append(holder["pid"])
-        return taken, holder
-
-    monkeypatch.setattr(hostlock, "acquire", acquire)
-    yield {"tmp": tmp_path, "facts": facts, "owned": owned}
-    for pid in holders:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+    return {"tmp": tmp_path, "facts": facts, "owned": owned, "holders": lock_holders}
 
 
 def _stages(env, **extra):
@@ -123,11 +103,12 @@ def _stamp_all(env, stages, published):
 
 def test_no_stamp_the_first_stage_is_stale_and_the_later_ones_left_to_their_plays(env):
     result = converge.run_converge(_request(env, _stages(env)), _Host())
-    assert result.ansible_facts == {"nvidia": GPU_FACTS}
+    assert result.ansible_facts == {"nvidia": GPU_FACTS, "gpufleet_published": {}}  # its stages publish their own
     assert result.stale == ["driver", "toolkit", "runtime"] and not result.converged
     assert result.reasons["driver"] == "no stamp from an earlier run"
     assert result.reasons["toolkit"] == "checked in its play, after the stage driver"
     assert result.lock_held and result.holder["owner"] == "run-1"
+    assert result.unstamped == ["driver", "toolkit", "runtime"]  # their plays need not check a stamp none has
 
 
 def test_every_stamp_current_the_host_is_converged_with_the_stamped_facts(env):
@@ -138,6 +119,8 @@ def test_every_stamp_current_the_host_is_converged_with_the_stamped_facts(env):
     assert result.stale == [] and result.converged, result.reasons
     # the runtime stage's input gpufleet_toolkit is the toolkit stamp's published fact, as in the runtime play
     assert result.published == published
+    # the plays read them with the discovery, without a set_fact: the report's stage for a GPU node lost later too
+    assert result.ansible_facts["gpufleet_published"] == {**published, "gpufleet_stage_reached": "validate"}
 
 
 def test_a_drifted_file_makes_its_stage_stale_and_removes_its_stamp(env):
@@ -149,6 +132,20 @@ def test_a_drifted_file_makes_its_stage_stale_and_removes_its_stamp(env):
     assert result.reasons["driver"] == f"{env['owned']} changed since the stamped run"
     assert not (env["tmp"] / "stamps" / "driver.json").exists()  # the stage that runs leaves no stamp if it fails
     assert (env["tmp"] / "stamps" / "toolkit.json").exists()  # checked again in its own play
+    assert result.unstamped == ["driver"]
+
+
+class _CheckHost(_Host):
+    check_mode = True
+
+
+def test_in_check_mode_a_stale_stamp_stays_and_its_play_checks_it_again(env):
+    stages = _stages(env)
+    _stamp_all(env, stages, {})
+    env["owned"].write_text("edited by an admin\n")
+    result = converge.run_converge(_request(env, stages), _CheckHost())
+    assert result.stale == ["driver", "toolkit", "runtime"] and result.unstamped == []
+    assert (env["tmp"] / "stamps" / "driver.json").exists()
 
 
 def test_other_discovered_facts_make_the_first_stage_stale(env):
@@ -173,9 +170,11 @@ def test_fast_path_off_checks_nothing_and_converges_no_gpu_host(env):
     _stamp_all(env, stages, {})
     result = converge.run_converge(_request(env, stages, fast_path=False), _Host())
     assert result.reasons == {} and not result.converged
+    assert result.ansible_facts["gpufleet_published"] == {}
     env["facts"]["now"] = {"gpu_node": False, "engines": {}}
     result = converge.run_converge(_request(env, stages, fast_path=False, lock=False), _Host())
     assert result.converged  # no stage acts on a host without a GPU
+    assert result.ansible_facts["gpufleet_published"] == {}  # no stamp checked, no validate stage to name
 
 
 def test_a_lock_another_run_holds_is_an_answer_with_the_facts(env):
@@ -183,7 +182,7 @@ def test_a_lock_another_run_holds_is_an_answer_with_the_facts(env):
     assert converge.run_converge(_request(env, stages, owner="run-1"), _Host()).lock_held
     result = converge.run_converge(_request(env, stages, owner="run-2"), _Host())
     assert result.lock_busy and result.msg == result.lock_busy and "run-1" in result.lock_busy
-    assert result.ansible_facts == {"nvidia": GPU_FACTS}
+    assert result.ansible_facts == {"nvidia": GPU_FACTS, "gpufleet_published": {}}  # a cached earlier one is replaced
     assert result.reasons == {} and not result.lock_held  # no stamp is touched without the lock
 
 

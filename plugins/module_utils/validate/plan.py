@@ -5,7 +5,7 @@
 the images each engine lacks and what loads or pulls them (``validate_images``), and what the host asks of every
 check (``host_driver_version``, ``required_device_nodes``, ``gpu_uuids``; ``fabric_manager_wait`` and
 ``fabric_manager_problem`` on NVSwitch hosts). ``CHECK_SCRIPT`` is what runs in each container;
-``plugin_utils.validate_result`` judges its output. Pure functions (no I/O), behind the filters of
+``validate.result`` judges its output. Pure functions (no I/O), behind the filters of
 ``plugins/filter/validate.py``.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.discover import FABRIC_MANAGER_UNIT
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import INFO, VALIDATE_ORDER
+from ..discovery.discover import FABRIC_MANAGER_UNIT
+from ..runtime.common import reads_cdi
+from ..runtime.registry import INFO, VALIDATE_ORDER
 
 BEGIN = "GPUFLEET-VALIDATE-BEGIN"
 END = "GPUFLEET-VALIDATE-END"

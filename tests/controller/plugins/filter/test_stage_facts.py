@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.stage_facts import stage_runtime, stage_toolkit
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.device_plugin.problems import runtime_problems
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.stage_facts import stage_runtime, stage_toolkit
 
 pytestmark = pytest.mark.controller
 

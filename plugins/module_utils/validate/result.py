@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a validate check's output means: ``parse_output`` reads what ``validate_plan.CHECK_SCRIPT`` printed in the
+"""What a validate check's output means: ``parse_output`` reads what ``plan.CHECK_SCRIPT`` printed in the
 container, ``device_problems``, ``library_problems``, ``dlopen_problem`` and ``nvidia_smi_problem`` say what is wrong
 with it, and ``validate_result`` builds the ``gpufleet_validate`` fact from every check's result. Pure functions (no
 I/O), behind the filters of ``plugins/filter/validate.py``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.validate_plan import (
+from .plan import (
     BEGIN,
     END,
     NVSMI,
@@ -389,3 +389,17 @@ def validate_result(
         "message": message,
         "engines": engines,
     }
+
+
+def failure_message(fact: Mapping[str, Any]) -> str:
+    """Why the host fails validation (the engines that failed, each one's message), or "" when none failed: what the
+    role's last task and ``converge_check`` fail the host with under ``validate_fail_on_error``."""
+    failed = list(fact.get("failed_engines") or [])
+    if not failed:
+        return ""
+    engines = fact.get("engines") or {}
+    messages = " | ".join(str((engines.get(name) or {}).get("message") or "") for name in failed)
+    return (
+        f"GPU container validation failed on {', '.join(failed)}: {messages}. "
+        "Set validate_fail_on_error=false to record and go on."
+    )

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.common import reads_cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime.registry import INFO
+from ..runtime.common import reads_cdi
+from ..runtime.registry import INFO
 
 DISCOVERED = "discovered"
 
