@@ -28,10 +28,10 @@ description:
     C(gpufleet_published) (RV(ansible_facts)), with C(gpufleet_stage_reached=validate) on a GPU node, so no task
     publishes them again; the plays read C(ansible_facts.gpufleet_published.<name>) where a stage did not set the
     fact itself.
-  - For a converged host on which no later play acts (no Slurm stage: no C(slurmd), not a Slurm controller), the
+  - For a converged host on which no later play acts (no Slurm stage - no C(slurmd), not a Slurm controller), the
     module validates GPU containers in the same call when O(plan.validate.run) is true, as the
     C(gpufleet.nvidia.validate) role would (the same checks, one container run per engine and mode, the same
-    C(gpufleet_validate) fact, returned in C(ansible_facts.gpufleet_published)), and gives the lock back: the host is
+    C(gpufleet_validate) fact, returned in C(ansible_facts.gpufleet_published)), and gives the lock back - the host is
     done (RV(route)). Where the role must act first (Fabric Manager to wait for on an NVSwitch host, an image missing
     from an engine, O(plan.validate.pull=always)), the host is left to it (RV(validate_here) says why).
   - The stamps and the lock are the collection's bookkeeping, not host configuration - the module never reports a
@@ -129,7 +129,7 @@ options:
             elements: str
             default: []
       slurm_controller:
-        description: The host is one of the Slurm controllers (C(slurm_controller_group)): the Slurm stage acts on it.
+        description: The host is one of the Slurm controllers (C(slurm_controller_group)); the Slurm stage acts on it.
         type: bool
         default: false
       validate:
@@ -222,7 +222,7 @@ reasons:
   type: dict
 unstamped:
   description: The stages of RV(stale) that have no stamp after the call (none was written, or a stale one was
-    removed): stale in their play too, where the stamp is not checked again.
+    removed) - stale in their play too, where the stamp is not checked again.
   returned: always
   type: list
   elements: str
