@@ -21,7 +21,8 @@ description:
     (RV(stale) lists them) - a stale stage runs first, and what it changes is in their check, made in their own play.
   - The host is RV(converged) when it has no GPU (no stage acts on it), or when every stage of O(plan.stages) is
     current, O(plan.fast_path) is true, O(plan.hold) is false and no MIG boot unit holds a layout. The lock stays held
-    after the call (the stages that act on every host and validation follow); give it back with
+    after the call (the stages that act on every host and validation follow), unless the host is done and
+    O(plan.release_done) is true; give it back with
     M(gpufleet.nvidia.host_lock) (O(gpufleet.nvidia.host_lock#module:state=absent)), as C(site.yml) does before the
     report.
   - The facts of the stages' stamped runs (RV(published)) are returned, and for a converged host also as the fact
@@ -31,9 +32,10 @@ description:
   - For a converged host on which no later play acts (no Slurm stage - no C(slurmd), not a Slurm controller), the
     module validates GPU containers in the same call when O(plan.validate.run) is true, as the
     C(gpufleet.nvidia.validate) role would (the same checks, one container run per engine and mode, the same
-    C(gpufleet_validate) fact, returned in C(ansible_facts.gpufleet_published)), and gives the lock back - the host is
-    done (RV(route)). Where the role must act first (Fabric Manager to wait for on an NVSwitch host, an image missing
-    from an engine, O(plan.validate.pull=always)), the host is left to it (RV(validate_here) says why).
+    C(gpufleet_validate) fact, returned in C(ansible_facts.gpufleet_published)); the host is done (RV(route)), and
+    with O(plan.release_done) its lock is given back. Where the role must act first (Fabric Manager to wait for on
+    an NVSwitch host, an image missing from an engine, O(plan.validate.pull=always)), the host is left to it
+    (RV(validate_here) says why).
   - The stamps and the lock are the collection's bookkeeping, not host configuration - the module never reports a
     change (validation runs containers with C(--rm) and loads or pulls nothing).
 author:
@@ -130,6 +132,11 @@ options:
             default: []
       slurm_controller:
         description: The host is one of the Slurm controllers (C(slurm_controller_group)); the Slurm stage acts on it.
+        type: bool
+        default: false
+      release_done:
+        description: Give the lock back at the end of the call when the host is done (RV(route) C(done) or
+          C(validate_failed)), for a play that leaves such a host out from here on, as C(site.yml) does.
         type: bool
         default: false
       validate:
@@ -248,7 +255,8 @@ route:
     - The host's way through C(site.yml), decided here.
     - C(stale) - not converged (every stage play); C(converged) - converged, the Slurm stage acts on it (the Slurm play,
       validation, the lock's release); C(quiet) - converged, its validation is left to the role (RV(validate_here));
-      C(done) - converged and validated here (or nothing to validate), the lock given back; C(validate_failed) - as
+      C(done) - converged and validated here (or nothing to validate), the lock given back with
+      O(plan.release_done); C(validate_failed) - as
       C(done), but validation failed (RV(validate_failed)).
   returned: unless another run holds the lock
   type: str
@@ -262,7 +270,8 @@ validate_failed:
   returned: when RV(route) is C(validate_failed)
   type: str
 lock_released:
-  description: The lock was given back at the end of the call (RV(route) C(done) or C(validate_failed)).
+  description: The lock was given back at the end of the call (RV(route) C(done) or C(validate_failed), with
+    O(plan.release_done)).
   returned: when the lock was given back
   type: bool
 lock_busy:

@@ -256,6 +256,7 @@ def plan(
     that is not stamped acts on the host (a MIG layout, a Kubernetes node's device plugin, an NVLink domain's IMEX),
     so the host is not converged even when every stamp holds. ``fast_path`` false (a bool or a survey's string): no
     stage is checked. ``slurm_controller``: the host is in ``slurm_controller_group`` (the Slurm stage acts on it).
+    ``release_done``: site.yml leaves a done host out of every later play, its lock's release included.
     ``validate``: the validate role's variables, for the validation of a converged host in the same call, and whether
     this run validates at all (``run``: ``validate_in_run`` of ``run_tags`` and ``skip_tags``)."""
     values = {name: host_vars.get(name, "") for name in plan_variables()}
@@ -292,5 +293,6 @@ def plan(
         "hold": bool(hold),
         "stages": stages,
         "slurm_controller": controllers in groups,
+        "release_done": True,
         "validate": _validate_options(host_vars, validate_in_run(run_tags, skip_tags)),
     }

@@ -12,7 +12,7 @@ A host's *route* through ``site.yml`` is decided here, once:
 * ``quiet``: converged, and its validation needs the role (Fabric Manager to wait for on an NVSwitch host, an image to
   load or pull, ``validate_pull=always``): validation and the lock's release;
 * ``done``: converged and validated here (or nothing to validate: no GPU, or no ``validate`` in this run's tags), the
-  lock given back: no play contacts the host again;
+  lock given back (``release_done``): no play contacts the host again;
 * ``validate_failed``: as ``done``, but an engine failed validation and ``validate_fail_on_error`` holds: a play
   records the failure (``gpufleet_failed``), as the role's would.
 
@@ -69,13 +69,15 @@ ROUTES = ("stale", "converged", "quiet", "done", "validate_failed")
 
 
 def argspec() -> dict[str, Any]:
-    """``discovery.converge``'s options, with two more in ``plan``: ``slurm_controller`` (the host is one of the Slurm
-    controllers: the Slurm stage acts on it) and ``validate``."""
+    """``discovery.converge``'s options, with three more in ``plan``: ``slurm_controller`` (the host is one of the Slurm
+    controllers: the Slurm stage acts on it), ``release_done`` (give the lock back when the host is done: site.yml,
+    whose later plays leave such a host out) and ``validate``."""
     spec = dict(converge.argspec())
     plan = dict(spec["plan"])
     plan["options"] = dict(
         plan["options"],
         slurm_controller={"type": "bool", "default": False},
+        release_done={"type": "bool", "default": False},
         validate={"type": "dict", "default": {}, "options": VALIDATE_OPTIONS},
     )
     spec["plan"] = plan
@@ -86,6 +88,7 @@ def argspec() -> dict[str, Any]:
 class Request:
     converge: converge.ConvergeRequest
     slurm_controller: bool
+    release_done: bool
     validate: dict[str, Any]
 
     @classmethod
@@ -94,6 +97,7 @@ class Request:
         return cls(
             converge=converge.ConvergeRequest.from_params(params),
             slurm_controller=bool(plan.get("slurm_controller")),
+            release_done=bool(plan.get("release_done")),
             validate=dict(plan.get("validate") or {}),
         )
 
@@ -196,7 +200,7 @@ def run(request: Request, host: Host) -> converge.ConvergeResult:
         if failed and validate.get("fail_on_error", True):
             result.validate_failed = failed
     result.route = "validate_failed" if result.validate_failed else "done"
-    if result.lock_held:
+    if result.lock_held and request.release_done:
         hostlock.release(request.converge.lock_path, request.converge.owner)
         result.lock_held = False
         result.lock_released = True

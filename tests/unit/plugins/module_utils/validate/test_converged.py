@@ -88,7 +88,7 @@ def env(tmp_path, monkeypatch, lock_holders):
     return {"tmp": tmp_path, "facts": facts, "holders": lock_holders}
 
 
-def _request(env, *, validate=None, hold=False, slurm_controller=False):
+def _request(env, *, validate=None, hold=False, slurm_controller=False, release_done=True):
     options = {name: spec.get("default") for name, spec in converged.VALIDATE_OPTIONS.items()}
     options.update(run=True, image="gpufleet-sim/mini:latest", pull="never")
     options.update(validate or {})
@@ -105,6 +105,7 @@ def _request(env, *, validate=None, hold=False, slurm_controller=False):
                 "hold": hold,
                 "stages": [],
                 "slurm_controller": slurm_controller,
+                "release_done": release_done,
                 "validate": options,
             },
             "dir": str(env["tmp"] / "stamps"),
@@ -114,7 +115,10 @@ def _request(env, *, validate=None, hold=False, slurm_controller=False):
 
 def _lock_free(env):
     """Another run takes the host's lock at once."""
-    taken, _holder = hostlock.acquire(str(env["tmp"] / "run" / "site.lock"), "run-2", 0, 60)
+    try:
+        taken, _holder = hostlock.acquire(str(env["tmp"] / "run" / "site.lock"), "run-2", 0, 60)
+    except hostlock.LockBusy:
+        return False
     return taken
 
 
@@ -132,6 +136,13 @@ def test_a_converged_host_is_validated_in_the_call_and_its_lock_given_back(env):
     assert run[run.index("docker") :][:2] == ["docker", "run"] and "--rm" in run and "--runtime" in run
     assert "gpufleet-sim/mini:latest" in run and "NVIDIA_VISIBLE_DEVICES=all" in run
     assert result.validate_failed is None and result.validate_here is None
+
+
+def test_without_release_done_the_lock_stays_for_the_caller_to_give_back(env):
+    """A play of the caller's own may still act on a done host: the lock is given back only when asked."""
+    result = converged.run(_request(env, release_done=False), Host(Engine()))
+    assert result.route == "done" and result.lock_held and not result.lock_released
+    assert not _lock_free(env)
 
 
 def test_a_failing_engine_fails_the_host_with_the_role_s_message(env):
