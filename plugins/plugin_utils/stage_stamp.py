@@ -190,12 +190,12 @@ _PLAN_VARS = (
     "imex_domain_groups",
     "slurm_controller_group",
 )
-# converge_check's plan.validate: each option from the validate role's variable of that name (validate_<option>).
-_VALIDATE_VARS = tuple(f"validate_{name}" for name in converged.VALIDATE_OPTIONS if name != "run")
 
 
 def plan_variables() -> list[str]:
-    """Every variable ``plan`` reads: the stamped stages' (``role_variables``), then the plan's own."""
+    """Every variable ``plan`` reads as a stage input or for ``hold``: the stamped stages' (``role_variables``), then
+    the plan's own. The validate role's ``validate_<option>`` variables are read by ``_validate_options`` alone, once,
+    at the role's defaults where unset."""
     return list(_plan_variables())
 
 
@@ -204,7 +204,7 @@ def _plan_variables() -> tuple[str, ...]:
     names: list[str] = []
     for stage in STAGES:
         names += [name for name in role_variables(stage) if name not in names]
-    names += [name for name in _PLAN_VARS + _VALIDATE_VARS if name not in names]
+    names += [name for name in _PLAN_VARS if name not in names]
     return tuple(names)
 
 
@@ -248,8 +248,9 @@ def plan(
     """The ``converge_check`` arguments of a host, in one call per host: ``{fast_path, hold, stages,
     slurm_controller, validate}``.
 
-    ``host_vars``: the host's variables (``hostvars[inventory_hostname]``: only ``plan_variables()`` are read, ""
-    where unset, as ``query('ansible.builtin.vars', ..., default='')`` gives them to ``tasks/stage_stamped.yml``).
+    ``host_vars``: the host's variables (``hostvars[inventory_hostname]``: ``plan_variables()`` are read, ""
+    where unset, as ``query('ansible.builtin.vars', ..., default='')`` gives them to ``tasks/stage_stamped.yml``; and
+    the validate role's variables, for ``validate``).
     ``stages``: each stamped stage's spec as ``spec`` gives it before discovery (the module adds the runtime stage's
     engine configuration files from what it discovers: ``engine_configs``), with the names of its inputs that an
     earlier stage publishes (``published_inputs``: the module takes them from that stage's stamp). ``hold``: a stage

@@ -184,6 +184,15 @@ def test_a_slurm_controller_is_named_in_the_plan(values, controller):
     assert stage_stamp.plan(_host_vars(**values))["slurm_controller"] is controller
 
 
+def test_converge_check_s_validate_defaults_are_the_role_s():
+    """A caller of converge_check that gives plan.validate only in part gets the role's defaults for the rest: the
+    module's argument spec repeats them (the module cannot read the role on the host), and must not drift."""
+    specs = role_specs.specs()["validate"]
+    for name, option in converged.VALIDATE_OPTIONS.items():
+        if name != "run":
+            assert option["default"] == specs[f"validate_{name}"]["default"], name
+
+
 def test_the_plan_is_what_converge_check_takes():
     """Every key of the plan is an option of converge_check's plan, and each validate option one of plan.validate."""
     spec = converged.argspec()["plan"]["options"]
