@@ -12,9 +12,12 @@ links that the packages' maintainer scripts would make through update-alternativ
 
     python tests/tools/debian_driver_tree.py DEST   # prints the driver version
 
-The result is cached: a tree whose recipe stamp matches is reused.
+The result is cached: a tree whose recipe stamp matches is reused. Concurrent builders (pytest-xdist
+workers) take one lock beside the tree: the first builds, the others wait and reuse its tree, so no worker
+replaces a tree another one is reading.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -79,14 +82,29 @@ def _alternative_links(postinst_text):
     return links
 
 
+def _built_version(dest):
+    """The version of the tree at ``dest`` when it was built by this recipe, else None."""
+    stamp_file = os.path.join(dest, ".gpufleet-fixture")
+    if not os.path.exists(stamp_file):
+        return None
+    with open(stamp_file) as f:
+        stamp, version = f.read().split()
+    return version if stamp == _recipe_stamp() else None
+
+
 def build(dest):
     """Build (or reuse) the tree at ``dest``; return the driver version."""
-    stamp_file = os.path.join(dest, ".gpufleet-fixture")
-    if os.path.exists(stamp_file):
-        with open(stamp_file) as f:
-            stamp, version = f.read().split()
-        if stamp == _recipe_stamp():
-            return version
+    version = _built_version(dest)
+    if version:
+        return version
+    parent = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.join(parent, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _built_version(dest) or _build(dest)
+
+
+def _build(dest):
     cache = os.path.join(os.path.dirname(os.path.abspath(dest)), "apt-cache")
     os.makedirs(cache, exist_ok=True)
     _apt(cache, "update")
