@@ -48,6 +48,7 @@ host programs from another ``module_utils`` folder, e.g. an older commit's, to c
 import datetime
 import json
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -1131,6 +1132,41 @@ def module_executions(callback_output):
     return counts
 
 
+CPU_CALLBACKS = os.path.join(HERE, "callback_plugins")
+
+
+def cpu_env(env, path):
+    """``env`` with the bench's ``cpu_per_task`` callback enabled, writing to ``path``."""
+    enabled = ",".join(filter(None, [env.get("ANSIBLE_CALLBACKS_ENABLED", ""), "cpu_per_task"]))
+    plugins = ":".join(filter(None, [CPU_CALLBACKS, env.get("ANSIBLE_CALLBACK_PLUGINS", "")]))
+    return dict(env, ANSIBLE_CALLBACKS_ENABLED=enabled, ANSIBLE_CALLBACK_PLUGINS=plugins, GPUFLEET_CPU_PER_TASK=path)
+
+
+def cpu_by_action(doc, hosts):
+    """The ``cpu_per_task`` callback's rows (text or parsed) summed by action and divided by ``hosts``: ``[(action,
+    tasks, cpu seconds per host)]``, the costliest first. Include processing is the ``include`` action, the time
+    between plays ``play``, the playbook's parsing ``start``; an action's name is shortened as in the module counts."""
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    cpu, tasks = {}, {}
+    for _name, action, _path, seconds in doc["rows"]:
+        name = _short(action)
+        cpu[name] = cpu.get(name, 0.0) + seconds
+        tasks[name] = tasks.get(name, 0) + 1
+    return sorted(((a, tasks[a], cpu[a] / hosts) for a in cpu), key=lambda t: (-t[2], t[0]))
+
+
+def cpu_by_action_note(label, hosts, doc, top=14):
+    """One line: a run's controller CPU per host by action (``cpu_by_action``), the costliest ``top``."""
+    ranked = cpu_by_action(doc, hosts)
+    total = sum(c for _a, _n, c in ranked)
+    return "scale %s, controller CPU per host by action over %d hosts (%.2f s; tasks, then seconds per host): %s" % (
+        label,
+        hosts,
+        total,
+        ", ".join("%s %d %.3f" % (a, n, c) for a, n, c in ranked[:top]) + (", ..." if len(ranked) > top else ""),
+    )
+
+
 def executions_note(label, counts, top=12):
     """One line per host: totals and the modules by count, most first."""
     lines = []
@@ -1299,13 +1335,19 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
     start_all = time.perf_counter()
     wall = {k: {n: [] for n in sizes} for k in ("gather", "first", "rerun")}
     cpu = {k: {n: [] for n in sizes} for k in ("gather", "first", "rerun")}
-    executions, changed = {}, {}
+    executions, changed, cpu_split = {}, {}, {}
 
     def site(hosts, label):
         argv = ["ansible-playbook", "-i", fleet.inventory, SITE, "--limit", ",".join(hosts)]
         argv += ["-e", "report_dir=" + report_dir, "-e", "gpufleet_fail_on_host_failure=false"]
         log("scale: site.yml %s on %d host(s)" % (label, len(hosts)))
-        w, c, out = _timed(argv, json_env)
+        # The largest size's runs also split their controller CPU by task (the cpu_per_task callback: two getrusage
+        # calls per task start).
+        split = os.path.join(report_dir, "cpu-%s.json" % label) if len(hosts) == sizes[-1] else None
+        w, c, out = _timed(argv, cpu_env(json_env, split) if split else json_env)
+        if split and os.path.exists(split):
+            with open(split, encoding="utf-8") as f:
+                cpu_split[label] = json.load(f)
         if out.returncode != 0:
             raise RuntimeError(
                 "scale: site.yml %s on %d hosts: exit %d\n%s" % (label, len(hosts), out.returncode, out.stdout[-3000:])
@@ -1426,8 +1468,99 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
             )
         )
         notes += executions_note("scale %s" % label, {big[-1]: executions[label][big[-1]]})
+        if label in cpu_split:
+            info.setdefault("cpu_by_task", {})[label] = cpu_split[label]
+            notes.append(cpu_by_action_note(label, len(big), cpu_split[label]))
     rows[1]["module_executions"] = {"first run": executions["first"], "no-change rerun": executions["rerun"]}
     return rows, notes, info
+
+
+# --------------------------------------------------------------------------------------------------
+# Tasks: what one task of each kind costs the control node per host, against a bare gather_facts play.
+
+# Each kind as one task line of a play (%d: the task's index, for a set_fact's distinct name). The play first runs
+# gpu_facts, so that the hosts carry the facts a site.yml task sees.
+TASK_KINDS = (
+    ("skipped", "    - ansible.builtin.debug: {msg: x}\n      when: false\n"),
+    ("debug", "    - ansible.builtin.debug: {msg: x}\n"),
+    ("set_fact", '    - ansible.builtin.set_fact: {x%d: "{{ ansible_facts.nvidia.gpu_count | default(0) }}"}\n'),
+    ("include_tasks (one skipped task inside)", "    - ansible.builtin.include_tasks: {include}\n"),
+    ("command on the host", "    - ansible.builtin.command: 'true'\n      changed_when: false\n"),
+    ("copy of a new small file", "    - ansible.builtin.copy: {content: x, dest: '/tmp/{nonce}-%d', mode: '0644'}\n"),
+    ("gpufleet.nvidia.gpu_facts", "    - gpufleet.nvidia.gpu_facts:\n"),
+)
+TASK_PLAY = "- hosts: all\n  gather_facts: false\n  tasks:\n    - gpufleet.nvidia.gpu_facts:\n"
+
+
+def task_play(body, count, include):
+    """The text of a play that discovers the host, then runs ``count`` tasks of ``body`` (a ``TASK_KINDS`` line):
+    ``{include}`` is the included file, ``{nonce}`` a new name each call (a copy writes a new file each round)."""
+    body = body.replace("{include}", include).replace("{nonce}", "gpufleet-bench-%x" % random.getrandbits(48))
+    return TASK_PLAY + "".join(body % i if "%d" in body else body for i in range(count))
+
+
+def task_cost_rows(prefix, hosts=12, count=30, forks=5, rounds=2):
+    """Per kind of task (``TASK_KINDS``), its controller CPU per host per task: the slope over 1 and ``hosts`` light
+    hosts of (a play of ``count`` such tasks) minus (the same play with none), divided by ``count``; against a bare
+    ``gather_facts`` play's controller CPU per host (its slope over the same sizes). The budget a site.yml run has per
+    host in tasks of each kind follows: the scale section's first-run target is 40 gather_facts plays."""
+    names = ["t%03d" % i for i in range(hosts + 1)]
+    work = tempfile.mkdtemp()
+    config = os.path.join(work, "fleet.yml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
+    include = os.path.join(work, "include.yml")
+    with open(include, "w", encoding="utf-8") as f:
+        f.write("- name: Inside\n  ansible.builtin.debug: {msg: x}\n  when: false\n")
+    env = dict(os.environ, ANSIBLE_FORKS=str(forks), ANSIBLE_STRATEGY="linear")
+    small, big = names[:1], names[1:]
+    fleet = Fleet("%s-tasks" % prefix, config)
+
+    def cpu(text, limit):
+        path = os.path.join(work, "play.yml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        _w, c, out = _timed(["ansible-playbook", "-i", fleet.inventory, path, "--limit", ",".join(limit)], env)
+        if out.returncode != 0:
+            raise RuntimeError("tasks: exit %d\n%s" % (out.returncode, out.stdout[-3000:]))
+        return c
+
+    def slope(text):
+        return marginal([(1, cpu(text, small)), (len(big), cpu(text, big))])
+
+    rows, start = [], time.perf_counter()
+    log("tasks: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
+    try:
+        fleet.up()
+        gather = GATHER_FACTS_PLAY
+        baseline = [slope(gather) for _ in range(rounds)]
+        empty = task_play("", 0, include)
+        for kind, body in TASK_KINDS:
+            log("tasks: %d x %s" % (count, kind))
+            per_task = [(slope(task_play(body, count, include)) - slope(empty)) / count for _ in range(rounds)]
+            rows.append(
+                pair(
+                    "tasks: one %s task, controller CPU per host" % kind,
+                    "s",
+                    per_task,
+                    "bare gather_facts play",
+                    baseline,
+                    note="slope over 1 and %d light hosts of %d such tasks after a gpu_facts task, less the same "
+                    "play without them, per task; forks %d, linear" % (len(big), count, forks),
+                )
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("GPUFLEET_BENCH_KEEP") != "1":
+            fleet.down()
+    note = "tasks: %d light hosts, %d tasks per kind, %d rounds, section wall time %.0f s; a ratio is the task's " % (
+        len(names),
+        count,
+        rounds,
+        time.perf_counter() - start,
+    )
+    note += "controller CPU per host in bare gather_facts plays (the scale section's first-run target is 40)"
+    return rows, [note]
 
 
 def _span(xs):
@@ -1499,7 +1632,7 @@ def markdown(result):
 def main():
     prefix = os.environ.get("GPUFLEET_BENCH_PREFIX", "gfbench%d" % os.getpid())
     rounds = int(os.environ.get("GPUFLEET_BENCH_ROUNDS", "15"))
-    sections = "start,profile,shim,discovery,scan,cdi,ldcache,dgx,fleet,storm,scale"
+    sections = "start,profile,shim,discovery,scan,cdi,ldcache,dgx,fleet,storm,scale,tasks"
     only = set(filter(None, os.environ.get("GPUFLEET_BENCH_ONLY", sections).split(",")))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": date, "rounds": rounds, "host": "%d CPUs, load %.2f" % (os.cpu_count(), os.getloadavg()[0])}
@@ -1585,6 +1718,10 @@ def main():
         scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks)
         rows += scale
         result["notes"] += scale_notes
+    if "tasks" in only:
+        tasks, tasks_notes = task_cost_rows(prefix, int(os.environ.get("GPUFLEET_BENCH_TASK_HOSTS", "12")))
+        rows += tasks
+        result["notes"] += tasks_notes
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
     result["notes"].append("bench process CPU %.1f s" % (self_usage.ru_utime + self_usage.ru_stime))
     for row in rows:

@@ -154,3 +154,22 @@ def test_linearity_is_the_inner_sizes_distance_from_the_line_between_the_ends():
     # a per-host cost that grows with the fleet: the middle size lies below the line through the ends
     assert bench.linearity([(1, 1.0), (24, 24.0 * 2), (96, 96.0 * 8)])[0] < 0
     assert bench.linearity([(1, 1.0), (24, 24.0)]) == []
+
+
+def test_each_task_kind_makes_a_play_of_that_many_tasks_after_the_discovery():
+    import yaml
+
+    for kind, body in bench.TASK_KINDS:
+        play = yaml.safe_load(bench.task_play(body, 3, "/inc.yml"))[0]
+        tasks = play["tasks"]
+        assert list(tasks[0]) == ["gpufleet.nvidia.gpu_facts"], kind  # the facts a site.yml task sees, first
+        assert len(tasks) == 4, kind
+        assert len({yaml.safe_dump(t) for t in tasks[1:]}) in (1, 3), kind  # the same task, or numbered ones
+    set_facts = yaml.safe_load(bench.task_play(dict(bench.TASK_KINDS)["set_fact"], 2, "/inc.yml"))[0]["tasks"][1:]
+    assert [list(t["ansible.builtin.set_fact"]) for t in set_facts] == [["x0"], ["x1"]]
+    include = yaml.safe_load(bench.task_play(bench.TASK_KINDS[3][1], 1, "/inc.yml"))[0]["tasks"][1]
+    assert include == {"ansible.builtin.include_tasks": "/inc.yml"}
+    copy = dict(bench.TASK_KINDS)["copy of a new small file"]
+    first, second = (yaml.safe_load(bench.task_play(copy, 1, "/inc.yml"))[0]["tasks"][1] for _ in range(2))
+    assert first["ansible.builtin.copy"]["dest"] != second["ansible.builtin.copy"]["dest"]  # a new file each round
+    assert bench.task_play("", 0, "/inc.yml") == bench.TASK_PLAY  # the baseline: the discovery alone
