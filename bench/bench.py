@@ -1533,11 +1533,11 @@ def task_cost_rows(prefix, hosts=12, count=30, forks=5, rounds=2):
     try:
         fleet.up()
         gather = GATHER_FACTS_PLAY
-        baseline = [slope(gather) for _ in range(rounds)]
+        baseline = [slope(gather) for _round in range(rounds)]
         empty = task_play("", 0, include)
         for kind, body in TASK_KINDS:
             log("tasks: %d x %s" % (count, kind))
-            per_task = [(slope(task_play(body, count, include)) - slope(empty)) / count for _ in range(rounds)]
+            per_task = [(slope(task_play(body, count, include)) - slope(empty)) / count for _round in range(rounds)]
             rows.append(
                 pair(
                     "tasks: one %s task, controller CPU per host" % kind,

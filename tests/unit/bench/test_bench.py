@@ -170,6 +170,6 @@ def test_each_task_kind_makes_a_play_of_that_many_tasks_after_the_discovery():
     include = yaml.safe_load(bench.task_play(bench.TASK_KINDS[3][1], 1, "/inc.yml"))[0]["tasks"][1]
     assert include == {"ansible.builtin.include_tasks": "/inc.yml"}
     copy = dict(bench.TASK_KINDS)["copy of a new small file"]
-    first, second = (yaml.safe_load(bench.task_play(copy, 1, "/inc.yml"))[0]["tasks"][1] for _ in range(2))
+    first, second = (yaml.safe_load(bench.task_play(copy, 1, "/inc.yml"))[0]["tasks"][1] for _round in range(2))
     assert first["ansible.builtin.copy"]["dest"] != second["ansible.builtin.copy"]["dest"]  # a new file each round
     assert bench.task_play("", 0, "/inc.yml") == bench.TASK_PLAY  # the baseline: the discovery alone
