@@ -1341,8 +1341,8 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
         argv = ["ansible-playbook", "-i", fleet.inventory, SITE, "--limit", ",".join(hosts)]
         argv += ["-e", "report_dir=" + report_dir, "-e", "gpufleet_fail_on_host_failure=false"]
         log("scale: site.yml %s on %d host(s)" % (label, len(hosts)))
-        # The largest size's runs also split their controller CPU by task (the cpu_per_task callback: two getrusage
-        # calls per task start).
+        # The largest size's runs also split their controller CPU by task (the cpu_per_task callback: at each task
+        # start it joins the finished workers and reads getrusage; no CPU of its own worth counting).
         split = os.path.join(report_dir, "cpu-%s.json" % label) if len(hosts) == sizes[-1] else None
         w, c, out = _timed(argv, cpu_env(json_env, split) if split else json_env)
         if split and os.path.exists(split):
