@@ -1255,6 +1255,14 @@ SCALE_NODE = "  - {name: %s, suite: bookworm, driver_state: loaded, driver_packa
 GATHER_FACTS_PLAY = "- hosts: all\n  gather_facts: true\n  tasks: []\n"
 
 
+def light_fleet(prefix, names):
+    """A fleet (not yet up) of light hosts named ``names`` (``SCALE_NODE``), its configuration in a new folder."""
+    config = os.path.join(tempfile.mkdtemp(), "fleet.yml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
+    return Fleet(prefix, config)
+
+
 def marginal(points):
     """The per-host marginal cost from ``(hosts, value)`` points (a run's seconds or CPU seconds at each fleet size):
     the least-squares slope of value over hosts; with two sizes, ``(v2 - v1) / (n2 - n1)``. What a run costs with one
@@ -1320,9 +1328,6 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
     sets, start = {}, 0
     for n in sizes:
         sets[n], start = names[start : start + n], start + n
-    config = os.path.join(tempfile.mkdtemp(), "fleet.yml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write(GATHER_FACTS_PLAY)
     gather = f.name
@@ -1330,7 +1335,7 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
     json_env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     info = {"forks": forks, "strategy": "linear", "sizes": sizes, "fleet": len(names)}
     report_dir = tempfile.mkdtemp()
-    fleet = Fleet("%s-scale" % prefix, config)
+    fleet = light_fleet("%s-scale" % prefix, names)
     log("scale: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
     start_all = time.perf_counter()
     wall = {k: {n: [] for n in sizes} for k in ("gather", "first", "rerun")}
@@ -1506,15 +1511,12 @@ def task_cost_rows(prefix, hosts=12, count=30, forks=5, rounds=2):
     host in tasks of each kind follows: the scale section's first-run target is 40 gather_facts plays."""
     names = ["t%03d" % i for i in range(hosts + 1)]
     work = tempfile.mkdtemp()
-    config = os.path.join(work, "fleet.yml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write("nodes:\n" + "".join(SCALE_NODE % name for name in names))
     include = os.path.join(work, "include.yml")
     with open(include, "w", encoding="utf-8") as f:
         f.write("- name: Inside\n  ansible.builtin.debug: {msg: x}\n  when: false\n")
     env = dict(os.environ, ANSIBLE_FORKS=str(forks), ANSIBLE_STRATEGY="linear")
     small, big = names[:1], names[1:]
-    fleet = Fleet("%s-tasks" % prefix, config)
+    fleet = light_fleet("%s-tasks" % prefix, names)
 
     def cpu(text, limit):
         path = os.path.join(work, "play.yml")
@@ -1532,8 +1534,7 @@ def task_cost_rows(prefix, hosts=12, count=30, forks=5, rounds=2):
     log("tasks: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
     try:
         fleet.up()
-        gather = GATHER_FACTS_PLAY
-        baseline = [slope(gather) for _round in range(rounds)]
+        baseline = [slope(GATHER_FACTS_PLAY) for _round in range(rounds)]
         empty = task_play("", 0, include)
         for kind, body in TASK_KINDS:
             log("tasks: %d x %s" % (count, kind))

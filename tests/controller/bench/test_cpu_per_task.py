@@ -38,13 +38,7 @@ def test_the_callback_splits_a_real_run_by_task(tmp_path):
     local = "ansible_connection=local ansible_python_interpreter=" + sys.executable
     (tmp_path / "hosts").write_text(f"a {local}\nb {local}\n")
     out_file = tmp_path / "cpu.json"
-    env = bench.cpu_env({"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"}, str(out_file))
-    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "ansible.posix.profile_tasks,cpu_per_task"  # added, not replacing
-    keys = ("ANSIBLE_CALLBACK_PLUGINS", "GPUFLEET_CPU_PER_TASK")
-    result = run_playbook(
-        "-i", tmp_path / "hosts", tmp_path / "play.yml", ANSIBLE_CALLBACKS_ENABLED="cpu_per_task",
-        **{k: env[k] for k in keys},
-    )  # fmt: skip
+    result = run_playbook("-i", tmp_path / "hosts", tmp_path / "play.yml", **bench.cpu_env({}, str(out_file)))
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(out_file.read_text())
     by_name = {}
@@ -60,6 +54,13 @@ def test_the_callback_splits_a_real_run_by_task(tmp_path):
     ranked = bench.cpu_by_action(doc, 2)
     assert {a for a, _n, _c in ranked} >= {"set_fact", "debug", "include_tasks", "include", "command", "start"}
     assert [c for _a, _n, c in ranked] == sorted((c for _a, _n, c in ranked), reverse=True)
+
+
+def test_the_callback_is_added_to_the_callbacks_already_enabled():
+    env = bench.cpu_env({"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks", "X": "1"}, "/out.json")
+    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "ansible.posix.profile_tasks,cpu_per_task"
+    assert env["ANSIBLE_CALLBACK_PLUGINS"] == bench.CPU_CALLBACKS
+    assert (env["GPUFLEET_CPU_PER_TASK"], env["X"]) == ("/out.json", "1")
 
 
 def test_cpu_by_action_sums_per_action_and_divides_by_the_hosts():
