@@ -37,9 +37,45 @@ attributes:
     description: Never reports a change.
 options:
   stage:
-    description: The stage (C(driver), C(toolkit), C(runtime), ...); its stamp is V(<dir>/<stage>.json).
+    description:
+      - The stage (C(driver), C(toolkit), C(runtime), ...); its stamp is V(<dir>/<stage>.json).
+      - One of O(stage) and O(stages).
     type: str
-    required: true
+  stages:
+    description:
+      - Several stages stamped in one call (O(state=present) only), each with its own O(inputs), O(paths), O(units),
+        O(packages) and O(published); O(facts) and O(dir) are shared. One of O(stage) and O(stages).
+      - The end of a C(site.yml) run stamps every stamped stage that passed this way, in one module run.
+    type: list
+    elements: dict
+    suboptions:
+      stage:
+        description: The stage.
+        type: str
+        required: true
+      inputs:
+        description: As O(inputs).
+        type: raw
+        default: {}
+      paths:
+        description: As O(paths).
+        type: list
+        elements: str
+        default: []
+      units:
+        description: As O(units).
+        type: list
+        elements: str
+        default: []
+      packages:
+        description: As O(packages).
+        type: list
+        elements: str
+        default: []
+      published:
+        description: As O(published).
+        type: dict
+        default: {}
   state:
     description: C(check) compares, C(present) stamps a finished run, C(absent) removes the stamp.
     type: str
@@ -100,6 +136,20 @@ EXAMPLES = r"""
     paths: [/etc/docker/daemon.json, /etc/cdi/nvidia.yaml, "/dev/nvidia*"]
     published: {gpufleet_runtime: "{{ gpufleet_runtime }}"}
   when: not stamp.current
+
+- name: Stamp several stages in one call
+  gpufleet.nvidia.stage_stamp:
+    state: present
+    facts: "{{ ansible_facts.nvidia }}"
+    stages:
+      - stage: toolkit
+        inputs: {toolkit_provider: native}
+        paths: [/usr/local/bin/gpufleet-container-runtime]
+        published: {gpufleet_toolkit: "{{ gpufleet_toolkit }}"}
+      - stage: runtime
+        inputs: {runtime_engines: [docker, containerd]}
+        paths: [/etc/docker/daemon.json, /etc/cdi/nvidia.yaml]
+        published: {gpufleet_runtime: "{{ gpufleet_runtime }}"}
 """
 
 RETURN = r"""
@@ -121,9 +171,14 @@ published:
   returned: always
   type: dict
 stamp:
-  description: The stamp's path.
+  description: The stamp's path (with O(stages), the folder of the stamps).
   returned: always
   type: str
+stamps:
+  description: Each stage of O(stages) to its stamp's path.
+  returned: when O(stages) is given
+  type: dict
+  sample: {toolkit: /var/lib/gpufleet-nvidia/stamps/toolkit.json, runtime: /var/lib/gpufleet-nvidia/stamps/runtime.json}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -134,7 +189,19 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import s
 
 def argspec() -> dict:
     return {
-        "stage": {"type": "str", "required": True},
+        "stage": {"type": "str"},
+        "stages": {
+            "type": "list",
+            "elements": "dict",
+            "options": {
+                "stage": {"type": "str", "required": True},
+                "inputs": {"type": "raw", "default": {}},
+                "paths": {"type": "list", "elements": "str", "default": []},
+                "units": {"type": "list", "elements": "str", "default": []},
+                "packages": {"type": "list", "elements": "str", "default": []},
+                "published": {"type": "dict", "default": {}},
+            },
+        },
         "state": {"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
         "inputs": {"type": "raw", "default": {}},
         "facts": {"type": "dict", "default": {}},
@@ -147,7 +214,12 @@ def argspec() -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=argspec(),
+        required_one_of=[("stage", "stages")],
+        mutually_exclusive=[("stage", "stages")],
+        supports_check_mode=True,
+    )
     run_module(module, stamp.StampRequest.from_params, stamp.run_stamp)
 
 

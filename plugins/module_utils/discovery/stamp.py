@@ -290,14 +290,40 @@ class StampRequest:
     packages: list[str]
     published: dict[str, Any]
     dir: str
+    stages: tuple[StampRequest, ...] = ()  # several stages stamped in one call (state=present)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> StampRequest:
-        check_stage_name(params["stage"], "stage")
-        return cls(
-            **{k: params[k] for k in ("stage", "state", "inputs", "facts", "paths", "units", "packages", "published")},
-            dir=params["dir"],
-        )
+        fields = ("inputs", "paths", "units", "packages", "published")
+        if params.get("stages"):
+            if params["state"] != "present":
+                raise Failure(f"stages: stamps several stages with state=present only, not state={params['state']}")
+            stages = []
+            for index, entry in enumerate(params["stages"]):
+                check_stage_name(entry["stage"], f"stages[{index}].stage")
+                stages.append(
+                    cls(
+                        stage=entry["stage"],
+                        state="present",
+                        facts=params["facts"],
+                        dir=params["dir"],
+                        **{k: entry[k] for k in fields},
+                    )
+                )
+            names = [one.stage for one in stages]
+            twice = sorted({name for name in names if names.count(name) > 1})
+            if twice:
+                raise Failure(f"stages: {', '.join(twice)} named more than once; stamp each stage once")
+            return cls(
+                stage="",
+                state="present",
+                facts=params["facts"],
+                dir=params["dir"],
+                stages=tuple(stages),
+                **{k: params[k] for k in fields},
+            )
+        check_stage_name(params["stage"] or "", "stage")
+        return cls(**{k: params[k] for k in ("stage", "state", "facts", *fields)}, dir=params["dir"])
 
     @property
     def path(self) -> str:
@@ -314,6 +340,7 @@ class StampResult(Result):
     published: dict[str, Any] | None = None
     reason: str | None = None
     digest: str | None = None
+    stamps: dict[str, str] | None = None
 
 
 def units_state(host: Host, units: list[str]) -> dict[str, str]:
@@ -409,7 +436,10 @@ def write_stamp(request: StampRequest, host: Host, result: StampResult, now: tup
 
 
 def run_stamp(request: StampRequest, host: Host) -> StampResult:
-    """The ``stage_stamp`` module: check, write or remove a stage's stamp."""
+    """The ``stage_stamp`` module: check, write or remove a stage's stamp (or stamp each of ``request.stages``)."""
+    if request.stages:
+        stamps = {one.stage: run_stamp(one, host).stamp for one in request.stages}
+        return StampResult(stamp=request.dir, published={}, reason="stamped", stamps=stamps)
     result = StampResult(stamp=request.path, published={})
     if request.state == "absent":
         return remove_stamp(request, host, result)

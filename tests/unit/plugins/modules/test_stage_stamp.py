@@ -17,9 +17,10 @@ pytestmark = pytest.mark.controller
 @pytest.fixture
 def run(capsys, tmp_path):
     def _run(**args):
-        with patch_module_args({"stage": "runtime", "dir": str(tmp_path / "stamps"), **args}), pytest.raises(
-            SystemExit
-        ):
+        args = {"stage": "runtime", "dir": str(tmp_path / "stamps"), **args}
+        if args["stage"] is None:  # stage=None: no stage option at all (stages instead)
+            del args["stage"]
+        with patch_module_args(args), pytest.raises(SystemExit):
             stage_stamp.main()
         return json.loads(capsys.readouterr().out)
 
@@ -52,3 +53,39 @@ def test_check_mode_stamps_nothing_and_bad_input_is_named(run, tmp_path):
     bad = run(paths=["etc/docker/daemon.json"])
     assert bad["failed"] and "etc/docker/daemon.json" in bad["msg"] and "absolute" in bad["msg"]
     assert run(stage="../x")["failed"]
+
+
+def test_several_stages_stamped_in_one_call_each_checked_alone(run, tmp_path):
+    owned = tmp_path / "daemon.json"
+    owned.write_text("{}")
+    facts = {"driver": {}}
+    stages = [
+        {"stage": "toolkit", "inputs": {"toolkit_provider": "native"}, "published": {"gpufleet_toolkit": {"t": 1}}},
+        {
+            "stage": "runtime",
+            "inputs": {"runtime_cdi": True},
+            "paths": [str(owned)],
+            "published": {"gpufleet_runtime": 2},
+        },
+    ]
+    stamped = run(stage=None, state="present", facts=facts, stages=stages)
+    assert not stamped["changed"] and stamped["stamps"] == {
+        "toolkit": str(tmp_path / "stamps" / "toolkit.json"),
+        "runtime": str(tmp_path / "stamps" / "runtime.json"),
+    }
+    toolkit = run(stage="toolkit", facts=facts, inputs={"toolkit_provider": "native"})
+    assert toolkit["current"] and toolkit["published"] == {"gpufleet_toolkit": {"t": 1}}
+    runtime = run(facts=facts, inputs={"runtime_cdi": True}, paths=[str(owned)])
+    assert runtime["current"] and runtime["published"] == {"gpufleet_runtime": 2}
+    # each stamp holds its own stage's inputs: the toolkit's are not the runtime's
+    assert not run(facts=facts, inputs={"toolkit_provider": "native"}, paths=[str(owned)])["current"]
+
+
+def test_several_stages_refusals(run, tmp_path):
+    one = {"stage": "runtime"}
+    assert "state=present only" in run(stage=None, stages=[one])["msg"]
+    assert "runtime named more than once" in run(stage=None, state="present", stages=[one, one])["msg"]
+    assert "'Bad' is not a stage name" in run(stage=None, state="present", stages=[{"stage": "Bad"}])["msg"]
+    assert "mutually exclusive" in run(state="present", stages=[one])["msg"]
+    run(stage=None, state="present", stages=[one], _ansible_check_mode=True)
+    assert not (tmp_path / "stamps").exists()
