@@ -1,8 +1,9 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""stage_stamp_variables, stage_stamp_spec, stage_stamp_plan: what a stamped site.yml stage reads and owns, and the
-converge_check arguments of a host (plugin_utils/stage_stamp)."""
+"""stage_stamp_variables, stage_stamp_spec, stage_stamp_plan, stage_stamp_records: what a stamped site.yml stage reads
+and owns, the converge_check arguments of a host, and the stamps written at the end of a run
+(plugin_utils/stage_stamp)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,20 @@ def stage_stamp_plan(
         raise AnsibleFilterError(f"stage_stamp_plan: {exc}") from exc
 
 
+def stage_stamp_records(
+    stages: Any, host_vars: Mapping[str, Any], nvidia: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    try:
+        return stage_stamp.records(list(stages or []), host_vars, nvidia)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"stage_stamp_records: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "stage_stamp_variables": stage_stamp_variables,
             "stage_stamp_spec": stage_stamp_spec,
             "stage_stamp_plan": stage_stamp_plan,
+            "stage_stamp_records": stage_stamp_records,
         }

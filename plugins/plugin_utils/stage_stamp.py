@@ -15,7 +15,7 @@ rerun skip the stage though that file drifted:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ def role_variables(stage: str) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def _role_variables(stage: str) -> tuple[str, ...]:
     spec_file = ROLES / stage / "meta" / "argument_specs.yml"
-    spec = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+    spec = role_specs.load_yaml(spec_file) or {}
     names: list[str] = []
     for entry in (spec.get("argument_specs") or {}).values():
         for name in (entry or {}).get("options") or {}:
@@ -148,7 +148,7 @@ def role_defaults(stage: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=None)
 def _role_defaults(stage: str) -> dict[str, Any]:
-    return yaml.safe_load((ROLES / stage / "defaults" / "main.yml").read_text(encoding="utf-8")) or {}
+    return role_specs.load_yaml(ROLES / stage / "defaults" / "main.yml") or {}
 
 
 def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -177,6 +177,29 @@ def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None
         "packages": list(table["packages"]),
         "publish": list(table["publish"]),
     }
+
+
+def records(stages: Iterable[str], host_vars: Mapping[str, Any], nvidia: Mapping[str, Any] | None = None) -> list[dict]:
+    """The ``stages`` argument of ``stage_stamp`` (``state=present``) for the stamped stages a host passed: each
+    stage's spec from the host's variables (``hostvars[inventory_hostname]``: its role variables, "" where unset, as
+    ``plan`` reads them for the next run's ``converge_check``) and ``nvidia`` (the host as the next run will find it),
+    with the facts it published (their values now, "" where unset)."""
+    out = []
+    for stage in stages:
+        if not stamped(stage):
+            raise ValueError(f"{stage!r} is not a stamped stage ({', '.join(STAGES)})")
+        one = spec(stage, {name: host_vars.get(name, "") for name in role_variables(stage)}, nvidia)
+        out.append(
+            {
+                "stage": stage,
+                "inputs": one["inputs"],
+                "paths": one["paths"],
+                "units": one["units"],
+                "packages": one["packages"],
+                "published": {name: host_vars.get(name, "") for name in one["publish"]},
+            }
+        )
+    return out
 
 
 # Variables the run's plan reads besides the stamped stages' own: whether the mig stage acts on the host (its layout),
@@ -297,3 +320,21 @@ def plan(
         "release_done": True,
         "validate": _validate_options(host_vars, validate_in_run(run_tags, skip_tags)),
     }
+
+
+def _read_once() -> None:
+    """Read the roles' argument specs and the stamped roles' defaults now, at import. The collection's filters are
+    imported in ansible-playbook's own process (site.yml templates its first play's hosts through one): the workers it
+    forks for each task and host then inherit what was read here, where each would otherwise read and parse the files
+    again (converge_check's plan, a stage's stamp spec: about 0.3 s of controller CPU per host and call). A file that
+    cannot be read is left to the call that needs it, which says so."""
+    try:
+        role_specs.specs()
+        for stage in STAGES:
+            _role_variables(stage)
+            _role_defaults(stage)
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        pass
+
+
+_read_once()

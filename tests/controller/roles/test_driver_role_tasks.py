@@ -24,11 +24,11 @@ TASKS = Path(__file__).resolve().parents[3] / "roles" / "driver" / "tasks"
 
 
 def steps(name: str) -> list[str]:
-    """Each task of a task file as 'include:<file>', 'meta:<action>' or its module name."""
+    """Each task of a task file as 'include:<file>' (included or imported), 'meta:<action>' or its module name."""
     found = []
     for task in yaml.safe_load((TASKS / name).read_text()):
-        if "ansible.builtin.include_tasks" in task:
-            found.append(f"include:{task['ansible.builtin.include_tasks']}")
+        if "ansible.builtin.include_tasks" in task or "ansible.builtin.import_tasks" in task:
+            found.append(f"include:{task.get('ansible.builtin.include_tasks') or task['ansible.builtin.import_tasks']}")
         elif "ansible.builtin.meta" in task:
             found.append(f"meta:{task['ansible.builtin.meta']}")
         else:

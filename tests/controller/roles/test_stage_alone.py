@@ -32,9 +32,10 @@ PLAY = """
     - name: Discover, as site.yml's discover play does
       gpufleet.nvidia.gpu_facts:
 
-    - name: The runtime stage alone
+    - name: The runtime stage alone, public (what the role worked with is read below)
       ansible.builtin.include_role:
         name: gpufleet.nvidia.runtime
+        public: true
 
     - name: Dump what the role worked with
       ansible.builtin.copy:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import role_specs, stage_stamp
 
@@ -51,12 +52,17 @@ def _written_paths(stage):
     for tasks in (ROLES / stage / "tasks").glob("*.yml"):
         if tasks.name.startswith("absent") or tasks.name.endswith("_absent.yml"):
             continue
-        for raw in re.findall(r"^\s*(?:dest|path):\s*(\S.*)$", tasks.read_text(), re.M):
+        for raw in re.findall(r"^\s*(?:-\s+)?(?:dest|path):\s*(\S.*)$", tasks.read_text(), re.M):
             path = raw.strip().strip("\"'")
             for name, default in {**defaults, **(role_vars or {})}.items():
                 path = path.replace("{{ " + name + " }}", str(default))
             if path.startswith("/") and "{{" not in path:
                 found.add(path)
+        # a gpufleet.nvidia.host_files list built in Jinja: {'path': '/literal/' ~ variable} or {'path': variable}
+        for prefix, name in re.findall(r"'path':\s*(?:'([^']*)'\s*~\s*)?(\w+)", tasks.read_text()):
+            value = {**defaults, **(role_vars or {})}.get(name)
+            if isinstance(value, str) and "{{" not in value:
+                found.add(prefix + value)
     return found
 
 
@@ -199,3 +205,32 @@ def test_the_plan_is_what_converge_check_takes():
     plan = stage_stamp.plan(_host_vars())
     assert set(plan) == set(spec)
     assert set(plan["validate"]) == set(spec["validate"]["options"])
+
+
+def test_the_stamps_written_are_what_the_next_plan_checks():
+    """tasks/stamp.yml stamps with stage_stamp_records; the next run's converge_check checks with the plan's stages:
+    both read the host's variables the same way, so a stamp written at the end of a run holds at the next check."""
+    nvidia = {"engines": {"docker": {"config_path": "/etc/docker/daemon.json"}}}
+    host_vars = _host_vars(runtime_engines=["docker"], gpufleet_toolkit={"hook_path": "/h"}, gpufleet_runtime={"r": 1})
+    records = stage_stamp.records(["toolkit", "runtime"], host_vars, nvidia)
+    plan = {one["stage"]: one for one in stage_stamp.plan(host_vars)["stages"]}
+    assert [r["stage"] for r in records] == ["toolkit", "runtime"]
+    for record in records:
+        checked = plan[record["stage"]]
+        assert record["inputs"] == checked["inputs"] and record["units"] == checked["units"]
+        assert record["packages"] == checked["packages"]
+        # the plan's paths before discovery; converge_check adds the engines' files, which the record has from nvidia
+        assert record["paths"] == stamp_paths(checked, nvidia)
+    assert records[0]["published"] == {"gpufleet_toolkit": {"hook_path": "/h"}}
+    assert records[1]["published"] == {"gpufleet_runtime": {"r": 1}}
+    assert stage_stamp.records(["driver"], _host_vars())[0]["published"] == {
+        "driver_kernel_module": "",
+        "driver_plan": "",
+        "driver_reboot_needed": "",
+    }
+    with pytest.raises(ValueError, match="'validate' is not a stamped stage"):
+        stage_stamp.records(["validate"], host_vars)
+
+
+def stamp_paths(checked, nvidia):
+    return stamp.with_engine_configs(checked["paths"], nvidia) if checked["engine_configs"] else checked["paths"]
