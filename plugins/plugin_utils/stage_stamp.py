@@ -179,6 +179,12 @@ def spec(stage: str, values: Mapping[str, Any], nvidia: Mapping[str, Any] | None
     }
 
 
+def host_spec(stage: str, host_vars: Mapping[str, Any], nvidia: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``spec`` of the stage on a host from its variables (``hostvars[inventory_hostname]``): its role variables, ""
+    where unset, as ``query('ansible.builtin.vars', ..., default='')`` gives them to a play."""
+    return spec(stage, {name: host_vars.get(name, "") for name in role_variables(stage)}, nvidia)
+
+
 def records(stages: Iterable[str], host_vars: Mapping[str, Any], nvidia: Mapping[str, Any] | None = None) -> list[dict]:
     """The ``stages`` argument of ``stage_stamp`` (``state=present``) for the stamped stages a host passed: each
     stage's spec from the host's variables (``hostvars[inventory_hostname]``: its role variables, "" where unset, as
@@ -188,7 +194,7 @@ def records(stages: Iterable[str], host_vars: Mapping[str, Any], nvidia: Mapping
     for stage in stages:
         if not stamped(stage):
             raise ValueError(f"{stage!r} is not a stamped stage ({', '.join(STAGES)})")
-        one = spec(stage, {name: host_vars.get(name, "") for name in role_variables(stage)}, nvidia)
+        one = host_spec(stage, host_vars, nvidia)
         out.append(
             {
                 "stage": stage,
@@ -298,7 +304,7 @@ def plan(
     published: list[str] = []
     for stage in STAGES if fast_path else ():
         names = role_variables(stage)
-        one = spec(stage, {name: values.get(name) for name in names})
+        one = host_spec(stage, host_vars)
         stages.append(
             {
                 "stage": stage,

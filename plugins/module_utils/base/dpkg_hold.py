@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 # Debian Policy 5.6.1: lower case letters, digits, + - . (at least two characters, starting with a letter or digit);
 # an architecture qualifier (:amd64) is allowed as dpkg takes it.
 _NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
-SELECTIONS = ("hold", "install")
 
 
 def selections(text: str) -> dict[str, str]:

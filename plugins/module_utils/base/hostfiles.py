@@ -24,10 +24,10 @@ import grp
 import os
 import pwd
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import fileio
-from .runner import Failure, Result
+from .runner import Failure, Result, octal_mode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,14 +38,10 @@ if TYPE_CHECKING:
 # Where systemd reads unit files: a change under one of these needs a daemon-reload.
 UNIT_DIRS = ("/etc/systemd/", "/run/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/")
 MAX_FILE = 1 << 20  # the files here are small; a larger one at the path is not read for the diff
-UNIT_STATES = ("started", "stopped")
 
 
 def _mode(value: Any, where: str) -> int:
-    try:
-        mode = int(value, 8) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        raise Failure(f"{where}: mode {value!r} is not an octal mode such as '0644'") from None
+    mode = octal_mode(value, f"{where}: mode")
     if not 0 <= mode <= 0o7777:
         raise Failure(f"{where}: mode {value!r} is not an octal mode such as '0644'")
     return mode
@@ -148,7 +144,6 @@ class _Found:
     mode: int | None = None
     uid: int | None = None
     gid: int | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _found(path: str) -> _Found:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 
 from . import fileio
-from .runner import Failure, Host, Result
+from .runner import Failure, Host, Result, octal_mode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -140,11 +140,7 @@ class KeyringRequest:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> KeyringRequest:
-        value = params["mode"]
-        try:
-            mode = int(value, 8) if isinstance(value, str) else int(value)
-        except (TypeError, ValueError):
-            raise Failure(f"mode: {value!r} is not an octal mode such as '0644'") from None
+        mode = octal_mode(params["mode"], "mode:")
         wanted = frozenset(f.replace(" ", "").upper() for f in params["fingerprints"])
         return cls(params["dest"], params["url"], params["content"], wanted, mode, params["timeout"])
 

@@ -32,6 +32,14 @@ class Failure(Exception):
         self.fields = fields
 
 
+def octal_mode(value: Any, label: str) -> int:
+    """A file mode option (``'0644'``, or an int) as an int; ``Failure`` naming ``label`` (``'mode:'``) otherwise."""
+    try:
+        return int(value, 8) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise Failure(f"{label} {value!r} is not an octal mode such as '0644'") from None
+
+
 class Host:
     """What the work may ask of the module that runs it."""
 

@@ -4,7 +4,7 @@
 
 """apt_keyring in-process: de-armoured keyring from a file:// URL or content; check, diff, idempotence, refusals."""
 
-import json
+import functools
 import os
 import shutil
 import stat
@@ -14,8 +14,6 @@ import tempfile
 import pytest
 
 pytestmark = pytest.mark.controller
-
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 from ansible_collections.gpufleet.nvidia.plugins.modules import apt_keyring  # noqa: E402
 
@@ -49,14 +47,8 @@ def key(tmp_path_factory):
 
 
 @pytest.fixture
-def call(capsys):
-    def run(check=False, diff=False, **args):
-        extra = {"_ansible_check_mode": check, "_ansible_diff": diff}
-        with patch_module_args({**args, **extra}), pytest.raises(SystemExit) as exit_info:
-            apt_keyring.main()
-        return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-    return run
+def call(call_main):
+    return functools.partial(call_main, apt_keyring)
 
 
 def test_check_then_write_then_nothing(call, key, tmp_path):

@@ -5,7 +5,7 @@
 """dpkg_hold in-process against this machine's real dpkg, on a copy of its status database (dpkg --admindir): held,
 released, check mode, diff, a package dpkg does not know, bad names."""
 
-import json
+import functools
 import os
 import shutil
 import subprocess
@@ -13,8 +13,6 @@ import subprocess
 import pytest
 
 pytestmark = pytest.mark.controller
-
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import dpkg_hold as hold  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.modules import dpkg_hold  # noqa: E402
@@ -49,14 +47,8 @@ def selection(db, name):
 
 
 @pytest.fixture
-def call(capsys):
-    def run(check=False, diff=False, **args):
-        extra = {"_ansible_check_mode": check, "_ansible_diff": diff}
-        with patch_module_args({**args, **extra}), pytest.raises(SystemExit) as exit_info:
-            dpkg_hold.main()
-        return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-    return run
+def call(call_main):
+    return functools.partial(call_main, dpkg_hold)
 
 
 def test_hold_check_then_apply_then_nothing_then_release(call, admindir):

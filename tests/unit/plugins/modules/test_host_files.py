@@ -6,7 +6,7 @@
 a systemctl on PATH that keeps the units' state in a folder (the real systemd runs it in the runtime role's
 integration tests on the simulated fleet)."""
 
-import json
+import functools
 import os
 import stat
 from pathlib import Path
@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.controller
-
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.base import hostfiles  # noqa: E402
 from ansible_collections.gpufleet.nvidia.plugins.modules import host_files  # noqa: E402
@@ -56,14 +54,8 @@ def calls(state):
 
 
 @pytest.fixture
-def call(capsys):
-    def run(check=False, diff=False, **args):
-        extra = {"_ansible_check_mode": check, "_ansible_diff": diff}
-        with patch_module_args({**args, **extra}), pytest.raises(SystemExit) as exit_info:
-            host_files.main()
-        return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-    return run
+def call(call_main):
+    return functools.partial(call_main, host_files)
 
 
 def test_check_then_write_then_nothing(call, tmp_path, systemd):
