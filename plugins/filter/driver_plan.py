@@ -59,7 +59,7 @@ from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.apt_policy import missing_components, parse_policy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.apt_prepare import missing_components, parse_policy
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import PlanError, plan
 
 

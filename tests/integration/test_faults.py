@@ -579,7 +579,7 @@ if [ -e {SLOW} ]; then sleep 600; fi
 
 def test_sigkill_of_dpkg_then_the_driver_role_recovers(fleet):
     """dpkg killed (SIGKILL) while it configures a package (its postinst) leaves its journal: apt refuses every
-    install until ``dpkg --configure -a``. The driver role's apt path finishes it first (``dpkg_recover.yml``), then
+    install until ``dpkg --configure -a``. The driver role's apt path finishes it first (``apt_prepare``), then
     changes nothing. A small local package stands in for the driver's (no package repository is reachable from the
     fleet)."""
     node = fleet.node("f-bookworm")

@@ -7,7 +7,7 @@ dnf stream. These are the only tests of the Ubuntu and RHEL paths (no such host 
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.apt_policy import missing_components, parse_policy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.apt_prepare import missing_components, parse_policy
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils.driver_plan import (
     BRANCHES_REVIEWED,
     PlanError,
