@@ -42,6 +42,14 @@ options:
     type: list
     elements: str
     default: [nvidia-cdi-refresh.service, nvidia-cdi-refresh.path]
+  mask:
+    description:
+      - With O(state=present), after recording, stop and mask each unit found (what C(ansible.builtin.systemd_service)
+        with C(state=stopped) and C(masked=true) does), reporting the verbs in RV(units). One call for what a C(find),
+        this module and a C(systemd_service) loop did.
+      - Needs O(root=/).
+    type: bool
+    default: false
   record_path:
     description: The takeover record (in the terms of O(root)).
     type: path
@@ -56,6 +64,10 @@ EXAMPLES = r"""
 - name: Record NVIDIA's refresh units before masking them
   gpufleet.nvidia.takeover:
     units: [nvidia-cdi-refresh.service, nvidia-cdi-refresh.path]
+
+- name: Record NVIDIA's refresh units, then stop and mask them, in one call
+  gpufleet.nvidia.takeover:
+    mask: true
 
 - name: Give back NVIDIA's CDI specs and units (after removing our spec)
   gpufleet.nvidia.takeover:
@@ -81,7 +93,7 @@ kept:
   elements: dict
 units:
   description: The systemctl verbs run on each unit, C({unit, verbs}) - would be, in check mode.
-  returned: when state is absent
+  returned: when state is absent, or present with O(mask)
   type: list
   elements: dict
 """
@@ -100,6 +112,7 @@ def argspec() -> dict:
             "elements": "str",
             "default": ["nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"],
         },
+        "mask": {"type": "bool", "default": False},
         "record_path": takeover.RECORD_PATH_OPTION,
         "root": ROOT,
     }

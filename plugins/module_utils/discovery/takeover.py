@@ -192,10 +192,19 @@ class TakeoverRequest:
     units: list[str]
     record_path: str
     root: str
+    mask: bool = False
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TakeoverRequest:
-        return cls(params["state"], params["units"], params["record_path"], os.path.abspath(params["root"]))
+        if params.get("mask") and params["state"] != "present":
+            raise Failure("mask: only with state=present (state=absent gives the units their recorded state back)")
+        return cls(
+            params["state"],
+            params["units"],
+            params["record_path"],
+            os.path.abspath(params["root"]),
+            bool(params.get("mask")),
+        )
 
 
 @dataclass
@@ -238,20 +247,54 @@ def save(path: str, label: str, record: dict) -> None:
         raise Failure(f"cannot write the takeover record {label}: {exc.strerror or exc}; check its folder") from None
 
 
+def mask_verbs(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The systemctl verbs that leave each found unit stopped and masked (``found`` as ``units_now`` reads it): what
+    ``ansible.builtin.systemd_service`` with ``state=stopped masked=true`` runs."""
+    verbs = []
+    for unit, state in sorted(found.items()):
+        todo = (["stop"] if state.get("active") else []) + ([] if state.get("masked") else ["mask"])
+        if todo:
+            verbs.append({"unit": unit, "verbs": todo})
+    return verbs
+
+
 def record_units(request: TakeoverRequest, host: Host, record: dict, before_text: str) -> TakeoverResult:
-    """``state=present``: record the units' state (the first state seen stays)."""
-    new = with_units(record, units_now(host, request.root, request.units))
+    """``state=present``: record the units' state (the first state seen stays); with ``mask``, then stop and mask
+    them (the record is written first: a unit that fails to mask is still given back by ``state=absent``)."""
+    found = units_now(host, request.root, request.units)
+    new = with_units(record, found)
     recorded = {u: s for u, s in new["units"].items() if u not in record["units"]}
-    result = TakeoverResult(changed=new != record, recorded=recorded)
+    verbs = mask_verbs(found) if request.mask else []
+    if verbs and request.root != "/":
+        raise Failure(f"mask: cannot run systemctl for a host mounted at {request.root}: {verbs}")
+    result = TakeoverResult(changed=new != record or bool(verbs), recorded=recorded)
+    if request.mask:
+        result.units = verbs
     if host.diff:
-        result.diff = {
+        record_diff = {
             "before": before_text,
-            "after": dump(new) if result.changed else before_text,
+            "after": dump(new) if new != record else before_text,
             "before_header": request.record_path,
             "after_header": request.record_path,
         }
-    if result.changed and not host.check_mode:
+        units_diff = [
+            {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
+            for v in verbs
+        ]
+        result.diff = [record_diff, *units_diff] if request.mask else record_diff
+    if host.check_mode:
+        return result
+    if new != record:
         save(host_path(request.root, request.record_path), request.record_path, new)
+    for entry in verbs:
+        for verb in entry["verbs"]:
+            rc, out, err = host.run_command(["systemctl", verb, entry["unit"]])
+            if rc != 0:
+                raise Failure(
+                    f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; its state before is "
+                    f"in {request.record_path}; stop and mask it by hand, or remove what is at its unit file's place",
+                    **result.fields(),
+                )
     return result
 
 

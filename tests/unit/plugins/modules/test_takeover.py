@@ -7,6 +7,7 @@ their recorded state back through systemctl, check mode and diff change nothing.
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,68 @@ def test_units_get_their_recorded_state_back(tmp_path, capsys, monkeypatch):
         ["systemctl", "unmask", "nvidia-cdi-refresh.service"],
     ]
     assert not os.path.exists(record)
+
+
+def test_mask_records_then_stops_and_masks_in_one_call(tmp_path, capsys, monkeypatch):
+    """mask=true: the units' state is recorded first, then the active one is stopped and each is masked; check mode
+    runs nothing; a second call (masked, inactive) changes nothing; a failing mask fails naming the unit, the record
+    written."""
+    units = tmp_path / "usr/lib/systemd/system"
+    units.mkdir(parents=True)
+    (tmp_path / "etc/systemd/system").mkdir(parents=True)
+    for unit in ("nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"):
+        (units / unit).write_text("[Unit]\n")
+    calls, fail = [], {}
+
+    def fake_run(self, argv, **_kw):
+        calls.append(argv)
+        unit = argv[2]
+        link = tmp_path / "etc/systemd/system" / unit
+        if argv[1] == "is-active":
+            active = unit.endswith(".path") and ["systemctl", "stop", unit] not in calls
+            return (0, "active\n", "") if active else (3, "inactive\n", "")
+        if fail.get(argv[1]) == unit:
+            return 1, "", f"Failed to {argv[1]} unit {unit}"
+        if argv[1] == "mask":
+            os.symlink("/dev/null", str(link))
+        return 0, "", ""
+
+    monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
+    real_units = takeover_record.unit_states
+    monkeypatch.setattr(takeover_record, "unit_states", lambda _root: real_units(str(tmp_path)))
+    record = str(tmp_path / "record.json")
+    verbs = [
+        {"unit": "nvidia-cdi-refresh.path", "verbs": ["stop", "mask"]},
+        {"unit": "nvidia-cdi-refresh.service", "verbs": ["mask"]},
+    ]
+    result = _run(takeover, {"record_path": record, "mask": True}, capsys, check=True, diff=True)
+    assert result["changed"] and result["units"] == verbs and not os.path.exists(record)
+    assert [c for c in calls if c[1] != "is-active"] == []
+    assert result["diff"][1]["after"] == "systemctl stop mask nvidia-cdi-refresh.path\n"
+    result = _run(takeover, {"record_path": record, "mask": True}, capsys)
+    assert result["changed"] and result["units"] == verbs
+    assert [c for c in calls if c[1] != "is-active"] == [
+        ["systemctl", "stop", "nvidia-cdi-refresh.path"],
+        ["systemctl", "mask", "nvidia-cdi-refresh.path"],
+        ["systemctl", "mask", "nvidia-cdi-refresh.service"],
+    ]
+    assert json.loads(Path(record).read_text())["units"]["nvidia-cdi-refresh.path"] == {
+        "enabled": False,
+        "masked": False,
+        "active": True,
+    }
+    result = _run(takeover, {"record_path": record, "mask": True}, capsys)
+    assert not result["changed"] and result["units"] == []
+    # a unit that cannot be masked: the failure names it and the record; the record of its state is written
+    for unit in ("nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"):
+        os.unlink(str(tmp_path / "etc/systemd/system" / unit))
+    os.unlink(record)
+    fail["mask"] = "nvidia-cdi-refresh.service"
+    result = _run(takeover, {"record_path": record, "mask": True}, capsys)
+    assert result["failed"] and result["msg"].startswith("systemctl mask nvidia-cdi-refresh.service failed (rc 1)")
+    assert record in result["msg"] and os.path.exists(record)
+
+
+def test_mask_is_refused_with_state_absent(tmp_path, capsys):
+    result = _run(takeover, {"record_path": str(tmp_path / "r.json"), "state": "absent", "mask": True}, capsys)
+    assert result["failed"] and result["msg"].startswith("mask: only with state=present")
