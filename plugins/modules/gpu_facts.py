@@ -532,6 +532,10 @@ ansible_facts:
               description: NVIDIA's C(nvidia-cdi-refresh.service) and C(.path) (toolkit 1.18 and later) when found, each
                 C({path, enabled, masked}).
               type: dict
+            repositories:
+              description: The apt and dnf source files that name NVIDIA's container toolkit repository.
+              type: list
+              elements: str
         gpu_users:
           description:
           - The processes holding an NVIDIA device (C(/dev/nvidia*), C(nvidiactl), C(nvidia-uvm), C(nvidia-caps/*))
@@ -645,16 +649,9 @@ ansible_facts:
               C(next_boot_no_nvidia_module), C(next_boot_module_version_mismatch), C(next_boot_module_untrusted),
               C(next_boot_mok_enrolment_pending)) when a driver is installed.
           type: dict
-          sample:
-            kernel: 6.8.0-45-generic
-            bootloader: grub
-            source: /boot/grub/grubenv saved_entry
-            module: /lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko
-            version: 580.95.05
-            signer: gpufleet MOK
-            sig_key: '5A:17:C0:DE'
-            trusted_by: enrolled MOK
-            state: ok
+          sample: {kernel: 6.8.0-45-generic, bootloader: grub, source: /boot/grub/grubenv saved_entry,
+                   module: /lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko, version: 580.95.05,
+                   signer: gpufleet MOK, sig_key: '5A:17:C0:DE', trusted_by: enrolled MOK, state: ok}
         mig_boot:
           description:
             - C(layout), the name of the MIG layout C(gpufleet-mig-layout.service) (installed by the C(mig) role)

@@ -13,6 +13,7 @@ What ``gpu_facts`` publishes as ``ansible_facts.nvidia.nvidia_toolkit`` (the too
 * ``cdi_specs``: every spec in the directories the engines read, each with its ``kind``, device names and whether
   this collection wrote it (its ``gpufleet.nvidia/driver-version`` annotation);
 * ``units``: NVIDIA's ``nvidia-cdi-refresh.service``/``.path`` (toolkit 1.18 on), found, enabled, masked, active.
+* ``repositories``: the package source files that name NVIDIA's container toolkit repository.
 
 Sources, read 2026-11-23:
 
@@ -65,6 +66,11 @@ UNIT_DIRS = (
     "/usr/lib/systemd/system",
     "/lib/systemd/system",
 )
+# NVIDIA's container toolkit repository among the host's package sources (NVIDIA's install guide names its list
+# nvidia-container-toolkit.list and its repo nvidia-container-toolkit.repo; the packages are libnvidia-container*).
+REPO_DIRS = ("/etc/apt/sources.list.d", "/etc/yum.repos.d")
+REPO_SUFFIXES = (".list", ".sources", ".repo")
+REPO_NAMES = ("libnvidia-container", "nvidia-container-toolkit")
 SPEC_LIMIT = 4 << 20
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b")
 _DPKG_FIELD = re.compile(r"(?m)^([A-Za-z-]+): (.*)$")
@@ -240,6 +246,24 @@ def units(root: str = "/") -> dict[str, dict[str, Any]]:
     return found
 
 
+def repositories(root: str = "/") -> list[str]:
+    """The apt list and sources files and the dnf repo files that name NVIDIA's container toolkit repository
+    (``libnvidia-container`` or ``nvidia-container-toolkit`` in their text), in path order."""
+    found = []
+    for directory in REPO_DIRS:
+        try:
+            names = sorted(os.listdir(host_path(root, directory)))
+        except OSError:
+            continue
+        for name in names:
+            path = f"{directory}/{name}"
+            if name.endswith(REPO_SUFFIXES) and os.path.isfile(host_path(root, path)):
+                text = read_text(host_path(root, path), tolerant=True, errors="replace") or ""
+                if any(word in text for word in REPO_NAMES):
+                    found.append(path)
+    return found
+
+
 def nvidia_toolkit(
     root: str = "/", run_command: Callable[[list[str]], tuple[int, str, str]] | None = None
 ) -> dict[str, Any]:
@@ -268,6 +292,7 @@ def nvidia_toolkit(
         "config_path": CONFIG if config else None,
         "cdi_specs": cdi_specs(root),
         "units": units(root),
+        "repositories": repositories(root),
     }
 
 

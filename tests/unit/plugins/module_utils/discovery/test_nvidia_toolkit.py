@@ -165,6 +165,27 @@ def test_units_found_enabled_and_masked(tmp_path: Path) -> None:
     }
 
 
+def test_repositories_are_the_sources_that_name_nvidias_toolkit(tmp_path: Path) -> None:
+    """NVIDIA's install guide's list (apt) and repo (dnf) files, a deb822 file, and what is not one."""
+    assert nt.repositories(str(tmp_path)) == []
+    guide = "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+    guide += "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+    write(tmp_path, "/etc/apt/sources.list.d/nvidia-container-toolkit.list", guide)
+    write(
+        tmp_path, "/etc/apt/sources.list.d/mirror.sources", "URIs: https://mirror.example/nvidia-container-toolkit/\n"
+    )
+    write(tmp_path, "/etc/apt/sources.list.d/debian.sources", "URIs: http://deb.debian.org/debian\n")
+    write(tmp_path, "/etc/apt/sources.list.d/nvidia-container-toolkit.list.save", guide)  # not a source apt reads
+    write(tmp_path, "/etc/yum.repos.d/nvidia-container-toolkit.repo", "[nvidia-container-toolkit]\n")
+    (tmp_path / "etc/yum.repos.d/folder.repo").mkdir()
+    assert nt.repositories(str(tmp_path)) == [
+        "/etc/apt/sources.list.d/mirror.sources",
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+        "/etc/yum.repos.d/nvidia-container-toolkit.repo",
+    ]
+    assert nt.nvidia_toolkit(str(tmp_path))["repositories"] == nt.repositories(str(tmp_path))
+
+
 def test_nvidia_toolkit_on_a_tree_and_with_run_command(tmp_path: Path) -> None:
     empty = nt.nvidia_toolkit(str(tmp_path))
     assert empty == {
@@ -174,6 +195,7 @@ def test_nvidia_toolkit_on_a_tree_and_with_run_command(tmp_path: Path) -> None:
         "config_path": None,
         "cdi_specs": [],
         "units": {},
+        "repositories": [],
     }
     write(tmp_path, "/var/lib/dpkg/status", DPKG)
     for path in nt.BINARIES:
