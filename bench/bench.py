@@ -30,7 +30,8 @@ the targets are reported as met or missed.
   ``GPUFLEET_BENCH_SCALE_SIZES`` (default ``1,24,96``, each size on fresh hosts of one fleet), the per-host marginal
   wall time and controller CPU (the slope over the sizes) and the curve against a bare ``gather_facts`` play on the
   same hosts, forks
-  ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, module executions per host;
+  ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, Ansible's ``internal_poll_interval``
+  ``GPUFLEET_BENCH_SCALE_POLL`` (default: Ansible's, 0.001 s), module executions per host;
 * storm: ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
   nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
   ``ctr run --runc-binary``, podman's CDI; all GPUs, one by index, one by UUID, none) while the spec and index are
@@ -1313,7 +1314,18 @@ def linearity(points):
 RERUN_ROUNDS = 3
 
 
-def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
+def poll_config(poll):
+    """An ansible.cfg that sets only ``internal_poll_interval`` (it has no environment variable), its path; ``None``
+    for Ansible's default (0.001 s: while a task runs, ``ansible-playbook``'s main loop wakes every millisecond to
+    look for results, about 5% of a core for the whole wall time of the run)."""
+    if poll is None:
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as f:
+        f.write("[defaults]\ninternal_poll_interval = %s\n" % poll)
+    return f.name
+
+
+def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
     """``site.yml`` first run and no-change rerun at each fleet size of ``sizes`` (``GPUFLEET_BENCH_SCALE_SIZES``),
     each on fresh light hosts of one fleet of ``sum(sizes)``, against a bare ``gather_facts`` play on the same hosts:
     ``(rows, notes, info)``.
@@ -1332,8 +1344,11 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
         f.write(GATHER_FACTS_PLAY)
     gather = f.name
     env = dict(os.environ, ANSIBLE_FORKS=str(forks), ANSIBLE_STRATEGY="linear")
+    config = poll_config(poll)
+    if config:  # the same setting for the gather_facts plays and site.yml
+        env["ANSIBLE_CONFIG"] = config
     json_env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    info = {"forks": forks, "strategy": "linear", "sizes": sizes, "fleet": len(names)}
+    info = {"forks": forks, "strategy": "linear", "sizes": sizes, "fleet": len(names), "internal_poll_interval": poll}
     report_dir = tempfile.mkdtemp()
     fleet = light_fleet("%s-scale" % prefix, names)
     log("scale: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
@@ -1390,6 +1405,8 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
             gather_facts()
     finally:
         os.unlink(gather)
+        if config:
+            os.unlink(config)
         shutil.rmtree(report_dir, ignore_errors=True)
         if os.environ.get("GPUFLEET_BENCH_KEEP") != "1":
             fleet.down()
@@ -1437,9 +1454,19 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2):
         "brought up once in %.0f s; site.yml first run then no-change rerun (%d rounds) at %s hosts, each size on "
         "its own fresh hosts (the inventory turns pipelining on), a bare gather_facts play on the same host sets "
         "before and after; "
-        "forks %d, strategy linear; %s; controller CPU = this process's children (ansible-playbook, its forks, the "
-        "docker exec clients), not the nodes'; the nodes share this machine's cores with the controller; section "
-        "wall time %.0f s" % (len(names), info["fleet_up_s"], RERUN_ROUNDS, sizes, forks, how, info["section_wall_s"]),
+        "forks %d, strategy linear; internal_poll_interval %s; %s; controller CPU = this process's children "
+        "(ansible-playbook, its forks, the docker exec clients), not the nodes'; the nodes share this machine's cores "
+        "with the controller; section wall time %.0f s"
+        % (
+            len(names),
+            info["fleet_up_s"],
+            RERUN_ROUNDS,
+            sizes,
+            forks,
+            "%s s (GPUFLEET_BENCH_SCALE_POLL)" % poll if poll is not None else "Ansible's default (0.001 s)",
+            how,
+            info["section_wall_s"],
+        ),
         "scale: wall times by size (s): "
         + "; ".join(
             "%s %s" % (k, ", ".join("%d hosts %s" % (n, "/".join("%.1f" % x for x in xs)) for n, xs in v.items()))
@@ -1716,7 +1743,12 @@ def main():
     if "scale" in only:
         sizes = scale_sizes(os.environ.get("GPUFLEET_BENCH_SCALE_SIZES", "1,24,96"))
         forks = int(os.environ.get("GPUFLEET_BENCH_SCALE_FORKS", "5"))
-        scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks)
+        poll = os.environ.get("GPUFLEET_BENCH_SCALE_POLL") or None
+        if poll is not None:
+            poll = float(poll)
+            if poll <= 0:
+                raise ValueError("GPUFLEET_BENCH_SCALE_POLL: seconds, more than 0, got %r" % poll)
+        scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks, poll=poll)
         rows += scale
         result["notes"] += scale_notes
     if "tasks" in only:
