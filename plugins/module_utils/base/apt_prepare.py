@@ -75,9 +75,9 @@ def missing_components(policy: dict[str, str], needed: dict[str, str]) -> list[s
     ``policy``: package -> candidate (``(none)`` or empty when apt knows no version); ``needed``: package -> the
     component it lives in."""
     missing = []
-    for package, component in needed.items():
-        if policy.get(package, "(none)") in ("(none)", "") and component not in missing:
-            missing.append(component)
+    for package in stale_lists(policy, list(needed)):
+        if needed[package] not in missing:
+            missing.append(needed[package])
     return missing
 
 

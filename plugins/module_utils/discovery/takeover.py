@@ -247,6 +247,27 @@ def save(path: str, label: str, record: dict) -> None:
         raise Failure(f"cannot write the takeover record {label}: {exc.strerror or exc}; check its folder") from None
 
 
+def _units_diff(verbs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One diff entry per unit: the systemctl verbs run on it."""
+    return [
+        {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
+        for v in verbs
+    ]
+
+
+def _systemctl(host: Host, verbs: list[dict[str, Any]], advice: str, result: TakeoverResult) -> None:
+    """Run each entry's systemctl verbs in order; the first that fails ends the module, its message ending with
+    ``advice`` and the result so far."""
+    for entry in verbs:
+        for verb in entry["verbs"]:
+            rc, out, err = host.run_command(["systemctl", verb, entry["unit"]])
+            if rc != 0:
+                raise Failure(
+                    f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; {advice}",
+                    **result.fields(),
+                )
+
+
 def mask_verbs(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The systemctl verbs that leave each found unit stopped and masked (``found`` as ``units_now`` reads it): what
     ``ansible.builtin.systemd_service`` with ``state=stopped masked=true`` runs."""
@@ -277,24 +298,18 @@ def record_units(request: TakeoverRequest, host: Host, record: dict, before_text
             "before_header": request.record_path,
             "after_header": request.record_path,
         }
-        units_diff = [
-            {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
-            for v in verbs
-        ]
-        result.diff = [record_diff, *units_diff] if request.mask else record_diff
+        result.diff = [record_diff, *_units_diff(verbs)] if request.mask else record_diff
     if host.check_mode:
         return result
     if new != record:
         save(host_path(request.root, request.record_path), request.record_path, new)
-    for entry in verbs:
-        for verb in entry["verbs"]:
-            rc, out, err = host.run_command(["systemctl", verb, entry["unit"]])
-            if rc != 0:
-                raise Failure(
-                    f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; its state before is "
-                    f"in {request.record_path}; stop and mask it by hand, or remove what is at its unit file's place",
-                    **result.fields(),
-                )
+    _systemctl(
+        host,
+        verbs,
+        f"its state before is in {request.record_path}; stop and mask it by hand, or remove what is at its unit "
+        "file's place",
+        result,
+    )
     return result
 
 
@@ -308,10 +323,7 @@ def _restore_diff(request: TakeoverRequest, result: TakeoverResult, before_text:
         }
         for s in result.restored or []
     ]
-    diffs += [
-        {"before": "", "after": f"systemctl {' '.join(v['verbs'])} {v['unit']}\n", "after_header": v["unit"]}
-        for v in result.units or []
-    ]
+    diffs += _units_diff(result.units or [])
     diffs.append(
         {
             "before": before_text,
@@ -335,14 +347,8 @@ def _restore(request: TakeoverRequest, host: Host, result: TakeoverResult) -> No
                 **result.fields(),
             ) from None
     for entry in result.units or []:
-        for verb in entry["verbs"]:
-            rc, out, err = host.run_command(["systemctl", verb, entry["unit"]])
-            if rc != 0:
-                raise Failure(
-                    f"systemctl {verb} {entry['unit']} failed (rc {rc}): {(err or out).strip()}; the specs were "
-                    f"moved back already; give the unit its state back by hand: {entry['verbs']}",
-                    **result.fields(),
-                )
+        advice = f"the specs were moved back already; give the unit its state back by hand: {entry['verbs']}"
+        _systemctl(host, [entry], advice, result)
 
 
 def give_back(request: TakeoverRequest, host: Host, record: dict, before_text: str) -> TakeoverResult:
