@@ -19,6 +19,9 @@ description:
   - C(systemctl daemon-reload) runs when a file under a systemd unit folder (C(/etc/systemd/), C(/run/systemd/),
     C(/usr/lib/systemd/), C(/lib/systemd/), C(/usr/local/lib/systemd/)) was written or removed, before any unit is
     touched.
+  - C(udevadm control --reload-rules) runs when a file under a udev rules folder (C(/etc/udev/rules.d/),
+    C(/run/udev/rules.d/), C(/usr/lib/udev/rules.d/), C(/lib/udev/rules.d/)) was written or removed and udev runs
+    (C(/run/udev/control) is a socket; a container without udev has none), so the next device event reads it.
   - The path of a file must be a regular file or nothing; a folder, a link or a device there fails the module,
     naming it, before anything is written.
   - For the files a role owns outright. A file an admin edits is better edited key by key (the C(container_runtime)
@@ -124,6 +127,10 @@ backups:
   sample: {/etc/modprobe.d/blacklist-nouveau.conf: /etc/modprobe.d/blacklist-nouveau.conf.1234.2026-11-28@10:00:00~}
 daemon_reloaded:
   description: Whether a unit file changed, so systemd was (in check mode, would be) reloaded.
+  returned: always
+  type: bool
+udev_reloaded:
+  description: Whether a udev rule changed while udev runs, so udev was (in check mode, would be) told to read them.
   returned: always
   type: bool
 units:

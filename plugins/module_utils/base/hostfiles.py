@@ -9,8 +9,9 @@ costs the control node a temporary folder, a ``stat``, a transfer and a module r
 run, with the same guarantees: a file is written only when its bytes, mode, owner or group differ (atomically, a
 temporary file renamed over it), removed only when present, backed up first when asked; the diff names each file;
 check mode reports what would change and touches nothing. ``daemon-reload`` runs when a file under a systemd unit
-folder changed, before any unit is enabled or started; in check mode a unit whose file is about to be created is
-reported as it would be changed, since systemd cannot know it yet.
+folder changed, before any unit is enabled or started; ``udevadm control --reload-rules`` when a udev rule changed and
+udev runs (its control socket exists: a container without udev has none); in check mode a unit whose file is about
+to be created is reported as it would be changed, since systemd cannot know it yet.
 
 A path that is a folder, a link or anything but a regular file is refused, naming it: the files here are the role's
 own, and a link there is someone else's decision (or an attack) to look at, not to write through.
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 # Where systemd reads unit files: a change under one of these needs a daemon-reload.
 UNIT_DIRS = ("/etc/systemd/", "/run/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/")
+# Where udev reads rules, and the socket through which a running udevd is told to read them again.
+UDEV_DIRS = ("/etc/udev/rules.d/", "/run/udev/rules.d/", "/usr/lib/udev/rules.d/", "/lib/udev/rules.d/")
+UDEV_CONTROL = "/run/udev/control"
 MAX_FILE = 1 << 20  # the files here are small; a larger one at the path is not read for the diff
 
 
@@ -131,6 +135,7 @@ class FilesResult(Result):
     changed_files: list[str]
     backups: dict[str, str]
     daemon_reloaded: bool
+    udev_reloaded: bool
     units: dict[str, dict[str, Any]]
     diff: list[dict[str, str]] | None = None
 
@@ -224,6 +229,13 @@ def _apply(spec: FileSpec, found: _Found) -> str | None:
     return copy
 
 
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _systemctl(host: Host, *args: str) -> tuple[int, str, str]:
     binary = host.get_bin_path("systemctl")
     if not binary:
@@ -288,6 +300,18 @@ def apply_files(request: FilesRequest, host: Host) -> FilesResult:
             raise Failure(
                 f"systemctl daemon-reload failed (exit {rc}): {(err or out).strip()}", changed_files=changed_files
             )
+    udev = any(path.startswith(UDEV_DIRS) for path in changed_files) and _is_socket(UDEV_CONTROL)
+    if udev and not host.check_mode:
+        binary = host.get_bin_path("udevadm")
+        if not binary:
+            raise Failure(f"udevadm not found on the host, yet {UDEV_CONTROL} exists", changed_files=changed_files)
+        rc, out, err = host.run_command([binary, "control", "--reload-rules"])
+        if rc != 0:
+            raise Failure(
+                f"udevadm control --reload-rules failed (exit {rc}): {(err or out).strip()}; the rules written are "
+                f"{', '.join(p for p in changed_files if p.startswith(UDEV_DIRS))}",
+                changed_files=changed_files,
+            )
     units = {}
     for unit in request.units:
         units[unit.name] = _unit(unit, host, unknown=host.check_mode and unit.name in new_units)
@@ -296,6 +320,7 @@ def apply_files(request: FilesRequest, host: Host) -> FilesResult:
         changed_files=changed_files,
         backups=backups,
         daemon_reloaded=reload,
+        udev_reloaded=udev,
         units=units,
     )
     if host.diff:

@@ -185,3 +185,66 @@ def test_a_unit_that_fails_to_start_is_named(call, systemd):
     code, result = call(units=[{"name": "broken.service", "enabled": True, "state": "started"}])
     assert code == 1 and result["msg"].startswith("systemctl start broken.service failed (exit 1): Job for broken")
     assert "journalctl -u broken.service" in result["msg"] and result["done"] == ["enable"]
+
+
+UDEVADM = """#!/bin/sh
+echo "$*" >> "$UDEVADM_LOG"
+[ -e "$UDEVADM_LOG.fail" ] && { echo "Failed to send reload request" >&2; exit 1; }
+exit 0
+"""
+
+
+@pytest.fixture
+def udev(tmp_path, monkeypatch):
+    """A udev rules folder under tmp_path, udevadm on PATH logging its calls, and udevd's control socket (or not)."""
+    import socket
+
+    rules = tmp_path / "lib" / "udev" / "rules.d"
+    bindir = tmp_path / "udevbin"
+    bindir.mkdir()
+    (bindir / "udevadm").write_text(UDEVADM)
+    (bindir / "udevadm").chmod(0o755)
+    log = tmp_path / "udevadm.log"
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("UDEVADM_LOG", str(log))
+    monkeypatch.setattr(hostfiles, "UDEV_DIRS", (f"{rules}/",))
+    control = tmp_path / "control"
+    monkeypatch.setattr(hostfiles, "UDEV_CONTROL", str(control))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(str(control))
+    yield {"rules": rules, "log": log, "control": control}
+    server.close()
+
+
+def test_a_changed_udev_rule_is_read_again_by_a_running_udev(call, tmp_path, systemd, udev):
+    rule, other = udev["rules"] / "71-gpufleet.rules", tmp_path / "etc" / "x.conf"
+    files = [{"path": str(rule), "content": "ACTION==add\n"}, {"path": str(other), "content": "x\n"}]
+    code, result = call(check=True, files=files)
+    assert code == 0 and result["udev_reloaded"] and not udev["log"].exists()  # check mode: would, does not
+    code, result = call(files=files)
+    assert code == 0 and result["udev_reloaded"] and udev["log"].read_text().splitlines() == ["control --reload-rules"]
+    code, result = call(files=files)
+    assert code == 0 and not result["changed"] and not result["udev_reloaded"]
+    code, result = call(files=[{"path": str(other), "content": "y\n"}])  # no rule changed: udev is not asked
+    assert code == 0 and result["changed"] and not result["udev_reloaded"]
+    assert len(udev["log"].read_text().splitlines()) == 1
+    code, result = call(files=[{"path": str(rule), "state": "absent"}])  # a removed rule too
+    assert code == 0 and result["udev_reloaded"] and len(udev["log"].read_text().splitlines()) == 2
+
+
+def test_no_udev_running_no_reload(call, udev):
+    udev["control"].unlink()
+    udev["control"].write_text("")  # a plain file is no control socket
+    code, result = call(files=[{"path": str(udev["rules"] / "71-gpufleet.rules"), "content": "ACTION==add\n"}])
+    assert code == 0 and result["changed"] and not result["udev_reloaded"] and not udev["log"].exists()
+
+
+def test_a_failed_udev_reload_names_the_rule(call, udev):
+    Path(str(udev["log"]) + ".fail").write_text("")
+    rule = udev["rules"] / "71-gpufleet.rules"
+    code, result = call(files=[{"path": str(rule), "content": "ACTION==add\n"}])
+    assert code == 1 and result["failed"]
+    assert result["msg"] == (
+        f"udevadm control --reload-rules failed (exit 1): Failed to send reload request; the rules written are {rule}"
+    )
+    assert rule.read_text() == "ACTION==add\n" and result["changed_files"] == [str(rule)]
