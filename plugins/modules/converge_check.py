@@ -36,6 +36,11 @@ description:
     with O(plan.release_done) its lock is given back. Where the role must act first (Fabric Manager to wait for on
     an NVSwitch host, an image missing from an engine, O(plan.validate.pull=always)), the host is left to it
     (RV(validate_here) says why).
+  - For a host that is not converged (RV(route) C(stale), so it enters the stage plays), RV(ansible_facts) also
+    holds what Ansible's own fact collectors for the platform, the distribution, Python, the package manager and the
+    service manager report (C(distribution), C(distribution_major_version), C(os_family), C(architecture), C(kernel),
+    C(nodename), C(python), C(pkg_mgr), C(service_mgr) and the others of those collectors), under the names
+    M(ansible.builtin.setup) gives them. The roles' plans read them, and no role gathers them again.
   - The stamps and the lock are the collection's bookkeeping, not host configuration - the module never reports a
     change (validation runs containers with C(--rm) and loads or pulls nothing).
 author:
@@ -211,7 +216,8 @@ RETURN = r"""
 ansible_facts:
   description: C(nvidia), the host's discovery facts (see M(gpufleet.nvidia.gpu_facts)); C(gpufleet_published), the
     facts of the stamped runs and C(gpufleet_stage_reached) (C(validate), GPU nodes only) of a converged host, empty
-    for a host that is not converged.
+    for a host that is not converged; for a host RV(route) C(stale), also the platform, distribution, Python, package
+    manager and service manager facts, as M(ansible.builtin.setup) names them.
   returned: always
   type: dict
 converged:
@@ -285,14 +291,48 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible.module_utils.facts.system.pkg_mgr import PkgMgrFactCollector
+from ansible.module_utils.facts.system.platform import PlatformFactCollector
+from ansible.module_utils.facts.system.python import PythonFactCollector
+from ansible.module_utils.facts.system.service_mgr import ServiceMgrFactCollector
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.base.runner import Host, run_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery.converge import ConvergeResult
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
+
+# Ansible's collectors for the facts the roles read of a host that enters the stage plays (the driver role's plan:
+# distribution, release, architecture, kernel; the toolkit role: os_family; the runtime role: python; package and
+# service actions: pkg_mgr, service_mgr), in the order they build on each other (the service and package manager
+# collectors read the platform's and distribution's facts). A role that finds them does not run setup.
+OS_COLLECTORS = (
+    PlatformFactCollector,
+    DistributionFactCollector,
+    PythonFactCollector,
+    PkgMgrFactCollector,
+    ServiceMgrFactCollector,
+)
+
+
+def os_facts(module: AnsibleModule) -> dict:
+    """The facts of ``OS_COLLECTORS``, under ``setup``'s names (without the ``ansible_`` prefix)."""
+    facts: dict = {}
+    for collector in OS_COLLECTORS:
+        found = collector().collect(module=module, collected_facts={"ansible_" + k: v for k, v in facts.items()})
+        facts.update(found or {})
+    return facts
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=converged.argspec(), supports_check_mode=True)
-    run_module(module, converged.Request.from_params, converged.run)
+
+    def work(request: converged.Request, host: Host) -> ConvergeResult:
+        result = converged.run(request, host)
+        if result.route == "stale":
+            result.ansible_facts.update(os_facts(module))
+        return result
+
+    run_module(module, converged.Request.from_params, work)
 
 
 if __name__ == "__main__":
