@@ -24,7 +24,13 @@ import yaml
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.discovery import stamp
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.runtime import registry
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate import converged
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import imex, kubernetes_node, role_specs, role_vars
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import (
+    imex,
+    kubernetes_node,
+    role_specs,
+    role_vars,
+    site_stages,
+)
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
@@ -114,7 +120,7 @@ STAGES: dict[str, dict[str, Any]] = {
 
 
 # The groups site.yml puts hosts in during a run (the hosts that enter the stage plays): not part of a stage's inputs.
-RUN_GROUPS = frozenset("gpufleet_" + route for route in converged.ROUTES)
+RUN_GROUPS = site_stages.RUN_GROUPS
 
 
 def stamped(stage: str) -> bool:

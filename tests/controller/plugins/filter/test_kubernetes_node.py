@@ -44,14 +44,16 @@ def test_registered_under_its_name():
 
 
 def test_site_and_roles_use_the_filter_not_a_copy_of_the_rule():
-    """The rules live in the filters: site.yml's device_plugin stage and the device_plugin role call
-    device_plugin_node, the toolkit role kubernetes_node; no other task file tests membership of
-    device_plugin_node_group itself, and none compares pci_gpu_count (gpu_facts' gpu_node says it)."""
+    """The rules live in the filters: site.yml's device_plugin stage takes its hosts from the site_groups filter,
+    whose rule is device_plugin_node's; the device_plugin role calls device_plugin_node, the toolkit role
+    kubernetes_node; no other task file tests membership of device_plugin_node_group itself, and none compares
+    pci_gpu_count (gpu_facts' gpu_node says it)."""
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[4]
     users = {
-        "playbooks/site.yml": "gpufleet.nvidia.device_plugin_node(",
+        "playbooks/site.yml": "gpufleet.nvidia.site_groups(",
+        "plugins/plugin_utils/site_stages.py": "kubernetes_node.device_plugin_node(",
         "roles/device_plugin/tasks/main.yml": "gpufleet.nvidia.device_plugin_node(",
         "roles/toolkit/tasks/toolkit.yml": "gpufleet.nvidia.kubernetes_node(",
     }
