@@ -31,7 +31,8 @@ the targets are reported as met or missed.
   wall time and controller CPU (the slope over the sizes) and the curve against a bare ``gather_facts`` play on the
   same hosts, forks
   ``GPUFLEET_BENCH_SCALE_FORKS`` (default 5), strategy linear, Ansible's ``internal_poll_interval``
-  ``GPUFLEET_BENCH_SCALE_POLL`` (default: Ansible's, 0.001 s), module executions per host;
+  ``GPUFLEET_BENCH_SCALE_POLL`` (default: Ansible's, 0.001 s), ``GPUFLEET_BENCH_SCALE_FIRST_ROUNDS`` (default 1: first
+  runs per size, each on fresh hosts, the median), module executions per host;
 * storm: ``GPUFLEET_BENCH_STORM`` (default 110) GPU container starts per node, 16 at a time, on both
   nodes at once, the mix of ``tests/integration/_storm.py`` (docker through the shim and its CDI, containerd through
   ``ctr run --runc-binary``, podman's CDI; all GPUs, one by index, one by UUID, none) while the spec and index are
@@ -1325,7 +1326,7 @@ def poll_config(poll):
     return f.name
 
 
-def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
+def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, *, poll=None, first_rounds=1):
     """``site.yml`` first run and no-change rerun at each fleet size of ``sizes`` (``GPUFLEET_BENCH_SCALE_SIZES``),
     each on fresh light hosts of one fleet of ``sum(sizes)``, against a bare ``gather_facts`` play on the same hosts:
     ``(rows, notes, info)``.
@@ -1334,12 +1335,17 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
     engine: every stage runs its normal path for such a host (driver held, toolkit installed, CDI spec and device-node
     units written, validation reports that no engine is there), nothing starts a container. The hosts of a size are
     their own slice of the fleet (``s000``.. for the first size, the next ones for the next), so every first run meets
-    fresh hosts and the fleet comes up once. The per-host marginal is the least-squares slope over the sizes."""
+    fresh hosts and the fleet comes up once. The per-host marginal is the least-squares slope over the sizes.
+    ``first_rounds`` (``GPUFLEET_BENCH_SCALE_FIRST_ROUNDS``) first runs per size, each on hosts of its own (the median
+    is taken: one first run is one sample of a noisy machine); the reruns and the gather play use the first set."""
     sizes = list(sizes)
-    names = ["s%03d" % i for i in range(sum(sizes))]
-    sets, start = {}, 0
-    for n in sizes:
-        sets[n], start = names[start : start + n], start + n
+    names = ["s%03d" % i for i in range(sum(sizes) * first_rounds)]
+    rounds, start = {n: [] for n in sizes}, 0
+    for _round in range(first_rounds):
+        for n in sizes:
+            rounds[n].append(names[start : start + n])
+            start += n
+    sets = {n: rounds[n][0] for n in sizes}
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write(GATHER_FACTS_PLAY)
     gather = f.name
@@ -1348,7 +1354,14 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
     if config:  # the same setting for the gather_facts plays and site.yml
         env["ANSIBLE_CONFIG"] = config
     json_env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    info = {"forks": forks, "strategy": "linear", "sizes": sizes, "fleet": len(names), "internal_poll_interval": poll}
+    info = {
+        "forks": forks,
+        "strategy": "linear",
+        "sizes": sizes,
+        "fleet": len(names),
+        "internal_poll_interval": poll,
+        "first_rounds": first_rounds,
+    }
     report_dir = tempfile.mkdtemp()
     fleet = light_fleet("%s-scale" % prefix, names)
     log("scale: fleet of %d light hosts up (%s)" % (len(names), fleet.prefix))
@@ -1394,8 +1407,9 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
         info["fleet_up_s"] = round(time.perf_counter() - start_all, 1)
         log("scale: gather_facts play on %s hosts, %d rounds" % (sizes, gather_rounds))
         gather_facts()
-        for n in sizes:
-            site(sets[n], "first")
+        for r in range(first_rounds):
+            for n in sizes:
+                site(rounds[n][r], "first")
         # A rerun is short and its controller CPU the figure with a target: three rounds across the sizes, medians
         # (one round is at the mercy of whatever else the machine does for those seconds).
         for _round in range(RERUN_ROUNDS):
@@ -1451,15 +1465,16 @@ def scale_rows(prefix, sizes=(1, 24, 96), forks=5, gather_rounds=2, poll=None):
         )
     notes = [
         "scale: a fleet of %d light hosts (bookworm GPU nodes, 1 GPU, Debian's 535 installed, no container engine), "
-        "brought up once in %.0f s; site.yml first run then no-change rerun (%d rounds) at %s hosts, each size on "
-        "its own fresh hosts (the inventory turns pipelining on), a bare gather_facts play on the same host sets "
-        "before and after; "
+        "brought up once in %.0f s; site.yml first run (%d round(s), each on fresh hosts, the median) then no-change "
+        "rerun (%d rounds) at %s hosts, each size on its own fresh hosts (the inventory turns pipelining on), a bare "
+        "gather_facts play on the same host sets before and after; "
         "forks %d, strategy linear; internal_poll_interval %s; %s; controller CPU = this process's children "
         "(ansible-playbook, its forks, the docker exec clients), not the nodes'; the nodes share this machine's cores "
         "with the controller; section wall time %.0f s"
         % (
             len(names),
             info["fleet_up_s"],
+            first_rounds,
             RERUN_ROUNDS,
             sizes,
             forks,
@@ -1748,7 +1763,10 @@ def main():
             poll = float(poll)
             if poll <= 0:
                 raise ValueError("GPUFLEET_BENCH_SCALE_POLL: seconds, more than 0, got %r" % poll)
-        scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks, poll=poll)
+        first_rounds = int(os.environ.get("GPUFLEET_BENCH_SCALE_FIRST_ROUNDS", "1"))
+        if first_rounds < 1:
+            raise ValueError("GPUFLEET_BENCH_SCALE_FIRST_ROUNDS: 1 or more, got %r" % first_rounds)
+        scale, scale_notes, result["scale"] = scale_rows(prefix, sizes, forks, poll=poll, first_rounds=first_rounds)
         rows += scale
         result["notes"] += scale_notes
     if "tasks" in only:
