@@ -43,6 +43,15 @@ def member_of(group_names: Any, groups_value: Any) -> str | None:
     return found[0] if found else None
 
 
+def in_domain(group_names: Any, groups_value: Any) -> bool:
+    """Whether the imex stage acts on a host of ``group_names``: in a domain group, or in several (the stage then
+    says why it fails)."""
+    try:
+        return member_of(group_names, groups_value) is not None
+    except ValueError:
+        return True
+
+
 def address(host: str, host_vars: Mapping[str, Any]) -> str:
     """A member's address in ``nodes_config.cfg``: ``imex_address``, else ``ansible_host``, else its name."""
     for name in ("imex_address", "ansible_host"):

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ansible.module_utils.parsing.convert_bool import boolean
-
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.validate.converged import ROUTES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import imex, kubernetes_node, role_specs, role_vars
 
@@ -52,10 +50,6 @@ def stage_tasks(stage: str, host_vars: Mapping[str, Any]) -> str:
     return stage if value == "present" else "absent"
 
 
-def _gpu_node(nvidia: Mapping[str, Any]) -> bool:
-    return bool(boolean(nvidia.get("gpu_node", False), strict=False))
-
-
 def _group_names(host: str, groups: Mapping[str, Any]) -> list[str]:
     return [str(name) for name, members in groups.items() if host in [str(member) for member in members or []]]
 
@@ -75,17 +69,12 @@ def acts(stage: str, host: Any, host_vars: Mapping[str, Any], groups: Mapping[st
     groups = groups or {}
     facts = host_vars.get("ansible_facts") or {}
     nvidia = facts.get("nvidia") or {}
-    gpu = _gpu_node(nvidia)
+    gpu = kubernetes_node.has_gpu(nvidia)
     if stage == "mig":
         boot = nvidia.get("mig_boot") or {}
         return gpu and (bool(host_vars.get("mig_layout")) or boot.get("layout") is not None)
     if stage == "imex":
-        if not gpu:
-            return False
-        try:
-            return imex.member_of(_group_names(host, groups), host_vars.get("imex_domain_groups")) is not None
-        except ValueError:
-            return True
+        return gpu and imex.in_domain(_group_names(host, groups), host_vars.get("imex_domain_groups"))
     if stage == "slurm":
         converge = host_vars.get("_gpufleet_converge") or {}
         controllers = host_vars.get("slurm_controller_group") or "slurm_controllers"

@@ -243,14 +243,6 @@ def _plan_variables() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _in_nvlink_domain(values: Mapping[str, Any]) -> bool:
-    """Whether the imex stage acts on the host; a host in two domain groups too (the stage then says why it fails)."""
-    try:
-        return imex.member_of(values.get("group_names") or [], values.get("imex_domain_groups")) is not None
-    except ValueError:
-        return True
-
-
 def validate_in_run(run_tags: Any = None, skip_tags: Any = None) -> bool:
     """Whether site.yml's validate play (tag ``validate``) runs under these tags (``ansible_run_tags``,
     ``ansible_skip_tags``), as Ansible decides for a task tagged ``validate``: skipped by ``validate`` or ``tagged``,
@@ -304,7 +296,7 @@ def plan(
         or kubernetes_node.kubernetes_node(
             "host", groups, values.get("device_plugin_node_group") or None, values.get("device_plugin_enabled")
         )
-        or _in_nvlink_domain(values)
+        or imex.in_domain(values.get("group_names") or [], values.get("imex_domain_groups"))
     )
     stages: list[dict[str, Any]] = []
     published: list[str] = []

@@ -300,7 +300,8 @@ def apply_files(request: FilesRequest, host: Host) -> FilesResult:
             raise Failure(
                 f"systemctl daemon-reload failed (exit {rc}): {(err or out).strip()}", changed_files=changed_files
             )
-    udev = any(path.startswith(UDEV_DIRS) for path in changed_files) and _is_socket(UDEV_CONTROL)
+    rules = [path for path in changed_files if path.startswith(UDEV_DIRS)]
+    udev = bool(rules) and _is_socket(UDEV_CONTROL)
     if udev and not host.check_mode:
         binary = host.get_bin_path("udevadm")
         if not binary:
@@ -309,7 +310,7 @@ def apply_files(request: FilesRequest, host: Host) -> FilesResult:
         if rc != 0:
             raise Failure(
                 f"udevadm control --reload-rules failed (exit {rc}): {(err or out).strip()}; the rules written are "
-                f"{', '.join(p for p in changed_files if p.startswith(UDEV_DIRS))}",
+                f"{', '.join(rules)}",
                 changed_files=changed_files,
             )
     units = {}

@@ -6,14 +6,13 @@
 uses for what the runtime shim trusts): the stage's own condition, taken from site.yml, evaluated for real."""
 
 import json
-import re
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook
+from ansible_collections.gpufleet.nvidia.tests.controller.playbook import run_playbook, site_stage_condition
 
 pytestmark = pytest.mark.controller
 REPO = Path(__file__).resolve().parents[3]
@@ -30,18 +29,7 @@ HOSTS = {
 
 
 def stage_when():
-    """The stage's condition as site.yml decides it: the discover play's add_host puts the host in the groups of the
-    site_groups filter, and the stage's play names one of them in its hosts."""
-    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
-    discover = next(p for p in plays if "discover" in p.get("tags", []))
-    add_host = next(t for t in discover["tasks"] if "ansible.builtin.add_host" in t)
-    assign = add_host["ansible.builtin.add_host"]["groups"].strip()
-    assert assign.startswith("{{") and assign.endswith("}}")
-    play = next(p for p in plays if "device_plugin" in p.get("tags", []))
-    assert play["tasks"][0]["vars"]["gpufleet_stage"] == "device_plugin"
-    group = re.fullmatch(r"\{\{ groups\['(gpufleet_\w+)'\] \| default\(\[\]\) \}\}", play["hosts"]).group(1)
-    expression = re.sub(r"\bitem\b", "inventory_hostname", assign[2:-2])
-    return "{{ '" + group + "' in (" + expression + ") }}"
+    return site_stage_condition("device_plugin")
 
 
 def test_the_stage_runs_on_kubernetes_gpu_nodes_only(tmp_path):
